@@ -1,0 +1,190 @@
+"""Devices, seeds and measurement: resolve ``--device``, seed every RNG, measure peak memory and time."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["PeakMemory", "Timer", "current_rss_bytes", "resolve_device", "seed_everything"]
+
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?|mps)$")
+
+
+def resolve_device(spec: str = "auto") -> Any:
+    """Turn a ``--device`` string into a ``torch.device``.
+
+    ``auto`` picks CUDA when available, else CPU. Accepted: ``auto``, ``cpu``, ``cuda``, ``cuda:<i>``, ``mps``.
+
+    Raises:
+        ValueError: the string is not one of the accepted forms, or names a device that is not available.
+    """
+    import torch
+
+    if not isinstance(spec, str) or not _DEVICE_RE.match(spec):
+        raise ValueError(f"device must be one of auto, cpu, cuda, cuda:<index>, mps; got {spec!r}")
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {spec!r} requested but CUDA is not available; use --device cpu")
+        index = int(spec.split(":")[1]) if ":" in spec else 0
+        if index >= torch.cuda.device_count():
+            raise ValueError(f"device {spec!r}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    if spec == "mps" and not (hasattr(torch.backends, "mps") and torch.backends.mps.is_available()):
+        raise ValueError("device 'mps' requested but MPS is not available; use --device cpu")
+    return torch.device(spec)
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, numpy's and (if imported) torch's global RNGs.
+
+    Library code in iclr25 takes explicit generators; this is for scripts and CLIs that call third-party code.
+    """
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    import sys
+
+    if "torch" in sys.modules:
+        import torch
+
+        torch.manual_seed(seed)
+
+
+def current_rss_bytes() -> int:
+    """Resident set size of this process in bytes (Linux ``/proc``; falls back to ``ru_maxrss``)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _peak_rss_bytes() -> int | None:
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    # Writing 5 to clear_refs resets the process's peak RSS (VmHWM) on Linux >= 4.0.
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+@dataclass
+class PeakMemory:
+    """Peak memory of a code section, in bytes.
+
+    On CUDA devices it is ``torch.cuda.max_memory_allocated`` above the allocation at entry; on CPU it is the
+    process's peak RSS (VmHWM, reset at entry) minus the RSS at entry. Use as a context manager::
+
+        with PeakMemory(device) as mem:
+            model(batch)
+        print(mem.peak_bytes)
+
+    ``peak_bytes`` is the extra memory the section needed on top of what was already allocated;
+    ``absolute_peak_bytes`` includes it.
+    """
+
+    device: Any = "cpu"
+    peak_bytes: int = 0
+    absolute_peak_bytes: int = 0
+    exact: bool = field(default=True)
+    _base: int = 0
+
+    def __enter__(self) -> PeakMemory:
+        import gc
+
+        gc.collect()
+        if self._is_cuda():
+            import torch
+
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+        else:
+            self.exact = _reset_peak_rss()
+            self._base = current_rss_bytes()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._is_cuda():
+            import torch
+
+            torch.cuda.synchronize(self.device)
+            self.absolute_peak_bytes = torch.cuda.max_memory_allocated(self.device)
+        else:
+            self.absolute_peak_bytes = _peak_rss_bytes() or current_rss_bytes()
+        self.peak_bytes = max(0, self.absolute_peak_bytes - self._base)
+
+    def _is_cuda(self) -> bool:
+        return str(self.device).startswith("cuda")
+
+
+@dataclass
+class Timer:
+    """Wall-clock timer (``time.perf_counter``) that synchronises CUDA before reading, in seconds."""
+
+    device: Any = "cpu"
+    seconds: float = 0.0
+
+    def __enter__(self) -> Timer:
+        self._sync()
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._sync()
+        self.seconds = time.perf_counter() - self._start
+
+    def _sync(self) -> None:
+        if str(self.device).startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize(self.device)
+
+
+@contextmanager
+def torch_threads(num_threads: int | None) -> Iterator[None]:
+    """Temporarily set torch's intra-op thread count (``None`` leaves it)."""
+    import torch
+
+    old = torch.get_num_threads()
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1

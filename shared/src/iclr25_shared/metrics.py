@@ -1,0 +1,134 @@
+"""Metrics used by several packages: accuracy with a confidence interval, cluster accuracy, Fréchet distance."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Estimate", "accuracy", "bootstrap_ci", "cluster_accuracy", "frechet_distance", "wilson_interval"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A point estimate with a two-sided confidence interval."""
+
+    value: float
+    low: float
+    high: float
+    n: int
+    level: float = 0.95
+
+    def __str__(self) -> str:
+        return f"{self.value:.4f} [{self.low:.4f}, {self.high:.4f}] (n={self.n}, {self.level:.0%} CI)"
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {"value": self.value, "low": self.low, "high": self.high, "n": self.n, "level": self.level}
+
+
+def _z(level: float) -> float:
+    from statistics import NormalDist
+
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    return NormalDist().inv_cdf(0.5 + level / 2)
+
+
+def wilson_interval(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (Wilson, 1927).
+
+    Raises:
+        ValueError: ``n < 1`` or ``successes`` outside ``[0, n]``.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if not 0 <= successes <= n:
+        raise ValueError(f"successes must be in [0, {n}], got {successes}")
+    z = _z(level)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def accuracy(predictions: np.ndarray, labels: np.ndarray, level: float = 0.95) -> Estimate:
+    """Fraction of ``predictions == labels`` with a Wilson confidence interval.
+
+    Args:
+        predictions: ``(n,)`` predicted class ids.
+        labels: ``(n,)`` true class ids.
+
+    Raises:
+        ValueError: shapes differ or ``n == 0``.
+    """
+    predictions, labels = np.asarray(predictions), np.asarray(labels)
+    if predictions.shape != labels.shape or predictions.ndim != 1:
+        raise ValueError(f"predictions {predictions.shape} and labels {labels.shape} must be equal 1-D shapes")
+    if predictions.size == 0:
+        raise ValueError("accuracy of zero examples is undefined")
+    correct = int((predictions == labels).sum())
+    low, high = wilson_interval(correct, labels.size, level)
+    return Estimate(correct / labels.size, low, high, int(labels.size), level)
+
+
+def bootstrap_ci(
+    values: np.ndarray, *, statistic=np.mean, num_resamples: int = 2000, level: float = 0.95, seed: int = 0
+) -> Estimate:
+    """Percentile bootstrap interval of ``statistic`` over the first axis of ``values``."""
+    values = np.asarray(values)
+    if values.shape[0] < 1:
+        raise ValueError("bootstrap needs at least one value")
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, values.shape[0], size=(num_resamples, values.shape[0]))
+    stats = np.array([statistic(values[i]) for i in idx])
+    alpha = (1 - level) / 2
+    return Estimate(
+        float(statistic(values)),
+        float(np.quantile(stats, alpha)),
+        float(np.quantile(stats, 1 - alpha)),
+        int(values.shape[0]),
+        level,
+    )
+
+
+def cluster_accuracy(labels: np.ndarray, clusters: np.ndarray) -> float:
+    """Clustering accuracy under the best one-to-one map of clusters to labels (Hungarian algorithm).
+
+    Args:
+        labels: ``(n,)`` true class ids (any non-negative ints).
+        clusters: ``(n,)`` predicted cluster ids (any non-negative ints; the count may differ from the classes').
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    labels, clusters = np.asarray(labels, np.int64), np.asarray(clusters, np.int64)
+    if labels.shape != clusters.shape or labels.ndim != 1 or labels.size == 0:
+        raise ValueError(f"labels {labels.shape} and clusters {clusters.shape} must be equal non-empty 1-D shapes")
+    size = int(max(labels.max(), clusters.max())) + 1
+    counts = np.zeros((size, size), dtype=np.int64)
+    np.add.at(counts, (clusters, labels), 1)
+    rows, cols = linear_sum_assignment(counts, maximize=True)
+    return float(counts[rows, cols].sum() / labels.size)
+
+
+def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma2: np.ndarray) -> float:
+    """Fréchet distance between two Gaussians (the FID formula, Heusel et al. 2017):
+    ``|mu1 - mu2|^2 + tr(S1 + S2 - 2 (S1 S2)^{1/2})``.
+
+    Args:
+        mu1, mu2: ``(d,)`` means. sigma1, sigma2: ``(d, d)`` covariances.
+    """
+    from scipy import linalg
+
+    mu1, mu2 = np.atleast_1d(mu1).astype(np.float64), np.atleast_1d(mu2).astype(np.float64)
+    sigma1, sigma2 = np.atleast_2d(sigma1).astype(np.float64), np.atleast_2d(sigma2).astype(np.float64)
+    if mu1.shape != mu2.shape or sigma1.shape != sigma2.shape or sigma1.shape != (mu1.size, mu1.size):
+        raise ValueError("means must be (d,) and covariances (d, d) with the same d")
+    covmean, _ = linalg.sqrtm(sigma1 @ sigma2, disp=False)
+    if not np.isfinite(covmean).all():
+        offset = np.eye(mu1.size) * 1e-6
+        covmean = linalg.sqrtm((sigma1 + offset) @ (sigma2 + offset))
+    covmean = np.real(covmean)
+    diff = mu1 - mu2
+    return float(diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2 * np.trace(covmean))

@@ -1,0 +1,152 @@
+"""One run record: config, metrics, timings, versions and device, written atomically.
+
+A run writes ``config.json``, ``results.json`` and ``results.md`` (and any plots) into its ``--out`` folder.
+Files are written to a temporary name and renamed, so an interrupted run never leaves a half-written result,
+and an existing result is only replaced by a complete new one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import importlib.metadata
+import json
+import math
+import os
+import platform
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["RunRecord", "atomic_write_text", "markdown_table", "package_versions", "to_jsonable"]
+
+
+def to_jsonable(value: Any) -> Any:
+    """Convert dataclasses, paths, numpy and torch scalars/arrays into JSON-serialisable values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if hasattr(value, "tolist") and callable(value.tolist):  # numpy / torch
+        return to_jsonable(value.tolist())
+    if hasattr(value, "item") and callable(value.item):
+        return to_jsonable(value.item())
+    if isinstance(value, (str, int, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` via a temporary file and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def package_versions(names: Iterable[str] = ()) -> dict[str, str]:
+    """Installed versions of python, numpy and the given distributions (missing ones are skipped)."""
+    versions = {"python": platform.python_version()}
+    for name in ("numpy", *names):
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, floatfmt: str = ".4g") -> str:
+    """A GitHub markdown table of ``rows`` (dicts); floats formatted with ``floatfmt``."""
+    if not rows:
+        return ""
+    columns = list(columns or rows[0].keys())
+
+    def fmt(v: Any) -> str:
+        if isinstance(v, float):
+            return format(v, floatfmt)
+        return "" if v is None else str(v)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class RunRecord:
+    """Everything one run reports. Fill ``metrics``/``tables``/``timings``, then :meth:`save`.
+
+    Attributes:
+        command: e.g. ``"iclr25-lozo finetune"``.
+        config: the run's config (a dataclass or mapping), saved as sorted JSON.
+        metrics: scalar or small structured results.
+        tables: named lists of row dicts, rendered as markdown tables in results.md.
+        timings: named durations in seconds.
+        notes: free-text lines added to results.md.
+    """
+
+    command: str
+    config: Any = None
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    tables: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    device: str = "cpu"
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    started: str = dataclasses.field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+
+    def as_dict(self) -> dict[str, Any]:
+        return to_jsonable(
+            {
+                "command": self.command,
+                "started": self.started,
+                "device": self.device,
+                "versions": self.versions,
+                "config": self.config,
+                "metrics": self.metrics,
+                "tables": self.tables,
+                "timings": self.timings,
+                "notes": self.notes,
+            }
+        )
+
+    def to_markdown(self) -> str:
+        data = self.as_dict()
+        out = [f"# {self.command}", "", f"started {self.started} on {self.device}", ""]
+        if data["metrics"]:
+            out += ["## Metrics", ""]
+            out += [f"- **{k}**: {v}" for k, v in data["metrics"].items()]
+            out.append("")
+        for name, rows in self.tables.items():
+            out += [f"## {name}", "", markdown_table(rows), ""]
+        if data["timings"]:
+            out += ["## Timings (s)", ""]
+            out += [f"- {k}: {v:.3f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in data["timings"].items()]
+            out.append("")
+        if self.notes:
+            out += ["## Notes", "", *[f"- {n}" for n in self.notes], ""]
+        out += ["## Config", "", "```json", json.dumps(data["config"], indent=2, sort_keys=True), "```", ""]
+        return "\n".join(out)
+
+    def save(self, out_dir: str | os.PathLike[str]) -> Path:
+        """Write ``config.json``, ``results.json`` and ``results.md`` into ``out_dir`` atomically; return it."""
+        out = Path(out_dir)
+        data = self.as_dict()
+        atomic_write_text(out / "config.json", json.dumps(data["config"], indent=2, sort_keys=True) + "\n")
+        atomic_write_text(out / "results.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
+        atomic_write_text(out / "results.md", self.to_markdown())
+        return out
