@@ -118,11 +118,14 @@ def _one_line(text: str) -> str:
     """Condense tyro's boxed error into one line."""
     parts = []
     for raw in text.splitlines():
+        if raw.lstrip().startswith("╭"):  # the box's top border carries only the error's title
+            continue
         line = _BOX.sub("", raw).strip()
         if not line or line.startswith(("For full helptext", "usage:")) or set(line) <= {"-", " "}:
             continue
         parts.append(line)
-    return " ".join(parts) or "invalid arguments"
+    message = " ".join(parts) or "invalid arguments"
+    return re.sub(r"^Error parsing [\w.]+: ", "", message)
 
 
 def _error(prog: str, message: str) -> int:
