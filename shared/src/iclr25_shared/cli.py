@@ -115,16 +115,26 @@ _BOX = re.compile(r"[╭╮╰╯│─━┃┏┓┗┛]")
 
 
 def _one_line(text: str) -> str:
-    """Condense tyro's boxed error into one line."""
-    parts = []
-    for raw in text.splitlines():
-        if raw.lstrip().startswith("╭"):  # the box's top border carries only the error's title
-            continue
-        line = _BOX.sub("", raw).strip()
-        if not line or line.startswith(("For full helptext", "usage:")) or set(line) <= {"-", " "}:
-            continue
-        parts.append(line)
-    message = " ".join(parts) or "invalid arguments"
+    """Condense tyro's error panel (title, message, help sections) into one line: the message."""
+    lines = [_BOX.sub("", raw).strip() for raw in text.splitlines()]
+    lines = [ln for ln in lines if ln]
+    if len(lines) > 1 and not set(lines[1]) <= {"-", " "}:
+        title_skipped = lines  # no title line
+    else:
+        title_skipped = lines[1:]
+    sections: list[list[str]] = [[]]
+    for line in title_skipped:
+        if set(line) <= {"-", " "}:
+            sections.append([])
+        else:
+            sections[-1].append(line)
+    sections = [s for s in sections if s]
+    if not sections:
+        return "invalid arguments"
+    parts = [" ".join(sections[0])]
+    parts += [" ".join(s) for s in sections[1:] if s[0].startswith("Perhaps you meant")]
+    message = " ".join(parts)
+    message = re.sub(r"^Error parsing (--[\w.-]+): ", r"\1: ", message)
     return re.sub(r"^Error parsing [\w.]+: ", "", message)
 
 
