@@ -1,0 +1,475 @@
+"""Zeroth-order optimizers: LOZO / LOZO-M (low-rank, lazy) and MeZO (full Gaussian), as ``torch.optim.Optimizer``.
+
+Both estimate the gradient from two forward passes with a shared random direction Z (SPSA):
+
+    c = (L(X + eps Z) - L(X - eps Z)) / (2 eps)
+
+MeZO (Malladi et al., 2023) draws Z ~ N(0, I) for every parameter and steps X <- X - lr c Z. LOZO (Chen et al.,
+ICLR 2025, arXiv 2410.07698, §3) draws, for every parameter with ndim >= 2 viewed as an m x n matrix, Z = U V^T with
+U in R^{m x r} redrawn every step and V in R^{n x r} redrawn every ``interval`` steps (lazy sampling), and steps
+
+    X <- X - lr c U V^T / r,
+
+so within one period X - X_0 = B V^T stays in the r-dimensional row space of V (subspace optimisation). Parameters
+with fewer than 2 dims get MeZO's full Gaussian direction. LOZO-M (``momentum > 0``) keeps the momentum compressed,
+M in R^{m x r}: M <- beta M + (1 - beta) c U / r and X <- X - lr M V^T; when V is redrawn the old momentum is moved
+to the new subspace, M <- beta M V_old^T V_new / n + (1 - beta) c U / r (paper Alg. 2).
+
+No direction is stored: U and z are regenerated from per-(step, parameter) seeds; V (n x r per matrix) and the
+LOZO-M momentum (m x r) are the only state.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+__all__ = ["LOZO", "MeZO", "ZerothOrderOptimizer", "decay_param_groups"]
+
+Closure = Callable[[], Any]
+
+_NORM_TYPES: tuple[type[nn.Module], ...] = (
+    nn.LayerNorm,
+    nn.GroupNorm,
+    nn.LocalResponseNorm,
+    nn.modules.batchnorm._NormBase,
+    *((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ()),
+)
+
+
+def _is_norm(module: nn.Module) -> bool:
+    # torch's own norm layers, plus model-specific norm classes (LlamaRMSNorm, T5LayerNorm, ...), by type.
+    return isinstance(module, _NORM_TYPES) or any(
+        cls.__name__.endswith(("Norm", "LayerNorm", "RMSNorm")) for cls in type(module).__mro__ if cls is not nn.Module
+    )
+
+
+def decay_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """Split a model's trainable parameters into a decayed and a non-decayed group, by module type.
+
+    Parameters of normalisation modules (torch's LayerNorm/GroupNorm/BatchNorm/RMSNorm and any module class whose
+    name ends in ``Norm``, such as ``LlamaRMSNorm``) and all 1-D parameters (biases) get no weight decay; every
+    other trainable parameter gets ``weight_decay``. Shared (tied) parameters appear once.
+
+    Returns:
+        ``[{"params": decayed, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]`` without
+        empty groups.
+    """
+    decayed: list[nn.Parameter] = []
+    others: list[nn.Parameter] = []
+    seen: set[int] = set()
+    for module in model.modules():
+        for param in module.parameters(recurse=False):
+            if not param.requires_grad or id(param) in seen:
+                continue
+            seen.add(id(param))
+            (others if _is_norm(module) or param.ndim < 2 else decayed).append(param)
+    groups = [{"params": decayed, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]
+    return [g for g in groups if g["params"]]
+
+
+def _check_number(name: str, value: Any, *, low: float, high: float | None = None, low_open: bool = False,
+                  high_open: bool = False, integer: bool = False) -> None:
+    kind = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise TypeError(f"{name} must be {'an int' if integer else 'a number'}, got {type(value).__name__}")
+    bad = (value <= low if low_open else value < low) or (
+        high is not None and (value >= high if high_open else value > high)
+    )
+    if bad or (isinstance(value, float) and not math.isfinite(value) and high is not None):
+        lo = f"{'(' if low_open else '['}{low}"
+        hi = f"{high}{')' if high_open else ']'}" if high is not None else "inf)"
+        raise ValueError(f"{name} must be in {lo}, {hi}, got {value!r}")
+
+
+def _seed(*key: int) -> int:
+    """A well-mixed 63-bit seed from integer keys (numpy SeedSequence), stable across runs and platforms."""
+    return int(np.random.SeedSequence([int(k) for k in key]).generate_state(1, np.uint64)[0] >> np.uint64(1))
+
+
+class ZerothOrderOptimizer(torch.optim.Optimizer):
+    """Shared machinery of the two-point zeroth-order optimizers (do not use directly).
+
+    ``step(closure)`` runs ``closure`` twice under ``torch.no_grad()`` (at X + eps Z and X - eps Z), restores X,
+    and applies the update. A non-finite two-point difference (e.g. fp16 overflow) skips the update; the skip is
+    counted in :attr:`skipped_steps`.
+    """
+
+    _STREAM_DIRECTION = 0  # U (LOZO) or z (MeZO / 1-D parameters), redrawn every step
+    _STREAM_SUBSPACE = 1  # V, redrawn every `interval` steps
+
+    def __init__(
+        self,
+        params: Iterable[Any] | nn.Module,
+        lr: float,
+        *,
+        eps: float,
+        momentum: float,
+        weight_decay: float,
+        seed: int,
+    ) -> None:
+        _check_number("lr", lr, low=0.0)
+        _check_number("eps", eps, low=0.0, low_open=True)
+        _check_number("momentum", momentum, low=0.0, high=1.0, high_open=True)
+        _check_number("weight_decay", weight_decay, low=0.0)
+        _check_number("seed", seed, low=0, integer=True)
+        if isinstance(params, nn.Module):
+            params = decay_param_groups(params, weight_decay)
+        params = list(params)
+        flat = [p for g in params for p in (g["params"] if isinstance(g, dict) else [g])]
+        if not any(isinstance(p, torch.Tensor) and p.requires_grad for p in flat):
+            raise ValueError(
+                f"{type(self).__name__}: no trainable parameters (empty list, or every parameter has "
+                "requires_grad=False)"
+            )
+        super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
+        self.eps = float(eps)
+        self.momentum = float(momentum)
+        self.seed = int(seed)
+        self.global_step = 0
+        self.skipped_steps = 0
+        self._warned_low_precision = False
+
+    # -- parameters -------------------------------------------------------------------------------------------
+    def _trainable(self) -> list[tuple[int, torch.Tensor, dict[str, Any]]]:
+        out = []
+        index = 0
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.requires_grad:
+                    out.append((index, p, group))
+                index += 1
+        return out
+
+    def _generator(self, p: torch.Tensor, *key: int) -> torch.Generator:
+        gen = torch.Generator(device=p.device)
+        gen.manual_seed(_seed(self.seed, *key))
+        return gen
+
+    @staticmethod
+    def _compute_dtype(p: torch.Tensor) -> torch.dtype:
+        return torch.float64 if p.dtype == torch.float64 else torch.float32
+
+    def _gaussian(self, p: torch.Tensor, shape: tuple[int, ...], *key: int) -> torch.Tensor:
+        # Drawn in fp32 whatever the parameter's dtype (so directions do not depend on the model's precision), and
+        # used in the parameter's precision when that is higher (float64), in float32 otherwise.
+        z = torch.randn(shape, generator=self._generator(p, *key), device=p.device, dtype=torch.float32)
+        return z.to(self._compute_dtype(p))
+
+    # -- to be provided by subclasses ---------------------------------------------------------------------------
+    def _begin_step(self) -> None:
+        """Hook run before the perturbation (LOZO redraws V here)."""
+
+    def _direction(self, index: int, p: torch.Tensor) -> torch.Tensor:
+        """The step's direction Z for parameter ``p`` (same shape, fp32), regenerated from seeds."""
+        raise NotImplementedError
+
+    def _update(self, index: int, p: torch.Tensor, group: dict[str, Any], c: float) -> None:
+        raise NotImplementedError
+
+    # -- the two-point step -------------------------------------------------------------------------------------
+    def _perturb(self, params: list[tuple[int, torch.Tensor, dict[str, Any]]], scale: float) -> None:
+        for index, p, _ in params:
+            p.add_((self._direction(index, p) * scale).to(p.dtype))
+
+    def _evaluate(self, closure: Closure) -> float:
+        loss = closure()
+        if loss is None:
+            raise TypeError("the closure returned None; it must return the loss (a scalar) of a forward pass")
+        if isinstance(loss, torch.Tensor):
+            if loss.numel() != 1:
+                raise ValueError(f"the closure must return a scalar loss, got a tensor of shape {tuple(loss.shape)}")
+            if loss.dtype in (torch.float16, torch.bfloat16) and not self._warned_low_precision:
+                self._warned_low_precision = True
+                warnings.warn(
+                    f"the closure returned a {loss.dtype} loss: the two-point difference may round to zero; "
+                    "compute the loss in float32 (e.g. logits.float())",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
+            return float(loss.detach().double().item())
+        if isinstance(loss, (int, float)) and not isinstance(loss, bool):
+            return float(loss)
+        raise TypeError(f"the closure must return a scalar tensor or number, got {type(loss).__name__}")
+
+    @torch.no_grad()
+    def step(self, closure: Closure | None = None) -> torch.Tensor:  # type: ignore[override]
+        """One zeroth-order step.
+
+        Args:
+            closure: a function that runs a forward pass and returns the scalar loss (no backward). It is called
+                twice, under ``torch.no_grad()``.
+
+        Returns:
+            The mean of the two measured losses (float64 scalar tensor); NaN/inf when the step was skipped.
+
+        Raises:
+            TypeError: no closure, or it returned None / a non-number.
+            ValueError: the closure returned a tensor with more than one element.
+        """
+        if closure is None or not callable(closure):
+            raise TypeError(f"{type(self).__name__}.step needs a closure that returns the loss of a forward pass")
+        params = self._trainable()
+        self._begin_step()
+        eps = self.eps
+        self._perturb(params, eps)
+        try:
+            loss_plus = self._evaluate(closure)
+        except BaseException:
+            self._perturb(params, -eps)  # X is restored even when the closure raises
+            raise
+        self._perturb(params, -2 * eps)
+        try:
+            loss_minus = self._evaluate(closure)
+        finally:
+            self._perturb(params, eps)
+        c = (loss_plus - loss_minus) / (2 * eps)
+        self.last_projected_grad = c
+        if math.isfinite(c):
+            for index, p, group in params:
+                self._update(index, p, group, c)
+        else:
+            self.skipped_steps += 1
+        self.global_step += 1
+        return torch.tensor(0.5 * (loss_plus + loss_minus), dtype=torch.float64)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:  # nothing to zero: no gradients are formed
+        return None
+
+    # -- checkpointing -----------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["zeroth_order"] = {
+            "global_step": self.global_step,
+            "skipped_steps": self.skipped_steps,
+            "seed": self.seed,
+            "eps": self.eps,
+            "momentum": self.momentum,
+            **self._extra_state(),
+        }
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        state_dict = dict(state_dict)
+        extra = state_dict.pop("zeroth_order", None)
+        if extra is None:
+            raise ValueError(f"not a {type(self).__name__} state dict: the 'zeroth_order' entry is missing")
+        super().load_state_dict(state_dict)
+        self.global_step = int(extra["global_step"])
+        self.skipped_steps = int(extra["skipped_steps"])
+        self.seed = int(extra["seed"])
+        self.eps = float(extra["eps"])
+        self.momentum = float(extra["momentum"])
+        self._load_extra_state(extra)
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {}
+
+    def _load_extra_state(self, extra: dict[str, Any]) -> None:
+        return None
+
+    # -- shared update pieces ------------------------------------------------------------------------------------
+    def _decay(self, p: torch.Tensor, group: dict[str, Any]) -> None:
+        if group["weight_decay"]:
+            p.mul_(1.0 - group["lr"] * group["weight_decay"])
+
+    def _full_update(self, index: int, p: torch.Tensor, group: dict[str, Any], c: float) -> None:
+        """MeZO update with an optional full-size momentum buffer: X <- X - lr (c z) or X <- X - lr m."""
+        z = self._gaussian(p, tuple(p.shape), self._STREAM_DIRECTION, self.global_step, index)
+        self._decay(p, group)
+        if self.momentum == 0.0:
+            p.add_((z * (-group["lr"] * c)).to(p.dtype))
+            return
+        state = self.state[p]
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = c * z
+        else:
+            state["momentum_buffer"] = self.momentum * state["momentum_buffer"] + (c * (1.0 - self.momentum)) * z
+        p.add_((state["momentum_buffer"] * -group["lr"]).to(p.dtype))
+
+
+class MeZO(ZerothOrderOptimizer):
+    """MeZO: memory-efficient zeroth-order SGD (Malladi et al., NeurIPS 2023, arXiv 2305.17333), the baseline.
+
+    Every trainable parameter gets a full Gaussian direction z ~ N(0, I) per step; the update is
+    ``X <- X - lr * (c z + weight_decay X)`` with c the two-point projected gradient. With ``momentum > 0`` a
+    full-size buffer ``m <- beta m + (1 - beta) c z`` is used (first step m = c z).
+
+    Args:
+        params: an ``nn.Module`` (weight decay then skips norm layers and biases by module type, see
+            :func:`decay_param_groups`), or parameters / param groups as for any torch optimizer.
+        lr: learning rate, >= 0.
+        eps: perturbation scale, > 0.
+        momentum: beta in [0, 1).
+        weight_decay: >= 0.
+        seed: base seed; every direction is a deterministic function of (seed, step, parameter index).
+
+    Raises:
+        ValueError / TypeError: a value outside the ranges above, or no trainable parameters.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any] | nn.Module,
+        lr: float = 1e-6,
+        *,
+        eps: float = 1e-3,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(params, lr, eps=eps, momentum=momentum, weight_decay=weight_decay, seed=seed)
+
+    def _direction(self, index: int, p: torch.Tensor) -> torch.Tensor:
+        return self._gaussian(p, tuple(p.shape), self._STREAM_DIRECTION, self.global_step, index)
+
+    def _update(self, index: int, p: torch.Tensor, group: dict[str, Any], c: float) -> None:
+        self._full_update(index, p, group, c)
+
+
+class LOZO(ZerothOrderOptimizer):
+    """LOZO / LOZO-M: low-rank zeroth-order optimizer (Chen et al., ICLR 2025, arXiv 2410.07698).
+
+    For each trainable parameter with ndim >= 2, viewed as an m x n matrix (``m = shape[0]``, ``n`` = the product of
+    the other dims), the direction is Z = U V^T with U ~ N(0,1)^{m x r} redrawn every step and V ~ N(0,1)^{n x r}
+    redrawn every ``interval`` steps (steps 0, interval, 2 interval, ...). The update is
+
+        X <- X - lr * (c U V^T / r + weight_decay X)                       (momentum = 0, LOZO)
+        M <- beta M + (1 - beta) c U / r;  X <- X - lr * (M V^T + wd X)      (momentum = beta > 0, LOZO-M)
+
+    and when V is redrawn LOZO-M first moves M to the new subspace, M <- M V_old^T V_new / n. The first LOZO-M step
+    sets M = c U / r. Parameters with ndim < 2 get MeZO's full Gaussian direction and update.
+
+    Deviation from the official code (stated, on purpose): the update is divided by ``r`` so that the estimate is
+    unbiased (E[c U V^T / r] = grad for a linear loss); the official code omits it, which makes its effective
+    learning rate r times larger. V is drawn from its own seed stream, so the U regenerated for the update is
+    always the U used in the perturbation (the official code redraws U after V on V-resample steps, so its update
+    is uncorrelated with the measured c on those steps).
+
+    Args:
+        params: an ``nn.Module`` (weight decay then skips norm layers and biases by module type), or parameters /
+            param groups as for any torch optimizer (``lr`` and ``weight_decay`` may be set per group).
+        lr: learning rate, >= 0.
+        eps: perturbation scale, > 0 (paper default 1e-3).
+        rank: r >= 1 (paper default 2). A matrix whose smaller side is below ``rank`` uses ``min(rank, m, n)``
+            for itself, and a ``UserWarning`` says how many were clamped.
+        interval: nu >= 1, steps between redraws of V (paper default 50; ``interval=1`` is "no lazy sampling").
+        momentum: beta in [0, 1); 0 is LOZO, > 0 is LOZO-M (paper 0.9).
+        weight_decay: >= 0.
+        seed: base seed; U, V and z are deterministic functions of (seed, step or period, parameter index).
+
+    Raises:
+        ValueError / TypeError: a value outside the ranges above, or no trainable parameters.
+
+    References:
+        Chen, Zhang, Cao, Yuan, Wen. "Enhancing Zeroth-order Fine-tuning for Language Models with Low-rank
+        Structures." ICLR 2025, arXiv:2410.07698 (Alg. 1 LOZO, Alg. 2 LOZO-M).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[Any] | nn.Module,
+        lr: float = 1e-6,
+        *,
+        eps: float = 1e-3,
+        rank: int = 2,
+        interval: int = 50,
+        momentum: float = 0.0,
+        weight_decay: float = 0.0,
+        seed: int = 0,
+    ) -> None:
+        _check_number("rank", rank, low=1, integer=True)
+        _check_number("interval", interval, low=1, integer=True)
+        super().__init__(params, lr, eps=eps, momentum=momentum, weight_decay=weight_decay, seed=seed)
+        self.rank = int(rank)
+        self.interval = int(interval)
+        self._old_v: dict[int, torch.Tensor] = {}
+        clamped = [
+            tuple(p.shape) for _, p, _ in self._trainable() if p.ndim >= 2 and min(self._matrix_shape(p)) < rank
+        ]
+        if clamped:
+            warnings.warn(
+                f"LOZO: rank={rank} exceeds the smaller side of {len(clamped)} parameter(s) "
+                f"(e.g. shape {clamped[0]}); each of those uses rank min(rank, m, n)",
+                UserWarning,
+                stacklevel=2,
+            )
+
+    @staticmethod
+    def _matrix_shape(p: torch.Tensor) -> tuple[int, int]:
+        return p.shape[0], p.numel() // p.shape[0]
+
+    def rank_of(self, p: torch.Tensor) -> int:
+        """The rank LOZO uses for parameter ``p`` (``min(rank, m, n)``; 0 for parameters with ndim < 2)."""
+        return min(self.rank, *self._matrix_shape(p)) if p.ndim >= 2 else 0
+
+    def _begin_step(self) -> None:
+        self._old_v = {}
+        if self.global_step % self.interval != 0:
+            return
+        period = self.global_step // self.interval
+        for index, p, _ in self._trainable():
+            if p.ndim < 2:
+                continue
+            state = self.state[p]
+            if "V" in state:
+                self._old_v[index] = state["V"]
+            n = self._matrix_shape(p)[1]
+            state["V"] = self._gaussian(p, (n, self.rank_of(p)), self._STREAM_SUBSPACE, period, index)
+
+    def _u(self, index: int, p: torch.Tensor) -> torch.Tensor:
+        m = self._matrix_shape(p)[0]
+        return self._gaussian(p, (m, self.rank_of(p)), self._STREAM_DIRECTION, self.global_step, index)
+
+    def _direction(self, index: int, p: torch.Tensor) -> torch.Tensor:
+        if p.ndim < 2:
+            return self._gaussian(p, tuple(p.shape), self._STREAM_DIRECTION, self.global_step, index)
+        return (self._u(index, p) @ self.state[p]["V"].T).reshape(p.shape)
+
+    def _update(self, index: int, p: torch.Tensor, group: dict[str, Any], c: float) -> None:
+        if p.ndim < 2:
+            self._full_update(index, p, group, c)
+            return
+        state = self.state[p]
+        r = self.rank_of(p)
+        v = state["V"]
+        grad_u = (c / r) * self._u(index, p)  # the compressed gradient estimate: g = grad_u V^T
+        self._decay(p, group)
+        if self.momentum == 0.0:
+            p.add_(((grad_u * -group["lr"]) @ v.T).reshape(p.shape).to(p.dtype))
+            return
+        beta = self.momentum
+        if "momentum_buffer" not in state:
+            state["momentum_buffer"] = grad_u
+        else:
+            buf = state["momentum_buffer"]
+            if index in self._old_v:  # V was redrawn this step: move M to the new subspace (paper Alg. 2)
+                n = self._matrix_shape(p)[1]
+                buf = buf @ (self._old_v[index].T @ v) / n
+            state["momentum_buffer"] = beta * buf + (1.0 - beta) * grad_u
+        p.add_(((state["momentum_buffer"] * -group["lr"]) @ v.T).reshape(p.shape).to(p.dtype))
+
+    def _extra_state(self) -> dict[str, Any]:
+        return {"rank": self.rank, "interval": self.interval}
+
+    def _load_extra_state(self, extra: dict[str, Any]) -> None:
+        self.rank = int(extra["rank"])
+        self.interval = int(extra["interval"])
+        # V is a function of (seed, period, index): regenerate it exactly instead of trusting a dtype-cast copy.
+        if self.global_step > 0:
+            period = (self.global_step - 1) // self.interval
+            for index, p, _ in self._trainable():
+                if p.ndim >= 2:
+                    n = self._matrix_shape(p)[1]
+                    self.state[p]["V"] = self._gaussian(p, (n, self.rank_of(p)), self._STREAM_SUBSPACE, period, index)
+
+    def state_bytes(self) -> int:
+        """Bytes of optimizer state: V (sum n r) plus, for LOZO-M, the compressed momentum (sum m r) and the
+        full buffers of 1-D parameters."""
+        return sum(t.numel() * t.element_size() for s in self.state.values() for t in s.values() if torch.is_tensor(t))
