@@ -1,0 +1,190 @@
+"""The LevAttention layer: each query attends only to the top-k keys by leverage score (per head, per example).
+
+This is the paper's ViT mechanism (arXiv:2410.05462, §5): at every head, compute the leverage scores of that head's
+key matrix for the current input, keep the ``top_k`` keys with the largest scores, and let every query attend to
+those keys only. With |x|^p normalisation and top_k ≥ |U| this is exact for the weights ≥ eps (every heavy key is
+kept); with softmax normalisation the selection is a **heuristic**: softmax has no small universal set (keys on a
+sphere, q = c·k_j makes any j heavy), so no guarantee is claimed for it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import nn
+
+__all__ = ["LevAttention", "leverage_scores_torch", "select_top_keys"]
+
+Score = Literal["leverage", "norm"]
+Normalization = Literal["softmax", "polynomial"]
+
+
+@torch.no_grad()
+def leverage_scores_torch(keys: torch.Tensor, *, rank_tol: float | None = None) -> torch.Tensor:
+    """Batched leverage scores of the rows of ``keys`` (rank-revealing SVD), no gradient.
+
+    Args:
+        keys: ``(..., n, d)`` real tensor (a batch of key matrices).
+        rank_tol: singular values ≤ ``rank_tol · s_max`` count as zero; default ``max(n, d) · eps(dtype)``.
+
+    Returns:
+        ``(..., n)`` scores in [0, 1], summing to the numerical rank of each key matrix.
+
+    References:
+        arXiv:2410.05462 §2 (leverage scores), §5 (per-head selection).
+    """
+    if keys.ndim < 2:
+        raise ValueError(f"keys must have shape (..., n, d), got {tuple(keys.shape)}")
+    work = keys.float() if keys.dtype in (torch.float16, torch.bfloat16) else keys
+    u, s, _ = torch.linalg.svd(work, full_matrices=False)
+    rel = max(work.shape[-2], work.shape[-1]) * torch.finfo(work.dtype).eps if rank_tol is None else rank_tol
+    keep = s > rel * s[..., :1]
+    return (u.square() * keep.unsqueeze(-2)).sum(-1)
+
+
+@torch.no_grad()
+def select_top_keys(keys: torch.Tensor, top_k: int, *, score: Score = "leverage") -> torch.Tensor:
+    """Indices ``(..., min(top_k, n))`` of the keys with the largest scores (sorted by index).
+
+    ``score="leverage"``: leverage scores (the paper). ``score="norm"``: squared row norms (a cheap baseline,
+    not the paper's).
+    """
+    if score == "leverage":
+        s = leverage_scores_torch(keys)
+    elif score == "norm":
+        s = keys.float().square().sum(-1)
+    else:
+        raise ValueError(f"score must be one of leverage, norm; got {score!r}")
+    k = min(int(top_k), keys.shape[-2])
+    return torch.topk(s, k, dim=-1, sorted=False).indices.sort(dim=-1).values
+
+
+class LevAttention(nn.Module):
+    """Multi-head self-attention where each query attends only to the ``top_k`` leverage-score keys.
+
+    Per head h and example b, the leverage scores of K_bh (``(n, head_dim)``) select ``top_k`` keys; the weights
+    over those keys are softmax(q·k/√head_dim) or |q·k/√head_dim|^p normalised; unselected keys get exactly zero
+    weight. ``top_k=None`` (or ``top_k >= n``) is full attention. Gradients flow through the selected queries, keys
+    and values; the selection itself is discrete (computed without gradient).
+
+    With ``normalization="softmax"`` the selection is a heuristic (no small universal set exists for softmax, see
+    the module docstring and README); with ``"polynomial"`` and even p, any weight ≥ eps of full attention lies in
+    the top keys once ``top_k ≥ |U|`` (≤ head_dim^{p/2}/eps, exactly for p = 2 since these scores are the
+    f-sensitivities).
+
+    Args:
+        dim: model width (input and output ``(B, n, dim)``).
+        num_heads: heads; ``dim`` must be divisible by it.
+        top_k: keys kept per head and example (≥ 1), or ``None`` for full attention.
+        score: ``"leverage"`` (the paper) or ``"norm"`` (squared key norm baseline).
+        normalization: ``"softmax"`` or ``"polynomial"`` (|x|^p).
+        p: exponent for ``"polynomial"`` (> 0).
+        qkv_bias: bias in the q/k/v projection.
+        dropout: dropout on the attention weights.
+
+    Raises:
+        TypeError, ValueError: ``dim``/``num_heads`` not positive or not divisible, ``top_k < 1``, unknown
+            ``score``/``normalization``, ``p ≤ 0``.
+
+    References:
+        arXiv:2410.05462 §5 (LevAttention for ViTs: top-32 leverage keys per head, trained from scratch).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        top_k: int | None = 32,
+        score: Score = "leverage",
+        normalization: Normalization = "softmax",
+        p: float = 2.0,
+        qkv_bias: bool = True,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        for name, value in (("dim", dim), ("num_heads", num_heads)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if dim % num_heads:
+            raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads})")
+        if score not in ("leverage", "norm"):
+            raise ValueError(f"score must be one of leverage, norm; got {score!r}")
+        if normalization not in ("softmax", "polynomial"):
+            raise ValueError(f"normalization must be one of softmax, polynomial; got {normalization!r}")
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not p > 0:
+            raise ValueError(f"p must be a real number > 0, got {p!r}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
+        self.score, self.normalization, self.p = score, normalization, float(p)
+        self.top_k = top_k
+        self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
+        self.proj = nn.Linear(dim, dim)
+        self.attn_drop = nn.Dropout(dropout)
+
+    @property
+    def top_k(self) -> int | None:
+        """Keys kept per head and example; ``None`` means full attention. Settable (e.g. for inference only)."""
+        return self._top_k
+
+    @top_k.setter
+    def top_k(self, value: int | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"top_k must be an integer >= 1 or None (full attention), got {value!r}")
+        self._top_k = value
+
+    def extra_repr(self) -> str:
+        return (
+            f"dim={self.dim}, num_heads={self.num_heads}, top_k={self.top_k}, score={self.score}, "
+            f"normalization={self.normalization}"
+            + (f", p={self.p:g}" if self.normalization == "polynomial" else "")
+        )
+
+    def _weights(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.normalization == "softmax":
+            return logits.softmax(dim=-1)
+        w = logits.abs().pow(self.p)
+        return w / w.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(w.dtype).tiny)
+
+    def forward(
+        self, x: torch.Tensor, *, return_weights: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Attend.
+
+        Args:
+            x: ``(B, n, dim)`` float tensor.
+            return_weights: also return the dense ``(B, num_heads, n, n)`` attention weights (zeros at the
+                unselected keys); for inspection and tests, O(n²) memory.
+
+        Returns:
+            ``(B, n, dim)``, or ``(out, weights)`` with ``return_weights``.
+
+        Raises:
+            ValueError: ``x`` is not ``(B, n, dim)``.
+        """
+        if x.ndim != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"x must have shape (B, n, {self.dim}), got {tuple(x.shape)}")
+        b, n, _ = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if self.top_k is None:
+            weights = self._weights((q @ k.transpose(-2, -1)) * scale)
+            index = None
+            out = self.attn_drop(weights) @ v
+        else:
+            index = select_top_keys(k.detach(), self.top_k, score=self.score)  # (B, H, k)
+            gather = index.unsqueeze(-1).expand(-1, -1, -1, self.head_dim)
+            k_sel, v_sel = k.gather(2, gather), v.gather(2, gather)
+            weights = self._weights((q @ k_sel.transpose(-2, -1)) * scale)  # (B, H, n, k)
+            out = self.attn_drop(weights) @ v_sel
+        out = self.proj(out.transpose(1, 2).reshape(b, n, self.dim))
+        if not return_weights:
+            return out
+        if index is None:
+            return out, weights
+        dense = weights.new_zeros(b, self.num_heads, n, n)
+        dense.scatter_(-1, index.unsqueeze(-2).expand(-1, -1, n, -1), weights)
+        return out, dense
