@@ -1,0 +1,375 @@
+"""The reproduction (simulation with a closed-form truth, double robustness, two real cohorts) and the bench."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from iclr25_fl_causal._data import LongitudinalData
+from iclr25_fl_causal._datasets import gvhd, hiv_art
+from iclr25_fl_causal._estimators import doubly_robust, g_computation, ipw
+from iclr25_fl_causal._glm import Model
+from iclr25_fl_causal._simulate import simulate, true_value
+
+__all__ = ["SIM_MODELS", "bench_rows", "dr_table", "gvhd_study", "hiv_study", "simulation_study"]
+
+# Correct models for the §3.3(b) simulation on the finest grid (see _simulate): the outcome regressions are
+# linear in (∫L, ∫A, L, A); the per-step treatment switching is logistic within (first step, A_lag) strata.
+SIM_MODELS = {
+    "outcome": "cum_L + cum_A + L + A",
+    "treatment": "first + L + first:L + A_lag + A_lag:L",
+    "outcome_wrong": "cum_A + A",  # drops the confounder L and its integral
+    "treatment_wrong": "first + A_lag",  # drops L
+}
+
+
+def _quiet(fn, *args, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fn(*args, **kwargs)
+
+
+def simulation_study(
+    *,
+    ns: Sequence[int] = (500, 2000),
+    n_fine: int = 40,
+    intervals: Sequence[int] = (5, 10, 20, 40),
+    reps: int = 40,
+    n_boot: int = 20,
+    seed: int = 0,
+    quiet: bool = True,
+) -> list[dict[str, Any]]:
+    """Bias, empirical SD, mean SE and 95% coverage of the three estimators of E[Y^1] by grid and n.
+
+    g-computation SEs are bootstrap (``n_boot`` replicates); IPW and DR use their influence functions.
+    """
+    from iclr25_shared.cli import progress
+
+    truth = true_value(1, horizon=1.0, n_fine=n_fine)
+    rows = []
+    rng = np.random.default_rng(seed)
+    seeds = rng.integers(0, 2**31, size=(len(ns), reps))
+    for a, n in enumerate(ns):
+        est: dict[tuple[str, int], list[tuple[float, float]]] = {}
+        for r in progress(range(reps), total=reps, desc=f"simulation n={n}", quiet=quiet):
+            data = simulate(n, horizon=1.0, n_fine=n_fine, seed=int(seeds[a, r]))
+            for K in intervals:
+                dd = data.discretise(1.0 / K)
+                g = _quiet(
+                    g_computation,
+                    dd,
+                    "always",
+                    outcome_model=SIM_MODELS["outcome"],
+                    se="bootstrap",
+                    n_boot=n_boot,
+                    seed=r,
+                )
+                i = _quiet(ipw, dd, "always", treatment_model=SIM_MODELS["treatment"], se="influence")
+                d = _quiet(
+                    doubly_robust,
+                    dd,
+                    "always",
+                    outcome_model=SIM_MODELS["outcome"],
+                    treatment_model=SIM_MODELS["treatment"],
+                )
+                for res in (g, i, d):
+                    est.setdefault((res.estimator, K), []).append((res.estimate, res.se))
+        for (name, K), v in est.items():
+            arr = np.array(v)
+            z = 1.959963984540054
+            cover = np.mean(np.abs(arr[:, 0] - truth) <= z * arr[:, 1])
+            rows.append(
+                {
+                    "n": n,
+                    "intervals": K,
+                    "estimator": name,
+                    "truth": truth,
+                    "mean": float(arr[:, 0].mean()),
+                    "bias": float(arr[:, 0].mean() - truth),
+                    "mc_se_of_bias": float(arr[:, 0].std(ddof=1) / math.sqrt(len(arr))),
+                    "sd": float(arr[:, 0].std(ddof=1)),
+                    "mean_se": float(arr[:, 1].mean()),
+                    "coverage": float(cover),
+                    "reps": len(arr),
+                }
+            )
+    return sorted(rows, key=lambda r: (r["n"], r["estimator"], r["intervals"]))
+
+
+def dr_table(
+    *, n: int = 2000, n_fine: int = 20, reps: int = 40, seed: int = 1, quiet: bool = True
+) -> list[dict]:
+    """Bias of g-computation, IPW and DR when the treatment model, the outcome model or both are wrong."""
+    from iclr25_shared.cli import progress
+
+    truth = true_value(1, horizon=1.0, n_fine=n_fine)
+    cases = {
+        "both right": (SIM_MODELS["outcome"], SIM_MODELS["treatment"]),
+        "treatment model wrong": (SIM_MODELS["outcome"], SIM_MODELS["treatment_wrong"]),
+        "outcome model wrong": (SIM_MODELS["outcome_wrong"], SIM_MODELS["treatment"]),
+        "both wrong": (SIM_MODELS["outcome_wrong"], SIM_MODELS["treatment_wrong"]),
+    }
+    acc: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for r in progress(range(reps), total=reps, desc="double robustness", quiet=quiet):
+        dd = simulate(n, horizon=1.0, n_fine=n_fine, seed=seed * 100_003 + r).discretise(1.0 / n_fine)
+        for case, (om, tm) in cases.items():
+            g = _quiet(g_computation, dd, "always", outcome_model=om, se="none")
+            i = _quiet(ipw, dd, "always", treatment_model=tm, se="influence")
+            d = _quiet(doubly_robust, dd, "always", outcome_model=om, treatment_model=tm)
+            for res in (g, i, d):
+                acc.setdefault((case, res.estimator), []).append((res.estimate, res.se))
+    rows = []
+    for case in cases:
+        row: dict[str, Any] = {"case": case}
+        for name in ("gcomp", "ipw", "dr"):
+            arr = np.array(acc[(case, name)])
+            bias = arr[:, 0].mean() - truth
+            mcse = arr[:, 0].std(ddof=1) / math.sqrt(len(arr))
+            row[f"{name}_bias"] = float(bias)
+            row[f"{name}_bias_over_mcse"] = float(bias / mcse)
+        rows.append(row)
+    return rows
+
+
+HIV_BASE = "male + age0 + cd40_100 + dvl0"
+HIV_MODELS = {
+    "outcome": Model(f"art + {HIV_BASE} + cd4_100 + dvl", penalty=1.0),
+    "treatment": Model(f"{HIV_BASE} + cd4_100 + dvl + t", absorbing=True),
+    "censoring": Model(f"art + {HIV_BASE} + cd4_100 + dvl"),
+}
+GVHD_COV = "relapse + platnorm + age + male + cmv + wait + all"
+GVHD_MODELS = {
+    "outcome": Model(f"gvhd + {GVHD_COV}", penalty=1.0),
+    "treatment": Model(f"{GVHD_COV} + t", absorbing=True),
+    "censoring": Model(f"gvhd + {GVHD_COV} + t"),
+}
+
+
+def _real_rows(
+    data: LongitudinalData,
+    regimes: Sequence[str],
+    widths: Sequence[float],
+    models: dict[str, Model],
+    *,
+    n_boot: int,
+    boot_max_intervals: int,
+    seed: int,
+    label: str,
+    quiet: bool,
+) -> tuple[list[dict], dict[str, pd.DataFrame], list[str]]:
+    from iclr25_shared.cli import progress
+
+    rows, curves, notes = [], {}, []
+    jobs = [(w, reg) for w in widths for reg in regimes]
+    for w, reg in progress(jobs, total=len(jobs), desc=label, quiet=quiet):
+        dd = data.discretise(w)
+        K = dd.num_intervals
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            g = g_computation(
+                dd,
+                reg,
+                outcome_model=models["outcome"],
+                se="bootstrap" if boot_max_intervals >= K else "none",
+                n_boot=n_boot,
+                seed=seed,
+            )
+            i = ipw(
+                dd,
+                reg,
+                treatment_model=models["treatment"],
+                censoring_model=models["censoring"],
+                se="influence",
+            )
+            d = doubly_robust(
+                dd,
+                reg,
+                outcome_model=models["outcome"],
+                treatment_model=models["treatment"],
+                censoring_model=models["censoring"],
+            )
+        for c in caught:
+            notes.append(f"{label} width {w:g} {reg}: {c.category.__name__}: {c.message}")
+        for res in (g, i, d):
+            rows.append(
+                {
+                    "data": label,
+                    "width": float(w),
+                    "intervals": K,
+                    "regime": reg,
+                    "estimator": res.estimator,
+                    "risk": res.estimate,
+                    "se": res.se,
+                    "ci_low": res.ci[0],
+                    "ci_high": res.ci[1],
+                    "se_method": res.se_method if np.isfinite(res.se) else "none",
+                    "max_weight": res.diagnostics.get("max_weight", float("nan")),
+                    "ess": res.diagnostics.get("effective_sample_size", float("nan")),
+                }
+            )
+            curves[f"{label}|{w:g}|{reg}|{res.estimator}"] = res.curve
+    return rows, curves, notes
+
+
+def hiv_study(
+    *,
+    widths: Sequence[float] = (9, 5, 3, 1),
+    n_boot: int = 50,
+    boot_max_intervals: int = 15,
+    seed: int = 0,
+    quiet: bool = True,
+) -> tuple[list[dict], dict[str, pd.DataFrame], list[str]]:
+    """45-week mortality under always-ART vs never-ART in zEpid's simulated HIV cohort, per grid width."""
+    return _real_rows(
+        hiv_art(45.0),
+        ("always", "never"),
+        widths,
+        HIV_MODELS,
+        n_boot=n_boot,
+        boot_max_intervals=boot_max_intervals,
+        seed=seed,
+        label="hiv",
+        quiet=quiet,
+    )
+
+
+def gvhd_study(
+    *,
+    widths: Sequence[float] = (365, 91.25, 36.5),
+    n_boot: int = 50,
+    boot_max_intervals: int = 20,
+    seed: int = 0,
+    quiet: bool = True,
+) -> tuple[list[dict], dict[str, pd.DataFrame], list[str]]:
+    """5-year risk of death under "no GvHD" vs the natural course in the BMT cohort (Keil et al. 2014)."""
+    return _real_rows(
+        gvhd(1825.0),
+        ("never", "natural"),
+        widths,
+        GVHD_MODELS,
+        n_boot=n_boot,
+        boot_max_intervals=boot_max_intervals,
+        seed=seed,
+        label="gvhd",
+        quiet=quiet,
+    )
+
+
+def plot_curves(
+    curves: dict[str, pd.DataFrame], keys: Sequence[str], path: Path, title: str, xlabel: str
+) -> Path:
+    """Risk curves (with 95% bands where available) to a PNG, written atomically."""
+    import os
+    import tempfile
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for key in keys:
+        c = curves[key]
+        label = " ".join(key.split("|")[2:])
+        ax.step(c["time"], c["estimate"], where="post", label=label)
+        if np.isfinite(c["se"]).all() and (c["se"] > 0).any():
+            ax.fill_between(c["time"], c["low"], c["high"], step="post", alpha=0.15)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("cumulative risk of death")
+    ax.set_title(title)
+    ax.set_ylim(0, None)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def bench_rows(
+    *,
+    ns: Sequence[int] = (500, 1000, 2000, 4000),
+    intervals: Sequence[int] = (10, 20, 40),
+    n_fine: int = 40,
+    repeats: int = 3,
+    seed: int = 0,
+    quiet: bool = True,
+) -> list[dict[str, Any]]:
+    """Time and peak memory of each estimator vs n and grid size, as ratios to the smallest (n, K) cell.
+
+    Linear scaling in n × K shows as time / (n·K) roughly constant (``time_per_row_ratio`` ≈ 1).
+    """
+    from iclr25_shared.cli import progress
+    from iclr25_shared.device import PeakMemory
+
+    cells = [(n, K) for n in ns for K in intervals]
+    out = []
+    data = {n: simulate(n, n_fine=n_fine, seed=seed) for n in ns}
+    for n, K in progress(cells, total=len(cells), desc="bench", quiet=quiet):
+        dd = data[n].discretise(1.0 / K)
+        rows = int(dd.at_risk.sum())
+        for name, fn, kw in (
+            ("gcomp", g_computation, {"outcome_model": SIM_MODELS["outcome"], "se": "none"}),
+            ("ipw", ipw, {"treatment_model": SIM_MODELS["treatment"], "se": "influence"}),
+            (
+                "dr",
+                doubly_robust,
+                {"outcome_model": SIM_MODELS["outcome"], "treatment_model": SIM_MODELS["treatment"]},
+            ),
+        ):
+            times = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                _quiet(fn, dd, "always", **kw)
+                times.append(time.perf_counter() - t0)
+            with PeakMemory("cpu") as mem:
+                _quiet(fn, dd, "always", **kw)
+            out.append(
+                {
+                    "estimator": name,
+                    "n": n,
+                    "intervals": K,
+                    "person_intervals": rows,
+                    "seconds": float(np.median(times)),
+                    "peak_mib": mem.peak_bytes / 2**20,
+                }
+            )
+    base = {}
+    for r in out:
+        key = r["estimator"]
+        if key not in base:
+            base[key] = r
+        b = base[key]
+        r["time_ratio"] = r["seconds"] / b["seconds"]
+        r["size_ratio"] = r["person_intervals"] / b["person_intervals"]
+        r["time_per_row_ratio"] = r["time_ratio"] / r["size_ratio"]
+    return out
+
+
+@dataclasses.dataclass
+class StudySizes:
+    """Sizes of the reproduction (quick: about 5 minutes on 2 cores)."""
+
+    sim_ns: tuple[int, ...] = (500, 2000)
+    sim_fine: int = 40
+    sim_intervals: tuple[int, ...] = (5, 10, 20, 40)
+    sim_reps: int = 40
+    sim_boot: int = 20
+    dr_n: int = 2000
+    dr_reps: int = 40
+    real_boot: int = 50
