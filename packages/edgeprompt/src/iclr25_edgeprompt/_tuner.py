@@ -1,0 +1,209 @@
+"""Prompt tuning with a truly frozen backbone.
+
+:class:`PromptTuner` keeps the backbone in ``eval()`` mode with ``requires_grad=False`` for the whole run (dropout
+off, BatchNorm running statistics untouched), and optimises only the prompt and the linear head with Adam on the
+cross-entropy of the head's *logits*. The official code leaves the backbone in train mode (brief §5.2), so its
+"frozen" GNN drifts; ProG's port also puts the GNN's parameters in the optimiser and ends the head in a Softmax
+(brief §5.6 item 2). Neither happens here.
+
+References:
+    arXiv:2503.00750 §5.1 (only prompts and a linear classifier are trained; Adam, lr 1e-3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.data import Batch, Data
+from torch_geometric.loader import DataLoader
+
+from iclr25_edgeprompt._backbone import GNNEncoder
+from iclr25_edgeprompt._prompt import GPF, EdgePrompt, EdgePromptPlus, GPFPlus, NodePrompt, PromptModule
+
+__all__ = ["PROMPTS", "PromptTuner", "TuneSettings", "make_prompt"]
+
+PROMPTS = ("none", "gpf", "gpf-plus", "edgeprompt", "edgeprompt+")
+
+
+def make_prompt(name: str, backbone: GNNEncoder, *, num_anchors: int = 5, num_basis: int = 10) -> nn.Module | None:
+    """Build the prompt ``name`` sized for ``backbone``.
+
+    Args:
+        name: one of ``none`` (classifier only), ``gpf``, ``gpf-plus``, ``edgeprompt``, ``edgeprompt+``.
+        backbone: fixes the dims (per-layer input dims for edge prompts, input dim for node prompts).
+        num_anchors: anchors per layer for EdgePrompt+.
+        num_basis: basis prompts for GPF-plus.
+
+    Raises:
+        ValueError: unknown ``name``.
+    """
+    if name == "none":
+        return None
+    if name == "gpf":
+        return GPF(backbone.config.in_channels)
+    if name == "gpf-plus":
+        return GPFPlus(backbone.config.in_channels, num_basis)
+    if name == "edgeprompt":
+        return EdgePrompt(backbone.config.num_layers, backbone.layer_dims)
+    if name == "edgeprompt+":
+        return EdgePromptPlus(backbone.config.num_layers, backbone.layer_dims, num_anchors)
+    raise ValueError(f"prompt must be one of {', '.join(PROMPTS)}; got {name!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneSettings:
+    """Optimisation settings of :meth:`PromptTuner.fit` (official defaults: Adam, lr 1e-3, wd 0, batch 32).
+
+    Attributes:
+        epochs: passes over the training graphs.
+        lr: Adam learning rate.
+        weight_decay: Adam weight decay.
+        batch_size: graphs per step.
+    """
+
+    epochs: int = 100
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    batch_size: int = 32
+
+    def __post_init__(self) -> None:
+        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
+            raise ValueError(f"epochs must be an int >= 1, got {self.epochs!r}")
+        if not self.lr > 0:
+            raise ValueError(f"lr must be > 0, got {self.lr!r}")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ValueError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
+
+
+class PromptTuner(nn.Module):
+    """A frozen backbone, a prompt and a linear head; ``forward(batch) -> logits [B, C]``.
+
+    Construction freezes ``backbone`` in place: ``eval()`` and ``requires_grad_(False)``. ``train()`` on the tuner
+    switches the prompt and head only; the backbone stays in eval mode.
+
+    Args:
+        backbone: a :class:`GNNEncoder` (pre-trained).
+        prompt: an edge prompt (EdgePrompt, EdgePromptPlus), a node prompt (GPF, GPFPlus), or None (classifier only).
+        head: maps the pooled ``[B, hidden]`` embedding to ``[B, C]`` logits; usually ``nn.Linear(hidden, C)``. It
+            must not end in a softmax: the loss is cross-entropy on logits.
+
+    Raises:
+        TypeError: ``backbone`` is not a GNNEncoder, ``prompt`` is not a prompt module, ``head`` not a Module.
+        ValueError: the prompt's dims do not match the backbone's (per-layer input dims for edge prompts, input
+            feature dim for node prompts), or the head contains a Softmax.
+
+    References:
+        arXiv:2503.00750 §4 and §5.1.
+    """
+
+    def __init__(self, backbone: GNNEncoder, prompt: nn.Module | None, head: nn.Module) -> None:
+        super().__init__()
+        if not isinstance(backbone, GNNEncoder):
+            raise TypeError(f"backbone must be a GNNEncoder, got {type(backbone).__name__}")
+        if prompt is not None and not isinstance(prompt, (PromptModule, NodePrompt)):
+            raise TypeError(f"prompt must be an edge prompt, a node prompt or None; got {type(prompt).__name__}")
+        if not isinstance(head, nn.Module):
+            raise TypeError(f"head must be an nn.Module, got {type(head).__name__}")
+        if isinstance(prompt, PromptModule) and prompt.dims != backbone.layer_dims:
+            raise ValueError(
+                f"prompt dims {prompt.dims} do not match the backbone's layer input dims {backbone.layer_dims} "
+                f"({backbone.config.num_layers} layers)"
+            )
+        if isinstance(prompt, NodePrompt) and prompt.in_channels != backbone.config.in_channels:
+            raise ValueError(
+                f"node prompt in_channels={prompt.in_channels} does not match the backbone's input dim "
+                f"{backbone.config.in_channels}"
+            )
+        if any(isinstance(m, (nn.Softmax, nn.LogSoftmax)) for m in head.modules()):
+            raise ValueError("head must output logits (no Softmax/LogSoftmax): the loss is cross-entropy on logits")
+        backbone.eval()
+        backbone.requires_grad_(False)
+        self.backbone = backbone
+        self.prompt = prompt
+        self.head = head
+
+    def train(self, mode: bool = True) -> PromptTuner:
+        super().train(mode)
+        self.backbone.eval()
+        return self
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """The prompt's and the head's parameters (never the backbone's)."""
+        params = list(self.head.parameters())
+        if self.prompt is not None:
+            params = list(self.prompt.parameters()) + params
+        return params
+
+    def embed(self, batch: Data | Batch) -> Tensor:
+        """Mean-pooled prompted embeddings ``[B, hidden]``."""
+        return self.backbone.embed(batch.x, batch.edge_index, getattr(batch, "batch", None), self.prompt)
+
+    def forward(self, batch: Data | Batch) -> Tensor:
+        return self.head(self.embed(batch))
+
+    def fit(
+        self,
+        graphs: Sequence[Data],
+        settings: TuneSettings | None = None,
+        *,
+        seed: int = 0,
+        callback: Callable[[int, float], None] | None = None,
+    ) -> list[float]:
+        """Train prompt + head on ``graphs`` (each with ``y [1]``); return the mean loss of each epoch.
+
+        Shuffling uses a ``torch.Generator`` seeded with ``seed``. ``callback(epoch, loss)`` runs after each epoch.
+
+        Raises:
+            ValueError: ``graphs`` is empty or a label is outside the head's classes.
+        """
+        settings = settings or TuneSettings()
+        if len(graphs) == 0:
+            raise ValueError("graphs is empty: nothing to train on")
+        device = next(self.backbone.parameters()).device
+        params = self.trainable_parameters()
+        optimizer = torch.optim.Adam(params, lr=settings.lr, weight_decay=settings.weight_decay)
+        loader = DataLoader(
+            list(graphs),
+            batch_size=settings.batch_size,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(seed),
+        )
+        history = []
+        self.train()
+        for epoch in range(settings.epochs):
+            total, count = 0.0, 0
+            for batch in loader:
+                batch = batch.to(device)
+                logits = self(batch)
+                if int(batch.y.max()) >= logits.size(-1):
+                    raise ValueError(f"label {int(batch.y.max())} is outside the head's {logits.size(-1)} classes")
+                loss = F.cross_entropy(logits, batch.y.view(-1))
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach()) * batch.num_graphs
+                count += batch.num_graphs
+            history.append(total / count)
+            if callback is not None:
+                callback(epoch, history[-1])
+        self.eval()
+        return history
+
+    @torch.no_grad()
+    def predict(self, graphs: Iterable[Data], batch_size: int = 256) -> Tensor:
+        """Predicted class ids ``[n]`` (long, on CPU)."""
+        self.eval()
+        device = next(self.backbone.parameters()).device
+        preds = [self(b.to(device)).argmax(-1).cpu() for b in DataLoader(list(graphs), batch_size=batch_size)]
+        return torch.cat(preds) if preds else torch.empty(0, dtype=torch.long)
+
+    def accuracy(self, graphs: Sequence[Data], batch_size: int = 256) -> float:
+        """Fraction of ``graphs`` whose prediction equals ``y``."""
+        labels = torch.cat([g.y.view(-1) for g in graphs])
+        return float((self.predict(graphs, batch_size) == labels).float().mean())
