@@ -1,0 +1,88 @@
+"""iclr25_qqa: Parallel Quasi-Quantum Annealing (Ichikawa & Arai, ICLR 2025) in JAX.
+
+Gradient descent on a continuous relaxation of a combinatorial problem, with a penalty annealed from convex
+(minimum at x = ½) to one minimised only at binary points, many parallel replicas coupled by a diversity term,
+and Langevin noise. Quickstart::
+
+    import jax, networkx as nx
+    from iclr25_qqa import MaximumIndependentSet, anneal
+
+    problem = MaximumIndependentSet(nx.random_regular_graph(3, 100, seed=0))
+    result = anneal(problem, key=jax.random.key(0))
+    print(result.best_objective, result.feasible)
+
+Nothing heavy runs at import: JAX is imported by the functions that need it.
+
+References:
+    Y. Ichikawa, Y. Arai. "Optimization by Parallel Quasi-Quantum Annealing with Gradient-Based Sampling",
+    ICLR 2025, arXiv:2409.02135.
+"""
+
+__version__ = "0.1.0"
+
+from iclr25_qqa._anneal import (
+    AnnealConfig,
+    Result,
+    anneal,
+    categorical_penalty,
+    gamma_schedule,
+    penalty,
+    resolve_devices,
+)
+from iclr25_qqa._baselines import BaselineResult, exact_mis, greedy, rrg_mis_density_rs, simulated_annealing
+from iclr25_qqa._graphs import (
+    GraphFormatError,
+    GraphSpec,
+    load_graph,
+    parse_spec,
+    read_dimacs,
+    read_edgelist,
+    read_gset,
+)
+from iclr25_qqa._problems import (
+    PROBLEMS,
+    BalancedPartition,
+    BinaryProblem,
+    CategoricalProblem,
+    GraphColoring,
+    MaxCut,
+    MaximumClique,
+    MaximumIndependentSet,
+    Problem,
+    chromatic_lower_bound,
+    make_problem,
+)
+
+__all__ = [
+    "PROBLEMS",
+    "AnnealConfig",
+    "BalancedPartition",
+    "BaselineResult",
+    "BinaryProblem",
+    "CategoricalProblem",
+    "GraphColoring",
+    "GraphFormatError",
+    "GraphSpec",
+    "MaxCut",
+    "MaximumClique",
+    "MaximumIndependentSet",
+    "Problem",
+    "Result",
+    "__version__",
+    "anneal",
+    "categorical_penalty",
+    "chromatic_lower_bound",
+    "exact_mis",
+    "gamma_schedule",
+    "greedy",
+    "load_graph",
+    "make_problem",
+    "parse_spec",
+    "penalty",
+    "read_dimacs",
+    "read_edgelist",
+    "read_gset",
+    "resolve_devices",
+    "rrg_mis_density_rs",
+    "simulated_annealing",
+]
