@@ -1,0 +1,5 @@
+import sys
+
+from iclr25_prdp.cli import main
+
+sys.exit(main())

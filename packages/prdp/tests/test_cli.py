@@ -1,0 +1,110 @@
+"""The CLI end to end on tiny inputs, and its exit codes on bad input."""
+
+import json
+
+import pytest
+
+from iclr25_prdp.cli import main
+
+
+def test_run_poisson_prdp_writes_results(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["run", "poisson-inverse", "--epochs", "12", "--quiet", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "PRDP" in printed
+    assert "poisson-inverse" in printed
+    data = json.loads((out / "results.json").read_text())
+    assert data["metrics"]["total_solver_iterations"] > 0
+    ks = [row["K"] for row in data["tables"]["per epoch"]][1:]
+    assert ks == sorted(ks)
+    assert ks[0] == 25
+    assert (out / "poisson-inverse_iterations.png").stat().st_size > 0
+    assert json.loads((out / "config.json").read_text())["experiment"] == "poisson-inverse"
+
+
+def test_run_fixed_iterations_matches_the_closed_form_bias(tmp_path):
+    out = tmp_path / "fixed"
+    assert (
+        main(
+            ["run", "poisson-inverse", "--iterations", "50", "--epochs", "300", "--quiet", "--out", str(out)]
+        )
+        == 0
+    )
+    metrics = json.loads((out / "results.json").read_text())["metrics"]
+    # constant K stalls at theta*_K = theta_ref / (1 - cos(2 pi h)^K) = 3.103 for K = 50
+    assert metrics["theta"] == pytest.approx(metrics["theta_closed_form"], rel=1e-3)
+    assert metrics["theta_closed_form"] == pytest.approx(3.103, abs=1e-3)
+    assert metrics["total_solver_iterations"] == 300 * 50 * 2
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--iterations", "-1"],
+        ["run", "--iterations", "2.5"],
+        ["run", "--plateau-threshold", "0"],
+        ["run", "--stop-threshold", "1.5"],
+        ["run", "--initial-iterations", "10", "--max-iterations", "5"],
+        ["run", "navier-stokes"],
+        ["run", "--method", "conjugate_gradient"],
+        ["run", "--device", "tpu"],
+        ["run", "--device", "cuda:7"],
+        ["bench", "--repeats", "0"],
+        ["reproduce", "--epochs", "0"],
+        ["frobnicate"],
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("iclr25-prdp")
+    assert "\n" not in err
+
+
+def test_help_and_version(capsys):
+    assert main(["--help"]) == 0
+    assert "reproduce" in capsys.readouterr().out
+    assert main(["--version"]) == 0
+    assert "0.1.0" in capsys.readouterr().out
+
+
+def test_reproduce_poisson_tiny(tmp_path, capsys):
+    out = tmp_path / "rep"
+    assert (
+        main(["reproduce", "--experiments", "poisson-inverse", "--epochs", "8", "--quiet", "--out", str(out)])
+        == 0
+    )
+    table = capsys.readouterr().out
+    assert "converged K=600" in table
+    assert "PRDP" in table
+    assert "coarse K=100" in table
+    data = json.loads((out / "results.json").read_text())
+    rows = data["tables"]["savings"]
+    assert [r["arm"] for r in rows] == ["converged K=600", "PRDP", "coarse K=100"]
+    assert rows[0]["solver iterations"] == 8 * 600 * 2
+
+
+@pytest.mark.slow
+def test_bench_heat_emulator_tiny(tmp_path, capsys):
+    out = tmp_path / "bench"
+    assert (
+        main(
+            [
+                "bench",
+                "--experiment",
+                "heat-emulator",
+                "--iterations",
+                "1",
+                "8",
+                "--repeats",
+                "2",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    rows = json.loads((out / "results.json").read_text())["tables"]["step time and memory"]
+    assert [r["K"] for r in rows] == [1, 8]
+    assert all(r["unrolled ms/step"] > 0 and r["implicit ms/step"] > 0 for r in rows)
