@@ -116,7 +116,7 @@ class LongitudinalData:
         block = np.cumsum(new_block) - 1
         if block[-1] + 1 != df[id_].nunique():
             seen = pd.Series(ids[new_block]).duplicated(keep=False)
-            bad_ids = list(pd.Series(ids[new_block])[seen].unique()[:5])
+            bad_ids = pd.Series(ids[new_block])[seen].unique()[:5].tolist()
             raise ValueError(
                 f"rows are not grouped by {id_!r} (ids {bad_ids} appear in separate blocks); "
                 f"sort with frame.sort_values([{id_!r}, {time!r}])"

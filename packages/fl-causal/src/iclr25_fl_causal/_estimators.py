@@ -720,7 +720,7 @@ def ipw(
     regime: Regime | str,
     *,
     grid: Any = None,
-    treatment_model: Model | str | Sequence[str],
+    treatment_model: Model | str | Sequence[str] | None = None,
     censoring_model: Model | str | Sequence[str] | None = None,
     estimand: str = "auto",
     cemetery: float = 0.0,
@@ -735,7 +735,7 @@ def ipw(
 ) -> Result:
     """Inverse probability weighting with product weights for treatment and censoring.
 
-    The weights W = ∏ dG(A_k|H_k)/P̂(A_k|H_k) · 1{uncensored}/P̂(uncensored|H_k, A_k) come from pooled (or
+    ``treatment_model`` is required except for the natural course. The weights W = ∏ dG(A_k|H_k)/P̂(A_k|H_k) · 1{uncensored}/P̂(uncensored|H_k, A_k) come from pooled (or
     per-interval) binomial models fitted on the person-interval rows. ``stabilized=True`` normalises by the
     weights' sum (Hájek; for the risk this is the weighted product-limit / IPTW Kaplan–Meier), ``False`` is
     Horvitz–Thompson. ``truncate=q`` caps the cumulative weights at their q-quantile. The influence-function SE
@@ -767,7 +767,7 @@ def doubly_robust(
     *,
     grid: Any = None,
     outcome_model: Model | str | Sequence[str],
-    treatment_model: Model | str | Sequence[str],
+    treatment_model: Model | str | Sequence[str] | None = None,
     censoring_model: Model | str | Sequence[str] | None = None,
     estimand: str = "auto",
     cemetery: float = 0.0,

@@ -188,10 +188,11 @@ def fit_glm(
     if link == "identity":
         sw = np.sqrt(w)
         Xw = X * sw[:, None]
-        if penalty > 0:
-            beta = np.linalg.solve(Xw.T @ Xw + np.diag(pen), Xw.T @ (Y * sw[:, None]))
-        else:
-            beta = np.linalg.lstsq(Xw, Y * sw[:, None], rcond=None)[0]
+        Yw = Y * sw[:, None]
+        if penalty > 0:  # ridge as least squares on the design augmented with sqrt(penalty) rows
+            Xw = np.vstack([Xw, np.diag(np.sqrt(pen))])
+            Yw = np.vstack([Yw, np.zeros((X.shape[1], Y.shape[1]))])
+        beta = np.linalg.lstsq(Xw, Yw, rcond=None)[0]
         beta = beta / scale[:, None]
         return beta[:, 0] if single else beta
     W = w[:, None]

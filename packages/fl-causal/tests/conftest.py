@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from iclr25_fl_causal import LongitudinalData, simulate
+
+
+def pytest_configure(config):
+    # statsmodels/patsy (used only as independent references in the tests) emit these on new pandas.
+    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:patsy.*")
+    config.addinivalue_line("filterwarnings", "ignore::FutureWarning:statsmodels.*")
+    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:zepid.*")
+
+
+def point_data(n: int = 400, seed: int = 0, death: bool = False) -> tuple[pd.DataFrame, LongitudinalData]:
+    """One interval: L and A at time 0, the outcome (or death) at time 1. Confounded treatment."""
+    rng = np.random.default_rng(seed)
+    L = rng.standard_normal(n)
+    A = (rng.random(n) < 1 / (1 + np.exp(-(0.3 + 0.8 * L)))).astype(float)
+    Y = 1.0 + 0.7 * L + 0.5 * A + rng.standard_normal(n)
+    D = (rng.random(n) < 1 / (1 + np.exp(-(-0.5 + 0.8 * L - 0.7 * A)))).astype(int)
+    wide = pd.DataFrame({"id": np.arange(n), "L": L, "A": A, "Y": Y, "D": D})
+    first = pd.DataFrame({"id": wide.id, "time": 0.0, "L": L, "A": A, "Y": np.nan, "dead": 0})
+    last = pd.DataFrame(
+        {
+            "id": wide.id,
+            "time": 1.0,
+            "L": L,
+            "A": A,
+            "Y": np.where(death, np.nan, Y),
+            "dead": D if death else 0,
+        }
+    )
+    long = pd.concat([first, last]).sort_values(["id", "time"], kind="stable").reset_index(drop=True)
+    if death:
+        data = LongitudinalData(long.drop(columns="Y"), treatment="A", covariates=["L"], death="dead")
+    else:
+        data = LongitudinalData(long.drop(columns="dead"), treatment="A", covariates=["L"], outcome="Y")
+    return wide, data
+
+
+@pytest.fixture(scope="session")
+def make_point():
+    return point_data
+
+
+@pytest.fixture(scope="session")
+def sim_small():
+    return simulate(3000, n_fine=10, seed=11)
