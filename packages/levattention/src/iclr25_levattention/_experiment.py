@@ -39,6 +39,8 @@ class ReproduceSize:
     lm_layers: tuple[int, ...]
     lm_heads: tuple[int, ...]
     lm_p4_tokens: int
+    """p = 4 on this many SmolLM2 tokens (0: skip). With head_dim 64, φ has D = 2080 columns, so |U| = n until
+    n ≫ 2080 and the bound is vacuous; p = 4 is shown on the 16-dim PCA embedding instead."""
     fashion_n: int
     scaling_lm: tuple[int, ...]
     scaling_fashion: tuple[int, ...]
@@ -55,7 +57,7 @@ SIZES = {
         lm_seq_len=128,
         lm_layers=(1,),
         lm_heads=(0,),
-        lm_p4_tokens=128,
+        lm_p4_tokens=0,
         fashion_n=1024,
         scaling_lm=(128, 256),
         scaling_fashion=(512, 1024),
@@ -69,7 +71,7 @@ SIZES = {
         lm_seq_len=512,
         lm_layers=(3, 15),
         lm_heads=(0, 4),
-        lm_p4_tokens=2048,
+        lm_p4_tokens=0,
         fashion_n=16384,
         scaling_lm=(512, 1024, 2048, 4096),
         scaling_fashion=(2048, 4096, 8192, 16384, 32768),

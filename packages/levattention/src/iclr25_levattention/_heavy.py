@@ -160,8 +160,7 @@ def _entries_from_factor(
     rank: int,
 ) -> HeavyEntries:
     n_q = Q.shape[0]
-    rel = factor.whitener()[2]
-    s_max = np.linalg.norm(factor.R, 2) if factor.R.size else 0.0
+    _, _, rel, s_max = factor.whitener()
     rows, cols, vals, degenerate = [], [], [], []
     normalizers = np.empty(n_q)
     for sl in _chunks(n_q, chunk_size):
@@ -175,9 +174,7 @@ def _entries_from_factor(
         if idx.size == 0:
             continue
         weights = np.abs(Q[sl] @ keys_u.T) ** p
-        good = ~bad
-        weights[good] /= z[good, None]
-        weights[bad] = 0.0
+        weights /= np.where(bad, np.inf, z)[:, None]  # degenerate rows become 0: nothing reported
         r, c = np.nonzero(weights >= eps)
         rows.append(r + sl.start)
         cols.append(idx[c])

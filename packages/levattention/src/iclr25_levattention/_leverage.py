@@ -84,26 +84,29 @@ class _RFactor:
 
     def __post_init__(self) -> None:
         self.R = np.zeros((0, self.dim))
+        self._cache: tuple[np.ndarray, int, float, float] | None = None
 
     def add(self, block: np.ndarray) -> None:
         if block.shape[0]:
             self.R = np.linalg.qr(np.vstack([self.R, block]), mode="r")
             self.num_rows += block.shape[0]
+            self._cache = None
 
-    def whitener(self) -> tuple[np.ndarray, int, float]:
-        """``(W, rank, tol)``: W is ``(D, rank)`` with ‖φ W‖² = φᵀ(ΦᵀΦ)⁺φ on the numerical row space of Φ.
+    def whitener(self) -> tuple[np.ndarray, int, float, float]:
+        """``(W, rank, rel, s_max)``: W is ``(D, rank)`` with ‖φ W‖² = φᵀ(ΦᵀΦ)⁺φ on the numerical row space of Φ.
 
-        The rank threshold is ``s_max · rank_tol``, with ``rank_tol = max(n, D) · eps`` by default (numpy's
-        ``matrix_rank`` rule).
+        Singular values ≤ ``rel · s_max`` count as zero, with ``rel = max(n, D) · eps`` by default (numpy's
+        ``matrix_rank`` rule) or ``rank_tol``. Cached until the next :meth:`add`.
         """
-        if self.R.shape[0] == 0:
-            return np.zeros((self.dim, 0)), 0, 0.0
-        _, s, vt = np.linalg.svd(self.R, full_matrices=False)
-        rel = max(self.num_rows, self.dim) * _EPS64 if self.rank_tol is None else self.rank_tol
-        if s[0] == 0.0:
-            return np.zeros((self.dim, 0)), 0, rel
-        rank = int(np.count_nonzero(s > s[0] * rel))
-        return vt[:rank].T / s[:rank], rank, rel
+        if self._cache is None:
+            rel = max(self.num_rows, self.dim) * _EPS64 if self.rank_tol is None else self.rank_tol
+            if self.R.shape[0] == 0:
+                self._cache = (np.zeros((self.dim, 0)), 0, rel, 0.0)
+            else:
+                _, s, vt = np.linalg.svd(self.R, full_matrices=False)
+                rank = int(np.count_nonzero(s > s[0] * rel)) if s[0] > 0 else 0
+                self._cache = (vt[:rank].T / s[:rank], rank, rel, float(s[0]))
+        return self._cache
 
     def gram_norms(self, feats: np.ndarray) -> np.ndarray:
         """φᵀ(ΦᵀΦ)φ = ‖R φ‖² for each row φ of ``feats`` (the exact normaliser Σ_l ⟨φ, φ_l⟩²)."""
@@ -129,7 +132,7 @@ def _factor(K: np.ndarray, degree: int, rank_tol: float | None, chunk_size: int)
 
 
 def _scores(K: np.ndarray, degree: int, factor: _RFactor, chunk_size: int) -> tuple[np.ndarray, int]:
-    whitener, rank, _ = factor.whitener()
+    whitener, rank, _, _ = factor.whitener()
     tau = np.empty(K.shape[0])
     for sl in _chunks(K.shape[0], chunk_size):
         tau[sl] = _row_scores(_features(K[sl], degree), whitener)
@@ -241,7 +244,7 @@ def lewis_weights(
         scale = np.sqrt(np.power(w, 1.0 - 2.0 / p, where=w > 0, out=np.zeros_like(w)))
         factor = _RFactor(K.shape[1], rank_tol)
         factor.add(K * scale[:, None])
-        whitener, _, _ = factor.whitener()
+        whitener = factor.whitener()[0]
         new = np.power(np.maximum(_row_scores(K, whitener), 0.0), p / 2.0)
         if np.max(np.abs(new - w)) < tol:
             return new

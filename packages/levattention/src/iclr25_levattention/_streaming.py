@@ -148,7 +148,7 @@ class StreamingUniversalSet:
     def _update_piece(self, keys: np.ndarray, index: np.ndarray) -> None:
         feats = _features(keys, self.p // 2)
         self._factor.add(feats)
-        whitener, self._rank, _ = self._factor.whitener()
+        whitener, self._rank, _, _ = self._factor.whitener()
         all_feats = np.vstack([self._feats, feats])
         all_keys = np.vstack([self._keys, keys])
         all_index = np.concatenate([self._index, index])

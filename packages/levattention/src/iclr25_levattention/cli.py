@@ -216,7 +216,7 @@ def reproduce(cfg: ReproduceConfig) -> int:
         for name, (Q, K) in sources.items():
             say(f"A: {name}")
             rows += ex.exactness_rows(name, Q, K, 2)
-        if sources:
+        if sources and size.lm_p4_tokens:
             name = next(iter(sources))
             Q, K = sources[name]
             say(f"A: {name}, p = 4 on the first {size.lm_p4_tokens} tokens")
