@@ -1,0 +1,63 @@
+"""Denoising-task-difficulty curriculum for training diffusion models (Kim et al., ICLR 2025, arXiv:2403.10348).
+
+Timesteps are grouped into clusters ``C_1`` (lowest t, hardest) … ``C_N`` (highest t, easiest); training starts on
+the easiest cluster and adds harder ones when the loss stops improving, then trains on all timesteps. Drop-in for a
+diffusers loop: replace ``torch.randint(0, T, (B,))`` by ``sampler.sample(B, generator)`` and call
+``sampler.update(loss)`` after each step.
+
+The public names are imported lazily (PEP 562), so ``import iclr25_diffusion_curriculum`` and ``--help`` do not
+import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "TimestepClusters": "_clusters",
+    "SCHEMES": "_clusters",
+    "PatiencePacer": "_pacer",
+    "FixedPacer": "_pacer",
+    "CurriculumSampler": "_sampler",
+    "ORDERS": "_sampler",
+    "min_snr_weights": "_weighting",
+    "snr_from_alphas_cumprod": "_weighting",
+    "cluster_loss_curves": "_analysis",
+    "convergence_steps": "_analysis",
+}
+
+__all__ = [
+    "ORDERS",
+    "SCHEMES",
+    "CurriculumSampler",
+    "FixedPacer",
+    "PatiencePacer",
+    "TimestepClusters",
+    "__version__",
+    "cluster_loss_curves",
+    "convergence_steps",
+    "min_snr_weights",
+    "snr_from_alphas_cumprod",
+]
+
+if TYPE_CHECKING:
+    from iclr25_diffusion_curriculum._analysis import cluster_loss_curves, convergence_steps
+    from iclr25_diffusion_curriculum._clusters import SCHEMES, TimestepClusters
+    from iclr25_diffusion_curriculum._pacer import FixedPacer, PatiencePacer
+    from iclr25_diffusion_curriculum._sampler import ORDERS, CurriculumSampler
+    from iclr25_diffusion_curriculum._weighting import min_snr_weights, snr_from_alphas_cumprod
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

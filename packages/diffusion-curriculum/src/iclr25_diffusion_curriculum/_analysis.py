@@ -1,0 +1,94 @@
+"""The paper's difficulty analysis as a tool: per-cluster loss curves and convergence speed of a uniform run."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from iclr25_diffusion_curriculum._clusters import TimestepClusters
+
+__all__ = ["cluster_loss_curves", "convergence_steps"]
+
+
+def cluster_loss_curves(
+    steps: np.ndarray,
+    values: np.ndarray,
+    losses: np.ndarray,
+    clusters: TimestepClusters,
+    num_bins: int = 20,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean training loss per cluster in ``num_bins`` equal windows of training steps.
+
+    Feed the per-sample losses of a run that sampled timesteps uniformly (so every cluster is seen throughout).
+
+    Args:
+        steps: ``(M,)`` training step of each per-sample loss (0-based ints).
+        values: ``(M,)`` the sample's timestep (or σ for ``"snr_quantile"`` clusters).
+        losses: ``(M,)`` the sample's (unweighted) denoising loss.
+        clusters: the partition to group by.
+        num_bins: number of step windows (≥ 1).
+
+    Returns:
+        ``(bin_ends, curves)``: ``(num_bins,)`` the last step of each window, and ``(num_bins, N)`` mean loss of
+        cluster ``i`` (0-based, lowest t first) in each window; NaN where a window saw no sample of a cluster.
+
+    Raises:
+        ValueError: mismatched lengths, no samples, ``num_bins < 1``, or timesteps outside the clusters.
+    """
+    steps, values, losses = np.asarray(steps), np.asarray(values), np.asarray(losses, dtype=np.float64)
+    if not (steps.shape == values.shape == losses.shape) or steps.ndim != 1:
+        raise ValueError(
+            f"steps {steps.shape}, values {values.shape}, losses {losses.shape} must be equal 1-D shapes"
+        )
+    if steps.size == 0:
+        raise ValueError("no samples given")
+    if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 1:
+        raise ValueError(f"num_bins must be an int >= 1, got {num_bins!r}")
+    import torch
+
+    cluster = clusters.cluster_of(torch.as_tensor(values)).numpy()
+    last = int(steps.max()) + 1
+    edges = np.linspace(0, last, num_bins + 1)
+    window = np.clip(np.searchsorted(edges, steps, side="right") - 1, 0, num_bins - 1)
+    n = clusters.num_clusters
+    total = np.zeros((num_bins, n))
+    count = np.zeros((num_bins, n))
+    np.add.at(total, (window, cluster), losses)
+    np.add.at(count, (window, cluster), 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        curves = np.where(count > 0, total / np.maximum(count, 1), np.nan)
+    bin_ends = np.ceil(edges[1:]).astype(np.int64) - 1
+    return bin_ends, curves
+
+
+def convergence_steps(bin_ends: np.ndarray, curves: np.ndarray, fraction: float = 0.9) -> np.ndarray:
+    """Steps each cluster needs to achieve ``fraction`` of its total loss drop (first window → last window).
+
+    A cluster converges at the first window whose loss is at most ``first − fraction·(first − last)``; a slower
+    cluster is a harder denoising task in the paper's sense (§3, convergence speed).
+
+    Args:
+        bin_ends: ``(B,)`` from :func:`cluster_loss_curves`.
+        curves: ``(B, N)`` from :func:`cluster_loss_curves`.
+        fraction: in ``(0, 1]``.
+
+    Returns:
+        ``(N,)`` float steps (NaN for a cluster whose curve has NaN ends or does not decrease).
+
+    Raises:
+        ValueError: shapes disagree or ``fraction`` outside ``(0, 1]``.
+    """
+    bin_ends, curves = np.asarray(bin_ends), np.asarray(curves, dtype=np.float64)
+    if curves.ndim != 2 or curves.shape[0] != bin_ends.shape[0]:
+        raise ValueError(f"curves {curves.shape} must be (len(bin_ends)={bin_ends.shape[0]}, N)")
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+    out = np.full(curves.shape[1], np.nan)
+    for i in range(curves.shape[1]):
+        c = curves[:, i]
+        first, last = c[0], c[-1]
+        if not (np.isfinite(first) and np.isfinite(last)) or last >= first:
+            continue
+        target = first - fraction * (first - last)
+        hit = np.nonzero(np.nan_to_num(c, nan=np.inf) <= target)[0]
+        out[i] = float(bin_ends[hit[0]])
+    return out

@@ -1,0 +1,513 @@
+"""Reproduction on Fashion-MNIST (uniform vs curriculum vs reverse) and the sampler-overhead benchmark."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from iclr25_diffusion_curriculum._analysis import cluster_loss_curves, convergence_steps
+from iclr25_diffusion_curriculum._clusters import TimestepClusters
+from iclr25_diffusion_curriculum._pacer import PatiencePacer
+from iclr25_diffusion_curriculum._sampler import CurriculumSampler
+from iclr25_diffusion_curriculum._training import (
+    generate,
+    heldout_loss,
+    load_images,
+    make_unet,
+    save_grid,
+    train_diffusion,
+)
+
+__all__ = ["FeatureNet", "bench_sampler", "make_sampler", "reproduce_experiment", "train_feature_net"]
+
+METHODS = ("uniform", "curriculum", "reverse")
+
+
+def make_sampler(
+    order: str,
+    *,
+    num_train_timesteps: int,
+    num_clusters: int,
+    patience: int,
+    max_steps_per_stage: int | None,
+    ema: float,
+) -> CurriculumSampler:
+    """A sampler for ``order`` in uniform / curriculum / reverse with uniform clusters over ``[0, T)``."""
+    clusters = TimestepClusters(num_train_timesteps, num_clusters, "uniform")
+    if order == "uniform":
+        return CurriculumSampler(clusters, order="uniform")
+    pacer = PatiencePacer(patience=patience, max_steps_per_stage=max_steps_per_stage, ema=ema)
+    return CurriculumSampler(clusters, pacer, order=order)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# FID features: a small Fashion-MNIST classifier trained in the run
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class FeatureNet(torch.nn.Module):
+    """MLP classifier ``H·W → 256 → 64 → 10``; :meth:`features` is the 64-d pre-activation of the second layer."""
+
+    def __init__(self, image_size: int) -> None:
+        super().__init__()
+        self.body = torch.nn.Sequential(
+            torch.nn.Flatten(),
+            torch.nn.Linear(image_size * image_size, 256),
+            torch.nn.ReLU(),
+            torch.nn.Linear(256, 64),
+        )
+        self.head = torch.nn.Sequential(torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return self.body(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x))
+
+
+def train_feature_net(
+    images: torch.Tensor, labels: torch.Tensor, *, seed: int, epochs: int = 3, device: torch.device
+) -> FeatureNet:
+    """Train :class:`FeatureNet` with Adam (batch 256) for ``epochs`` epochs."""
+    g = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    net = FeatureNet(images.shape[-1]).to(device)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-3)
+    for _ in range(epochs):
+        perm = torch.randperm(images.shape[0], generator=g)
+        for s in range(0, images.shape[0], 256):
+            idx = perm[s : s + 256]
+            loss = torch.nn.functional.cross_entropy(net(images[idx].to(device)), labels[idx].to(device))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+    return net.eval()
+
+
+@torch.no_grad()
+def _stats(net: FeatureNet, images: torch.Tensor, device: torch.device) -> tuple[np.ndarray, np.ndarray]:
+    feats = torch.cat(
+        [net.features(images[s : s + 1000].to(device)).cpu() for s in range(0, len(images), 1000)]
+    )
+    f = feats.double().numpy()
+    return f.mean(0), np.cov(f, rowvar=False)
+
+
+def _fid(
+    net: FeatureNet, images: torch.Tensor, ref: tuple[np.ndarray, np.ndarray], device: torch.device
+) -> float:
+    from iclr25_shared.metrics import frechet_distance
+
+    mu, sigma = _stats(net, images, device)
+    return frechet_distance(mu, sigma, ref[0], ref[1])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reproduce
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _atomic_savefig(fig: Any, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def reproduce_experiment(cfg: Any, *, device: torch.device, progress: Any, log: Any) -> dict[str, Any]:
+    """Run the comparison; return ``{"metrics", "tables", "notes", "artifacts"}`` (artifacts: name → callable
+    writing the file into a folder, so nothing is written before the whole run has finished)."""
+    from diffusers import DDPMScheduler
+
+    train_x, train_y = load_images("fashion-mnist", "train", cfg.image_size)
+    test_x, _ = load_images("fashion-mnist", "test", cfg.image_size)
+    heldout = test_x[: cfg.heldout_images]
+    log(f"data: Fashion-MNIST train {tuple(train_x.shape)}, test {tuple(test_x.shape)} at {cfg.image_size}px")
+
+    t0 = time.perf_counter()
+    feat_net = train_feature_net(train_x, train_y, seed=cfg.seed, device=device)
+    with torch.no_grad():
+        acc = float(
+            (
+                feat_net(test_x.to(device)).argmax(1).cpu()
+                == load_images("fashion-mnist", "test", cfg.image_size)[1]
+            )
+            .float()
+            .mean()
+        )
+    ref = _stats(feat_net, test_x, device)
+    fid_floor = _fid(
+        feat_net,
+        test_x[torch.randperm(len(test_x), generator=torch.Generator().manual_seed(1))][
+            : cfg.num_fid_samples
+        ],
+        ref,
+        device,
+    )
+    log(
+        f"feature net: test accuracy {acc:.3f}; FID of {cfg.num_fid_samples} real test images vs test set {fid_floor:.3f}"
+    )
+    timings = {"feature_net_s": time.perf_counter() - t0}
+
+    checkpoints = sorted(
+        {max(1, round(cfg.steps * (i + 1) / cfg.num_checkpoints)) for i in range(cfg.num_checkpoints)}
+    )
+    eval_clusters = TimestepClusters(cfg.num_train_timesteps, cfg.num_clusters, "uniform")
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in METHODS}
+    grids: dict[str, torch.Tensor] = {}
+    uniform_logs = []
+    for r in range(cfg.num_seeds):
+        seed = cfg.seed + r
+        for method in METHODS:
+            torch.manual_seed(seed)  # same UNet initialisation for all three methods of a seed
+            model = make_unet(cfg.image_size, cfg.channels)
+            scheduler = DDPMScheduler(num_train_timesteps=cfg.num_train_timesteps)
+            sampler = make_sampler(
+                method,
+                num_train_timesteps=cfg.num_train_timesteps,
+                num_clusters=cfg.num_clusters,
+                patience=cfg.patience,
+                max_steps_per_stage=cfg.max_steps_per_stage,
+                ema=cfg.ema,
+            )
+            curve: list[dict[str, float]] = []
+
+            def on_step(
+                k: int,
+                net: torch.nn.Module,
+                curve: list = curve,
+                scheduler: Any = scheduler,
+                seed: int = seed,
+            ) -> None:
+                if k in checkpoints:
+                    samples = generate(
+                        net,
+                        scheduler,
+                        cfg.num_fid_samples,
+                        num_inference_steps=cfg.num_inference_steps,
+                        seed=10_000 + seed,
+                        device=device,
+                    )
+                    per_cluster = heldout_loss(
+                        net, scheduler, heldout, eval_clusters, seed=20_000 + seed, device=device
+                    )
+                    curve.append(
+                        {
+                            "step": k,
+                            "fid": _fid(feat_net, samples, ref, device),
+                            "heldout_loss": float(per_cluster @ eval_clusters.mass().numpy()),
+                            "per_cluster": per_cluster.tolist(),
+                        }
+                    )
+
+            t1 = time.perf_counter()
+            tlog = train_diffusion(
+                model,
+                scheduler,
+                train_x,
+                sampler,
+                steps=cfg.steps,
+                batch_size=cfg.batch_size,
+                lr=cfg.lr,
+                generator=torch.Generator().manual_seed(seed),
+                device=device,
+                snr_gamma=cfg.snr_gamma,
+                on_step=on_step,
+                progress=lambda it, m=method, s=seed: progress(it, total=cfg.steps, desc=f"{m} seed {s}"),
+            )
+            elapsed = time.perf_counter() - t1
+            final = curve[-1]
+            reached = [k for k, s in tlog_stage_starts(tlog.stages)]
+            all_stages_at = next(
+                (k for k, s in tlog_stage_starts(tlog.stages) if s == cfg.num_clusters), None
+            )
+            runs[method].append(
+                {
+                    "seed": seed,
+                    "curve": curve,
+                    "final_fid": final["fid"],
+                    "final_heldout": final["heldout_loss"],
+                    "per_cluster": final["per_cluster"],
+                    "seconds": elapsed,
+                    "stage_starts": reached,
+                    "all_clusters_from_step": all_stages_at,
+                }
+            )
+            log(
+                f"{method:>10} seed {seed}: FID {final['fid']:.3f}  held-out loss {final['heldout_loss']:.4f}  "
+                f"(all clusters from step {all_stages_at}; {elapsed:.0f}s)"
+            )
+            if method == "uniform":
+                uniform_logs.append(tlog)
+            if r == 0:
+                grids[method] = generate(
+                    model,
+                    scheduler,
+                    64,
+                    num_inference_steps=cfg.num_inference_steps,
+                    seed=30_000,
+                    device=device,
+                )
+    return _summarise(cfg, runs, grids, uniform_logs, eval_clusters, checkpoints, acc, fid_floor, timings)
+
+
+def tlog_stage_starts(stages: np.ndarray) -> list[tuple[int, int]]:
+    """``[(step, stage)]`` at each step where the stage changes (step 0 included)."""
+    out = [(0, int(stages[0]))]
+    for k in range(1, len(stages)):
+        if stages[k] != stages[k - 1]:
+            out.append((k, int(stages[k])))
+    return out
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    arr = np.asarray(values, dtype=np.float64)
+    return float(arr.mean()), float(arr.std(ddof=1)) if arr.size > 1 else 0.0
+
+
+def _summarise(
+    cfg, runs, grids, uniform_logs, clusters, checkpoints, acc, fid_floor, timings
+) -> dict[str, Any]:
+    metrics: dict[str, Any] = {"feature_net_test_accuracy": acc, "fid_real_vs_real": fid_floor}
+    summary_rows, curve_rows, cluster_rows = [], [], []
+    uniform_final = {run["seed"]: run["final_fid"] for run in runs["uniform"]}
+    for method, rs in runs.items():
+        fid_m, fid_s = _mean_std([r["final_fid"] for r in rs])
+        loss_m, loss_s = _mean_std([r["final_heldout"] for r in rs])
+        to_reach = []
+        for r in rs:
+            target = uniform_final[r["seed"]]
+            hit = next((c["step"] for c in r["curve"] if c["fid"] <= target), None)
+            to_reach.append(hit)
+        reached = [h for h in to_reach if h is not None]
+        summary_rows.append(
+            {
+                "method": method,
+                "final FID (mean)": fid_m,
+                "FID std": fid_s,
+                "held-out loss (mean)": loss_m,
+                "loss std": loss_s,
+                "steps to uniform's final FID (per seed)": ", ".join(
+                    "not reached" if h is None else str(h) for h in to_reach
+                ),
+                "all clusters from step": ", ".join(str(r["all_clusters_from_step"]) for r in rs),
+            }
+        )
+        metrics[f"{method}_final_fid_mean"] = fid_m
+        metrics[f"{method}_final_heldout_loss_mean"] = loss_m
+        metrics[f"{method}_steps_to_uniform_final_fid_mean"] = (
+            float(np.mean(reached)) if len(reached) == len(rs) else None
+        )
+        for i, step in enumerate(checkpoints):
+            curve_rows.append(
+                {
+                    "method": method,
+                    "step": step,
+                    "FID (mean)": float(np.mean([r["curve"][i]["fid"] for r in rs])),
+                    "held-out loss (mean)": float(np.mean([r["curve"][i]["heldout_loss"] for r in rs])),
+                }
+            )
+    b = clusters.boundaries.tolist()
+    for i in range(clusters.num_clusters):
+        row: dict[str, Any] = {"cluster": f"C{i + 1} t∈[{b[i]},{b[i + 1] - 1}]"}
+        for method, rs in runs.items():
+            row[method] = float(np.mean([r["per_cluster"][i] for r in rs]))
+        cluster_rows.append(row)
+
+    steps = np.concatenate([lg.sample_steps for lg in uniform_logs])
+    ts = np.concatenate([lg.sample_timesteps for lg in uniform_logs])
+    ls = np.concatenate([lg.sample_losses for lg in uniform_logs])
+    bin_ends, curves = cluster_loss_curves(steps, ts, ls, clusters, num_bins=cfg.analysis_bins)
+    conv = convergence_steps(bin_ends, curves, fraction=0.9)
+    difficulty_rows = [
+        {
+            "cluster": cluster_rows[i]["cluster"],
+            "first-window loss": float(curves[0, i]),
+            "last-window loss": float(curves[-1, i]),
+            "steps to 90% of drop": float(conv[i]),
+        }
+        for i in range(clusters.num_clusters)
+    ]
+    valid = np.isfinite(conv)
+    if valid.sum() >= 3 and np.ptp(conv[valid]) > 0:
+        from scipy.stats import spearmanr
+
+        rho = spearmanr(np.arange(clusters.num_clusters)[valid], conv[valid]).statistic
+        metrics["difficulty_spearman_cluster_vs_convergence_step"] = float(rho)
+
+    def write_plots(folder: Path) -> list[str]:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        written = []
+        fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
+        cmap = plt.get_cmap("viridis")
+        for i in range(clusters.num_clusters):
+            c = curves[:, i]
+            ax[0].plot(bin_ends, c, color=cmap(i / max(1, clusters.num_clusters - 1)), label=f"C{i + 1}")
+            ax[1].plot(
+                bin_ends, (c - c[-1]) / (c[0] - c[-1]), color=cmap(i / max(1, clusters.num_clusters - 1))
+            )
+        ax[0].set(
+            yscale="log",
+            xlabel="training step",
+            ylabel="ε-MSE (uniform-t run)",
+            title="loss per timestep cluster",
+        )
+        ax[1].set(
+            xlabel="training step",
+            ylabel="(L − L_end)/(L_start − L_end)",
+            title="normalised: C1 = low t, C10 = high t",
+        )
+        ax[0].legend(fontsize=6, ncol=2)
+        fig.tight_layout()
+        _atomic_savefig(fig, folder / "difficulty.png")
+        plt.close(fig)
+        written.append("difficulty.png")
+        fig, ax = plt.subplots(figsize=(5, 3.8))
+        for method in METHODS:
+            rows = [r for r in curve_rows if r["method"] == method]
+            ax.plot([r["step"] for r in rows], [r["FID (mean)"] for r in rows], marker="o", label=method)
+        ax.set(
+            xlabel="training step", ylabel="FID (classifier features)", yscale="log", title="Fashion-MNIST"
+        )
+        ax.legend()
+        fig.tight_layout()
+        _atomic_savefig(fig, folder / "fid_curve.png")
+        plt.close(fig)
+        written.append("fid_curve.png")
+        for method, imgs in grids.items():
+            save_grid(imgs, folder / f"samples_{method}.png")
+            written.append(f"samples_{method}.png")
+        return written
+
+    notes = [
+        "FID = Fréchet distance in the 64-d feature space of an MLP classifier trained on Fashion-MNIST in this run "
+        f"(test accuracy {acc:.3f}); not comparable to Inception FID.",
+        f"real-vs-real floor at {cfg.num_fid_samples} samples: {fid_floor:.3f}.",
+        "Paper's expectation: curriculum converges faster with equal or better final FID; reverse no better.",
+    ]
+    return {
+        "metrics": metrics,
+        "tables": {
+            "Final results (mean over seeds)": summary_rows,
+            "FID and held-out loss during training": curve_rows,
+            "Held-out ε-MSE per timestep cluster at the end": cluster_rows,
+            "Difficulty analysis of the uniform runs": difficulty_rows,
+        },
+        "notes": notes,
+        "timings": timings
+        | {f"{m}_train_s_mean": float(np.mean([r["seconds"] for r in rs])) for m, rs in runs.items()},
+        "write_artifacts": write_plots,
+        "runs": runs,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# bench
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def bench_sampler(cfg: Any, *, device: torch.device, log: Any) -> dict[str, Any]:
+    """Time a training step and the curriculum sampler's per-step work (sample + update) in the same run."""
+    from diffusers import DDPMScheduler
+
+    from iclr25_shared.device import Timer
+
+    x = torch.randn(
+        cfg.batch_size, 1, cfg.image_size, cfg.image_size, generator=torch.Generator().manual_seed(cfg.seed)
+    )
+    torch.manual_seed(cfg.seed)
+    model = make_unet(cfg.image_size, cfg.channels).to(device)
+    scheduler = DDPMScheduler(num_train_timesteps=cfg.num_train_timesteps)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    sampler = make_sampler(
+        "curriculum",
+        num_train_timesteps=cfg.num_train_timesteps,
+        num_clusters=cfg.num_clusters,
+        patience=cfg.patience,
+        max_steps_per_stage=None,
+        ema=0.99,
+    )
+    gen = torch.Generator().manual_seed(cfg.seed)
+    x = x.to(device)
+
+    def train_step(t: torch.Tensor) -> float:
+        noise = torch.randn(x.shape, generator=gen).to(device)
+        pred = model(scheduler.add_noise(x, noise, t), t).sample
+        loss = (pred - noise).pow(2).mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    for _ in range(cfg.warmup):
+        train_step(torch.randint(0, cfg.num_train_timesteps, (cfg.batch_size,), generator=gen).to(device))
+    with Timer(device) as step_timer:
+        for _ in range(cfg.steps):
+            train_step(torch.randint(0, cfg.num_train_timesteps, (cfg.batch_size,), generator=gen).to(device))
+    step_s = step_timer.seconds / cfg.steps
+
+    reps = cfg.sampler_calls
+    losses = np.random.default_rng(cfg.seed).uniform(0.5, 1.0, reps)
+    with Timer(device) as cur_timer:
+        for i in range(reps):
+            sampler.sample(cfg.batch_size, gen, device=device)
+            sampler.update(float(losses[i]))
+    with Timer(device) as base_timer:
+        for _ in range(reps):
+            torch.randint(0, cfg.num_train_timesteps, (cfg.batch_size,), generator=gen).to(device)
+    cur_s, base_s = cur_timer.seconds / reps, base_timer.seconds / reps
+    overhead = (cur_s - base_s) / step_s
+    log(
+        f"training step {step_s * 1e3:.2f} ms; curriculum sample+update {cur_s * 1e6:.1f} µs; "
+        f"torch.randint {base_s * 1e6:.1f} µs; overhead {100 * overhead:.4f}% of a step"
+    )
+    rows = [
+        {
+            "what": "training step (UNet fwd+bwd+Adam)",
+            "time per step (µs)": step_s * 1e6,
+            "fraction of a step": 1.0,
+        },
+        {
+            "what": "uniform: torch.randint",
+            "time per step (µs)": base_s * 1e6,
+            "fraction of a step": base_s / step_s,
+        },
+        {
+            "what": "curriculum: sampler.sample + sampler.update",
+            "time per step (µs)": cur_s * 1e6,
+            "fraction of a step": cur_s / step_s,
+        },
+    ]
+    return {
+        "metrics": {
+            "step_ms": step_s * 1e3,
+            "curriculum_sampler_us": cur_s * 1e6,
+            "uniform_randint_us": base_s * 1e6,
+            "sampler_vs_randint_ratio": cur_s / base_s if base_s > 0 else math.inf,
+            "overhead_fraction_of_step": overhead,
+            "sampler_fraction_of_step": cur_s / step_s,
+            "below_1_percent": bool(cur_s / step_s < 0.01),
+        },
+        "tables": {"Per-step cost": rows},
+    }
+
+
+def config_dict(cfg: Any) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)

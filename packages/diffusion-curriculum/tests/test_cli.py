@@ -1,0 +1,195 @@
+"""The CLI end to end on tiny inputs, and every bad input the issue names → exit 2 with one line."""
+
+import json
+
+import pytest
+import torch
+
+from iclr25_diffusion_curriculum import CurriculumSampler, PatiencePacer, TimestepClusters
+from iclr25_diffusion_curriculum.cli import main
+
+TINY = [
+    "--steps",
+    "3",
+    "--batch-size",
+    "4",
+    "--channels",
+    "8",
+    "8",
+    "--num-samples",
+    "4",
+    "--num-inference-steps",
+    "2",
+    "--quiet",
+    "--device",
+    "cpu",
+]
+
+
+def test_help_lists_the_verbs(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for verb in ("train", "reproduce", "bench"):
+        assert verb in out
+
+
+def test_train_end_to_end_on_digits_writes_model_samples_and_state(tmp_path, capsys):
+    out = tmp_path / "run"
+    argv = [
+        "train",
+        "--dataset",
+        "digits",
+        "--sampler",
+        "curriculum",
+        "--num-clusters",
+        "4",
+        "--patience",
+        "1",
+        "--max-steps-per-stage",
+        "1",
+        "--ema",
+        "0.0",
+        "--num-train-timesteps",
+        "100",
+        "--out",
+        str(out),
+        *TINY,
+    ]
+    assert main(argv) == 0
+    for name in (
+        "unet",
+        "scheduler",
+        "sampler_state.json",
+        "samples.png",
+        "results.json",
+        "results.md",
+        "config.json",
+    ):
+        assert (out / name).exists(), name
+    results = json.loads((out / "results.json").read_text())
+    assert (
+        results["metrics"]["final_stage"] == 4
+    )  # cap 1 → one stage per step: 1, 2, 3 then stage 4 after step 3
+    assert results["config"]["sampler"] == "curriculum"
+    # the saved sampler state resumes a sampler in the same stage
+    state = json.loads((out / "sampler_state.json").read_text())
+    s = CurriculumSampler(TimestepClusters(100, 4), PatiencePacer(patience=1, max_steps_per_stage=1, ema=0.0))
+    s.load_state_dict(state)
+    assert s.stage == 4
+    from diffusers import UNet2DModel
+
+    model = UNet2DModel.from_pretrained(out / "unet")
+    assert model(torch.zeros(1, 1, 8, 8), torch.tensor([5])).sample.shape == (1, 1, 8, 8)
+    # a second run into the same folder replaces the model completely (no leftovers)
+    assert main(argv) == 0
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
+
+
+def test_train_one_step_on_fashion_mnist_uniform(capsys):
+    assert (
+        main(["train", "--dataset", "fashion-mnist", "--sampler", "uniform", "--image-size", "8", *TINY]) == 0
+    )
+    assert "final_stage: 10" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["train", "--num-clusters", "0"], "num_clusters must be in [1, 1000]"),
+        (["train", "--num-clusters", "1001"], "num_clusters must be in [1, 1000]"),
+        (["train", "--patience", "0"], "patience"),
+        (["train", "--ema", "1.0"], "ema"),
+        (["train", "--max-steps-per-stage", "0"], "max_steps_per_stage"),
+        (["train", "--sampler", "hard-first"], "--sampler"),
+        (["train", "--dataset", "cifar10"], "--dataset"),
+        (["train", "--channels", "12", "24"], "channels"),
+        (["train", "--image-size", "10", "--channels", "8", "8", "8"], "image_size"),
+        (["train", "--snr-gamma", "-1"], "snr_gamma"),
+        (["train", "--steps", "0"], "steps"),
+        (["reproduce", "--num-seeds", "0"], "num_seeds"),
+        (["bench", "--batch-size", "0"], "batch_size"),
+        (["fly"], "unknown subcommand"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert len(err.splitlines()) == 1
+    assert "Traceback" not in err
+
+
+def test_bench_reports_overhead_ratios(tmp_path, capsys):
+    argv = [
+        "bench",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--sampler-calls",
+        "50",
+        "--batch-size",
+        "4",
+        "--image-size",
+        "8",
+        "--channels",
+        "8",
+        "8",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(argv) == 0
+    m = json.loads((tmp_path / "results.json").read_text())["metrics"]
+    assert m["step_ms"] > 0
+    assert m["curriculum_sampler_us"] > 0
+    assert m["uniform_randint_us"] > 0
+    assert m["sampler_fraction_of_step"] == pytest.approx(m["curriculum_sampler_us"] / (1000 * m["step_ms"]))
+
+
+@pytest.mark.slow
+def test_reproduce_tiny_end_to_end(tmp_path):
+    argv = [
+        "reproduce",
+        "--steps",
+        "6",
+        "--num-seeds",
+        "2",
+        "--batch-size",
+        "8",
+        "--image-size",
+        "8",
+        "--channels",
+        "8",
+        "8",
+        "--num-checkpoints",
+        "2",
+        "--num-fid-samples",
+        "40",
+        "--num-inference-steps",
+        "2",
+        "--heldout-images",
+        "20",
+        "--analysis-bins",
+        "2",
+        "--num-clusters",
+        "3",
+        "--patience",
+        "1",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(argv) == 0
+    res = json.loads((tmp_path / "results.json").read_text())
+    for name in (
+        "difficulty.png",
+        "fid_curve.png",
+        "samples_uniform.png",
+        "samples_curriculum.png",
+        "samples_reverse.png",
+    ):
+        assert (tmp_path / name).is_file()
+    rows = res["tables"]["Final results (mean over seeds)"]
+    assert [r["method"] for r in rows] == ["uniform", "curriculum", "reverse"]
+    assert len(res["tables"]["Held-out ε-MSE per timestep cluster at the end"]) == 3
