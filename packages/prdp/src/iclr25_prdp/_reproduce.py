@@ -178,7 +178,7 @@ def save_plots(name: str, arms: dict[str, ArmResult], metric_name: str, out: Pat
 # bench
 
 
-def _train_step(problem: HeatEmulator, k: int, diff: str):
+def _train_step(problem: HeatEmulator, k: int, diff: str, method: str):
     """A jitted value-and-grad of the 2-step emulator loss on one batch (static ``k``), plus its inputs."""
     from flax import nnx
 
@@ -193,42 +193,52 @@ def _train_step(problem: HeatEmulator, k: int, diff: str):
     def loss(params, batch):
         net = nnx.merge(graphdef, params)
         pred1 = jax.vmap(net)(batch[:, 0])
-        pred2 = jax.vmap(lambda u: solve(op, u, method=problem.method, iterations=k, diff=diff))(pred1)
+        pred2 = jax.vmap(lambda u: solve(op, u, method=method, iterations=k, diff=diff))(pred1)
         return jnp.mean((pred2 - batch[:, 2]) ** 2)
 
     return jax.jit(jax.value_and_grad(loss)), (params, batch)
 
 
 def bench_rows(
-    problem: HeatEmulator, iterations: Sequence[int], repeats: int, say: Callable[[str], None]
+    problem: HeatEmulator,
+    iterations: Sequence[int],
+    repeats: int,
+    say: Callable[[str], None],
+    methods: Sequence[str] = ("jacobi", "conjugate_gradient"),
 ) -> list[dict[str, Any]]:
-    """Per K: seconds per training step and XLA temporary memory, unrolled vs implicit (same run, same inputs)."""
+    """Per (method, K): seconds per training step and XLA temporary memory, unrolled vs implicit, in one run.
+
+    Time is the minimum over ``repeats`` calls of the compiled step (the least disturbed by other load on the
+    machine); memory is the compiled executable's temporary buffer size (``memory_analysis().temp_size_in_bytes``).
+    """
     rows = []
-    for k in iterations:
-        row: dict[str, Any] = {"K": k}
-        for diff in ("unrolled", "implicit"):
-            step, args = _train_step(problem, k, diff)
-            compiled = step.lower(*args).compile()
-            memory = compiled.memory_analysis()
-            temp = getattr(memory, "temp_size_in_bytes", math.nan) if memory is not None else math.nan
-            jax.block_until_ready(compiled(*args))  # warm-up
-            times = []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                jax.block_until_ready(compiled(*args))
-                times.append(time.perf_counter() - start)
-            row[f"{diff} ms/step"] = 1e3 * float(np.median(times))
-            row[f"{diff} temp MiB"] = temp / 2**20
-        row["time implicit/unrolled"] = row["implicit ms/step"] / row["unrolled ms/step"]
-        row["memory implicit/unrolled"] = (
-            row["implicit temp MiB"] / row["unrolled temp MiB"] if row["unrolled temp MiB"] else math.nan
-        )
-        rows.append(row)
-        say(
-            f"  K={k:4d}  unrolled {row['unrolled ms/step']:.2f} ms {row['unrolled temp MiB']:.2f} MiB   "
-            f"implicit {row['implicit ms/step']:.2f} ms {row['implicit temp MiB']:.2f} MiB"
-        )
-    slowest = rows[-1]["implicit ms/step"]
-    for row in rows:
-        row[f"implicit time / time at K={rows[-1]['K']}"] = row["implicit ms/step"] / slowest
+    for method in methods:
+        for k in iterations:
+            row: dict[str, Any] = {"method": method, "K": k}
+            for diff in ("unrolled", "implicit"):
+                step, args = _train_step(problem, k, diff, method)
+                compiled = step.lower(*args).compile()
+                memory = compiled.memory_analysis()
+                temp = getattr(memory, "temp_size_in_bytes", math.nan) if memory is not None else math.nan
+                jax.block_until_ready(compiled(*args))  # warm-up
+                times = []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    jax.block_until_ready(compiled(*args))
+                    times.append(time.perf_counter() - start)
+                row[f"{diff} ms/step"] = 1e3 * float(np.min(times))
+                row[f"{diff} temp MiB"] = temp / 2**20
+            row["time implicit/unrolled"] = row["implicit ms/step"] / row["unrolled ms/step"]
+            row["memory implicit/unrolled"] = (
+                row["implicit temp MiB"] / row["unrolled temp MiB"] if row["unrolled temp MiB"] else math.nan
+            )
+            rows.append(row)
+            say(
+                f"  {method} K={k:4d}  unrolled {row['unrolled ms/step']:.2f} ms {row['unrolled temp MiB']:.2f} MiB   "
+                f"implicit {row['implicit ms/step']:.2f} ms {row['implicit temp MiB']:.2f} MiB"
+            )
+        largest = [r for r in rows if r["method"] == method][-1]
+        for row in rows:
+            if row["method"] == method:
+                row["implicit time / at largest K"] = row["implicit ms/step"] / largest["implicit ms/step"]
     return rows
