@@ -29,7 +29,7 @@ def random_graph(num_nodes: int, num_edges: int, dim: int, *, seed: int, self_lo
 
 
 @pytest.fixture
-def make_graph():  # noqa: ANN201
+def make_graph():
     """The :func:`random_graph` factory (test modules cannot import conftest under importlib mode)."""
     return random_graph
 

@@ -95,7 +95,9 @@ def test_gin_prompts_match_the_dense_reference(graph):
     conv = EdgePromptGINConv(_mlp(5, 6).double(), eps=0.25)
     x = x.double()
     prompts = torch.randn(edge_index.size(1), 5, dtype=torch.float64)
-    assert torch.allclose(conv(x, edge_index, edge_prompt=prompts), _reference_gin(conv, x, edge_index, prompts))
+    assert torch.allclose(
+        conv(x, edge_index, edge_prompt=prompts), _reference_gin(conv, x, edge_index, prompts)
+    )
     glob = torch.randn(1, 5, dtype=torch.float64)
     assert torch.allclose(conv(x, edge_index, edge_prompt=glob), _reference_gin(conv, x, edge_index, glob))
 

@@ -107,7 +107,9 @@ class GNNEncoder(nn.Module):
         if isinstance(prompt, NodePrompt):
             x = prompt(x)
         elif prompt is not None and not isinstance(prompt, PromptModule):
-            raise TypeError(f"prompt must be an edge prompt, a node prompt or None; got {type(prompt).__name__}")
+            raise TypeError(
+                f"prompt must be an edge prompt, a node prompt or None; got {type(prompt).__name__}"
+            )
         if isinstance(prompt, PromptModule) and prompt.dims != self.layer_dims:
             raise ValueError(
                 f"prompt dims {prompt.dims} do not match the backbone's layer input dims {self.layer_dims}"
@@ -175,5 +177,7 @@ def load_backbone(path: str | Path, map_location: str | torch.device = "cpu") ->
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:
-        raise ValueError(f"{pt}: state dict does not match the architecture in {meta_path.name}: {exc}") from None
+        raise ValueError(
+            f"{pt}: state dict does not match the architecture in {meta_path.name}: {exc}"
+        ) from None
     return model

@@ -41,7 +41,9 @@ def _check_edge_index(edge_index: object, layer: str) -> Tensor:
 def _resolve_prompt(prompt: PromptArg, edge_index: Tensor, dim: int, layer: str) -> Tensor:
     value = prompt(edge_index) if callable(prompt) else prompt
     if not isinstance(value, Tensor):
-        raise TypeError(f"{layer}: edge_prompt must be a Tensor or a callable returning one, got {type(value).__name__}")
+        raise TypeError(
+            f"{layer}: edge_prompt must be a Tensor or a callable returning one, got {type(value).__name__}"
+        )
     num_edges = edge_index.size(1)
     if value.dim() != 2 or value.size(0) not in (1, num_edges) or value.size(1) != dim:
         raise ValueError(
@@ -106,11 +108,19 @@ class EdgePromptGCNConv(GCNConv):
         if self.normalize:
             # Same normalisation call as GCNConv.forward (caching is not supported: prompts need the edge list).
             edge_index, edge_weight = gcn_norm(
-                edge_index, edge_weight, x.size(self.node_dim), self.improved, self.add_self_loops, self.flow, x.dtype
+                edge_index,
+                edge_weight,
+                x.size(self.node_dim),
+                self.improved,
+                self.add_self_loops,
+                self.flow,
+                x.dtype,
             )
         prompt = None
         if edge_prompt is not None:
-            prompt = self.lin(_resolve_prompt(edge_prompt, edge_index, self.in_channels, name))  # W p (no bias)
+            prompt = self.lin(
+                _resolve_prompt(edge_prompt, edge_index, self.in_channels, name)
+            )  # W p (no bias)
         x = self.lin(x)
         out = self.propagate(edge_index, x=x, edge_weight=edge_weight, prompt=prompt)
         if self.bias is not None:
@@ -155,7 +165,13 @@ class EdgePromptGINConv(GINConv):
     propagate_type = {"x": OptPairTensor, "prompt": OptTensor}  # noqa: RUF012
 
     def __init__(
-        self, nn: nn.Module, eps: float = 0.0, train_eps: bool = False, *, relu_messages: bool = True, **kwargs
+        self,
+        nn: nn.Module,
+        eps: float = 0.0,
+        train_eps: bool = False,
+        *,
+        relu_messages: bool = True,
+        **kwargs,
     ) -> None:
         super().__init__(nn, eps=eps, train_eps=train_eps, **kwargs)
         self.relu_messages = relu_messages
@@ -166,7 +182,11 @@ class EdgePromptGINConv(GINConv):
         return _check_edge_index(edge_index, type(self).__name__)
 
     def forward(  # type: ignore[override]
-        self, x: Tensor, edge_index: Tensor, size: tuple[int, int] | None = None, edge_prompt: PromptArg = None
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        size: tuple[int, int] | None = None,
+        edge_prompt: PromptArg = None,
     ) -> Tensor:
         prompt = None
         if edge_prompt is not None:
@@ -186,4 +206,6 @@ def _first_in_features(module: nn.Module) -> int:
     for sub in module.modules():
         if isinstance(sub, nn.Linear):
             return sub.in_features
-    raise ValueError("EdgePromptGINConv: nn must contain an nn.Linear (its in_features is the layer's input dim)")
+    raise ValueError(
+        "EdgePromptGINConv: nn must contain an nn.Linear (its in_features is the layer's input dim)"
+    )

@@ -43,7 +43,17 @@ BUILTIN_DATASETS = ("karate", "fashion-superpixels", "digits-grid")
 _PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
 _TU = {
     name.lower(): name
-    for name in ("ENZYMES", "DD", "NCI1", "NCI109", "Mutagenicity", "MUTAG", "PROTEINS", "COX2", "IMDB-BINARY")
+    for name in (
+        "ENZYMES",
+        "DD",
+        "NCI1",
+        "NCI109",
+        "Mutagenicity",
+        "MUTAG",
+        "PROTEINS",
+        "COX2",
+        "IMDB-BINARY",
+    )
 }
 
 
@@ -105,7 +115,11 @@ def few_shot_split(
         ValueError: ``shots < 1``; ``test_fraction`` outside (0, 1]; labels not 1-D non-negative ints; a class with
             ``<= shots`` samples while ``allow_fewer`` is False; an empty test set.
     """
-    y = torch.as_tensor(np.asarray(labels)).view(-1) if not isinstance(labels, Tensor) else labels.view(-1).cpu()
+    y = (
+        torch.as_tensor(np.asarray(labels)).view(-1)
+        if not isinstance(labels, Tensor)
+        else labels.view(-1).cpu()
+    )
     if y.dtype.is_floating_point or y.dtype == torch.bool or y.numel() == 0 or int(y.min()) < 0:
         raise ValueError("labels must be a non-empty 1-D array of non-negative integer class ids")
     if isinstance(shots, bool) or not isinstance(shots, int) or shots < 1:
@@ -129,7 +143,9 @@ def few_shot_split(
     rest_idx = torch.nonzero(rest).view(-1)
     n_test = round(test_fraction * rest_idx.numel())
     if n_test < 1:
-        raise ValueError(f"no samples left for testing (n={y.numel()}, shots={shots}, test_fraction={test_fraction})")
+        raise ValueError(
+            f"no samples left for testing (n={y.numel()}, shots={shots}, test_fraction={test_fraction})"
+        )
     test_idx = torch.sort(rest_idx[torch.randperm(rest_idx.numel(), generator=gen)[:n_test]]).values
     return train_idx, test_idx
 
@@ -161,7 +177,12 @@ def node_subgraphs(data: Data, num_hops: int = 2, nodes: Sequence[int] | Tensor 
             node, num_hops, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes
         )
         out.append(
-            Data(x=data.x[subset].float(), edge_index=edge_index, y=data.y[node].view(1).long(), center=mapping.view(1))
+            Data(
+                x=data.x[subset].float(),
+                edge_index=edge_index,
+                y=data.y[node].view(1).long(),
+                center=mapping.view(1),
+            )
         )
     return out
 
@@ -241,7 +262,10 @@ def digit_grid_graphs(images: np.ndarray, labels: np.ndarray | None = None) -> l
     _, h, w = imgs.shape
     idx = np.arange(h * w).reshape(h, w)
     pairs = np.concatenate(
-        [np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()]), np.stack([idx[:-1, :].ravel(), idx[1:, :].ravel()])],
+        [
+            np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()]),
+            np.stack([idx[:-1, :].ravel(), idx[1:, :].ravel()]),
+        ],
         axis=1,
     )
     edge_index = to_undirected(torch.from_numpy(pairs).long(), num_nodes=h * w)
@@ -285,7 +309,9 @@ def from_pyg(dataset: object, *, task: str, name: str = "custom", num_hops: int 
     graphs = []
     for i, g in enumerate(dataset):  # type: ignore[attr-defined]
         if getattr(g, "y", None) is None or g.y.numel() != 1:
-            raise ValueError(f"graph classification needs one label per graph: graph {i} has y={getattr(g, 'y', None)}")
+            raise ValueError(
+                f"graph classification needs one label per graph: graph {i} has y={getattr(g, 'y', None)}"
+            )
         if getattr(g, "x", None) is None:
             raise ValueError(f"graph {i} has no node features 'x'")
         graphs.append(Data(x=g.x.float(), edge_index=g.edge_index, y=g.y.view(1).long()))
@@ -354,7 +380,9 @@ def load_dataset(
         from iclr25_shared.data import digits
 
         images, labels = digits()
-        return TaskData(name="digits-grid", task="graph", graphs=digit_grid_graphs(images, labels), num_classes=10)
+        return TaskData(
+            name="digits-grid", task="graph", graphs=digit_grid_graphs(images, labels), num_classes=10
+        )
     if key in _PLANETOID or key in _TU:
         return _load_pyg(key, root=root, download=download, num_hops=num_hops)
     known = [*BUILTIN_DATASETS, *_PLANETOID.values(), *_TU.values()]
@@ -370,7 +398,9 @@ def _load_pyg(key: str, *, root: str | Path | None, download: bool, num_hops: in
         else f"https://www.chrsmrrs.com/graphkerneldatasets/{real}.zip"
     )
     if root is None:
-        raise ValueError(f"dataset {real!r} is a PyG dataset: pass root=<folder> (--root) where it is or should go")
+        raise ValueError(
+            f"dataset {real!r} is a PyG dataset: pass root=<folder> (--root) where it is or should go"
+        )
     root = Path(root)
     folder = root / real
     present = (folder / "processed").is_dir() or (folder / "raw").is_dir()
@@ -389,7 +419,9 @@ def _load_pyg(key: str, *, root: str | Path | None, download: bool, num_hops: in
 
             ds = TUDataset(str(root), real)
     except OSError as exc:  # URLError is an OSError
-        raise DatasetUnavailable(f"could not load or download {real!r} from {url} into {str(folder)!r}: {exc}") from exc
+        raise DatasetUnavailable(
+            f"could not load or download {real!r} from {url} into {str(folder)!r}: {exc}"
+        ) from exc
     if planetoid:
         return from_pyg(ds[0], task="node", name=real, num_hops=num_hops)
     return from_pyg(ds, task="graph", name=real)

@@ -20,7 +20,7 @@ from iclr25_edgeprompt._data import TaskData, few_shot_split
 from iclr25_edgeprompt._pretrain import PretrainSettings, pretrain
 from iclr25_edgeprompt._tuner import PROMPTS, PromptTuner, TuneSettings, make_prompt
 
-__all__ = ["TuneResult", "bench_prompts", "pretraining_graphs", "pretrain_backbone", "tune_once"]
+__all__ = ["TuneResult", "bench_prompts", "pretrain_backbone", "pretraining_graphs", "tune_once"]
 
 Log = Callable[[str], None]
 
@@ -133,8 +133,9 @@ def bench_prompts(
 
     Every prompt sees the same batches in the same order; ratios are against ``none`` (classifier only).
     """
-    from iclr25_shared.device import PeakMemory, Timer
     from torch_geometric.loader import DataLoader
+
+    from iclr25_shared.device import PeakMemory, Timer
 
     torch.manual_seed(seed)
     backbone = GNNEncoder(backbone_config).to(device)
@@ -144,26 +145,22 @@ def bench_prompts(
     rows = []
     for name in prompts:
         torch.manual_seed(seed)
-        tuner = PromptTuner(backbone, make_prompt(name, backbone, num_anchors=num_anchors),
-                            nn.Linear(backbone.out_channels, num_classes)).to(device)
+        tuner = PromptTuner(
+            backbone,
+            make_prompt(name, backbone, num_anchors=num_anchors),
+            nn.Linear(backbone.out_channels, num_classes),
+        ).to(device)
         optimizer = torch.optim.Adam(tuner.trainable_parameters(), lr=1e-3)
         tuner.train()
 
-        def step(i: int) -> None:
-            batch = batches[i % len(batches)]
-            loss = nn.functional.cross_entropy(tuner(batch), batch.y.view(-1))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-
         for i in range(warmup):
-            step(i)
+            _step(tuner, optimizer, batches[i % len(batches)])
         times = []
         for i in range(steps):
             with Timer(device) as t:
-                step(i)
+                _step(tuner, optimizer, batches[i % len(batches)])
             times.append(t.seconds)
-        saved = _saved_bytes(lambda: step(0))
+        saved = _saved_bytes(lambda: _step(tuner, optimizer, batches[0]))  # noqa: B023 (called right here)
         row = {
             "prompt": name,
             "step_ms": 1000 * statistics.median(times),
@@ -172,16 +169,27 @@ def bench_prompts(
         }
         if device.type == "cuda":
             with PeakMemory(device) as mem:
-                step(1)
+                _step(tuner, optimizer, batches[0])
             row["cuda_peak_mib"] = mem.peak_bytes / 2**20
         rows.append(row)
     base = rows[0] if rows[0]["prompt"] == "none" else None
     for row in rows:
-        for key, ratio in (("step_ms", "time_ratio"), ("saved_for_backward_mib", "saved_mem_ratio"),
-                           ("cuda_peak_mib", "cuda_mem_ratio")):
+        for key, ratio in (
+            ("step_ms", "time_ratio"),
+            ("saved_for_backward_mib", "saved_mem_ratio"),
+            ("cuda_peak_mib", "cuda_mem_ratio"),
+        ):
             if key in row:
                 row[ratio] = row[key] / base[key] if base and base.get(key) else float("nan")
     return rows
+
+
+def _step(tuner: PromptTuner, optimizer: torch.optim.Optimizer, batch: Data) -> None:
+    """One tuning step: forward, cross-entropy, backward, Adam."""
+    loss = nn.functional.cross_entropy(tuner(batch), batch.y.view(-1))
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
 
 
 def _saved_bytes(fn: Callable[[], None]) -> int:

@@ -128,7 +128,9 @@ def pretrain(
     if len(graphs) == 0:
         raise ValueError("graphs is empty: nothing to pre-train on")
     if settings.strategy != "edgepred" and len(graphs) < 2:
-        raise ValueError(f"{settings.strategy} contrasts graphs with each other: it needs >= 2 graphs, got {len(graphs)}")
+        raise ValueError(
+            f"{settings.strategy} contrasts graphs with each other: it needs >= 2 graphs, got {len(graphs)}"
+        )
     if all(g.edge_index.numel() == 0 for g in graphs):
         raise ValueError("no graph has an edge: nothing to pre-train message passing on")
     device = next(backbone.parameters()).device
@@ -142,7 +144,9 @@ def pretrain(
     if settings.strategy != "edgepred":
         params += list(projector.parameters())
     optimizer = torch.optim.Adam(params, lr=settings.lr)
-    loader = DataLoader(list(graphs), batch_size=settings.batch_size, shuffle=True, generator=gen, drop_last=False)
+    loader = DataLoader(
+        list(graphs), batch_size=settings.batch_size, shuffle=True, generator=gen, drop_last=False
+    )
     backbone.train()
     history = []
     for epoch in range(settings.epochs):
@@ -160,13 +164,17 @@ def pretrain(
             elif settings.strategy == "simgrace":
                 z1 = projector(global_mean_pool(backbone(batch.x, batch.edge_index), batch.batch))
                 perturbed = {
-                    name: (p + settings.eta * p.std() * torch.randn(p.shape, generator=gen).to(device)).detach()
+                    name: (
+                        p + settings.eta * p.std() * torch.randn(p.shape, generator=gen).to(device)
+                    ).detach()
                     if p.numel() > 1
                     else p.detach()
                     for name, p in backbone.named_parameters()
                 }
                 buffers = {name: b.clone() for name, b in backbone.named_buffers()}
-                h2 = torch.func.functional_call(backbone, {**perturbed, **buffers}, (batch.x, batch.edge_index))
+                h2 = torch.func.functional_call(
+                    backbone, {**perturbed, **buffers}, (batch.x, batch.edge_index)
+                )
                 z2 = projector(global_mean_pool(h2, batch.batch)).detach()
                 loss = nt_xent(z1, z2, settings.tau)
             else:

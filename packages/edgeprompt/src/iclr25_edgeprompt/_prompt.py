@@ -29,7 +29,9 @@ def _dims(num_layers: int, dims: int | Sequence[int], owner: str) -> list[int]:
         dims = [dims] * num_layers
     dims = [int(d) for d in dims]
     if len(dims) != num_layers:
-        raise ValueError(f"{owner}: dims must give one input dim per layer ({num_layers}), got {len(dims)}: {dims}")
+        raise ValueError(
+            f"{owner}: dims must give one input dim per layer ({num_layers}), got {len(dims)}: {dims}"
+        )
     if any(d < 1 for d in dims):
         raise ValueError(f"{owner}: every entry of dims must be >= 1, got {dims}")
     return dims

@@ -29,7 +29,9 @@ __all__ = ["PROMPTS", "PromptTuner", "TuneSettings", "make_prompt"]
 PROMPTS = ("none", "gpf", "gpf-plus", "edgeprompt", "edgeprompt+")
 
 
-def make_prompt(name: str, backbone: GNNEncoder, *, num_anchors: int = 5, num_basis: int = 10) -> nn.Module | None:
+def make_prompt(
+    name: str, backbone: GNNEncoder, *, num_anchors: int = 5, num_basis: int = 10
+) -> nn.Module | None:
     """Build the prompt ``name`` sized for ``backbone``.
 
     Args:
@@ -107,7 +109,9 @@ class PromptTuner(nn.Module):
         if not isinstance(backbone, GNNEncoder):
             raise TypeError(f"backbone must be a GNNEncoder, got {type(backbone).__name__}")
         if prompt is not None and not isinstance(prompt, (PromptModule, NodePrompt)):
-            raise TypeError(f"prompt must be an edge prompt, a node prompt or None; got {type(prompt).__name__}")
+            raise TypeError(
+                f"prompt must be an edge prompt, a node prompt or None; got {type(prompt).__name__}"
+            )
         if not isinstance(head, nn.Module):
             raise TypeError(f"head must be an nn.Module, got {type(head).__name__}")
         if isinstance(prompt, PromptModule) and prompt.dims != backbone.layer_dims:
@@ -121,7 +125,9 @@ class PromptTuner(nn.Module):
                 f"{backbone.config.in_channels}"
             )
         if any(isinstance(m, (nn.Softmax, nn.LogSoftmax)) for m in head.modules()):
-            raise ValueError("head must output logits (no Softmax/LogSoftmax): the loss is cross-entropy on logits")
+            raise ValueError(
+                "head must output logits (no Softmax/LogSoftmax): the loss is cross-entropy on logits"
+            )
         backbone.eval()
         backbone.requires_grad_(False)
         self.backbone = backbone
@@ -182,7 +188,9 @@ class PromptTuner(nn.Module):
                 batch = batch.to(device)
                 logits = self(batch)
                 if int(batch.y.max()) >= logits.size(-1):
-                    raise ValueError(f"label {int(batch.y.max())} is outside the head's {logits.size(-1)} classes")
+                    raise ValueError(
+                        f"label {int(batch.y.max())} is outside the head's {logits.size(-1)} classes"
+                    )
                 loss = F.cross_entropy(logits, batch.y.view(-1))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()

@@ -1,0 +1,216 @@
+"""The CLI end to end on tiny inputs, and every bad input the issue names (exit 2, one line)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from iclr25_edgeprompt.cli import main
+
+FAST = ["--quiet", "--pretrain-epochs", "2", "--epochs", "3", "--hidden-channels", "8"]
+
+
+def test_tune_on_karate_end_to_end(tmp_path, capsys):
+    out = tmp_path / "tune"
+    assert main(["tune", *FAST, "--prompt", "edgeprompt+", "--seeds", "2", "--out", str(out)]) == 0
+    assert "karate edgeprompt+ 1-shot: accuracy" in capsys.readouterr().out
+    results = json.loads((out / "results.json").read_text())
+    assert results["metrics"]["seeds"] == 2
+    assert results["metrics"]["num_anchors"] == 10
+    runs = results["tables"]["runs"]
+    assert [r["num_train"] for r in runs] == [4, 4]
+    assert [r["num_test"] for r in runs] == [30, 30]
+    assert 0.0 <= results["metrics"]["accuracy_mean"] <= 1.0
+    assert (out / "config.json").is_file()
+    assert (out / "results.md").is_file()
+
+
+def test_pretrain_then_tune_with_the_checkpoint(tmp_path):
+    ckpt = tmp_path / "pre"
+    assert (
+        main(
+            [
+                "pretrain",
+                "--quiet",
+                "--dataset",
+                "karate",
+                "--strategy",
+                "edgepred",
+                "--pretrain-epochs",
+                "2",
+                "--hidden-channels",
+                "8",
+                "--out",
+                str(ckpt),
+            ]
+        )
+        == 0
+    )
+    assert (ckpt / "backbone.pt").is_file()
+    assert (ckpt / "backbone.json").is_file()
+    out = tmp_path / "tune"
+    assert (
+        main(
+            [
+                "tune",
+                "--quiet",
+                "--prompt",
+                "gpf-plus",
+                "--epochs",
+                "2",
+                "--backbone",
+                str(ckpt / "backbone.pt"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    notes = json.loads((out / "results.json").read_text())["notes"]
+    assert any("backbone loaded from" in n for n in notes)
+
+
+def test_bench_reports_ratios_against_classifier_only(tmp_path, capsys):
+    out = tmp_path / "bench"
+    args = [
+        "bench",
+        "--quiet",
+        "--dataset",
+        "digits-grid",
+        "--num-graphs",
+        "16",
+        "--batch-size",
+        "8",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--hidden-channels",
+        "8",
+        "--num-layers",
+        "2",
+        "--out",
+        str(out),
+    ]
+    assert main(args) == 0
+    rows = json.loads((out / "results.json").read_text())["tables"]["tuning step vs classifier-only"]
+    assert [r["prompt"] for r in rows] == ["none", "gpf", "gpf-plus", "edgeprompt", "edgeprompt+"]
+    assert rows[0]["time_ratio"] == 1.0
+    # EdgePrompt+ keeps per-edge prompts and the backbone's activations for backward: more saved memory
+    assert rows[-1]["saved_for_backward_mib"] > rows[0]["saved_for_backward_mib"]
+
+
+def test_reproduce_tiny(tmp_path, capsys):
+    out = tmp_path / "repro"
+    args = [
+        "reproduce",
+        "--quiet",
+        "--strategies",
+        "graphcl",
+        "--prompts",
+        "none",
+        "edgeprompt",
+        "--graph-seeds",
+        "1",
+        "--node-seeds",
+        "1",
+        "--num-graphs",
+        "20",
+        "--pretrain-graphs",
+        "10",
+        "--graph-shots",
+        "1",
+        "--epochs",
+        "2",
+        "--pretrain-epochs",
+        "1",
+        "--graph-hidden",
+        "8",
+        "--graph-layers",
+        "2",
+        "--node-hidden",
+        "8",
+        "--out",
+        str(out),
+    ]
+    assert main(args) == 0
+    results = json.loads((out / "results.json").read_text())
+    table = results["tables"]["accuracy (mean ± SD over seeds, %)"]
+    assert {(r["strategy"], r["prompt"]) for r in table} == {("graphcl", "none"), ("graphcl", "edgeprompt")}
+    assert len(table) == 4  # graph and node task
+    assert "EP >= none" in results["tables"]["paper's claims, checked on these means"][0]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["tune", "--shots", "5"], "shots=5 but class 2 has only 4 samples"),
+        (["tune", "--dataset", "imagenet"], "dataset must be one of karate"),
+        (["tune", "--dataset", "Cora"], "pass root=<folder>"),
+        (
+            ["tune", "--prompt", "allinone"],
+            "prompt must be one of none, gpf, gpf-plus, edgeprompt, edgeprompt+",
+        ),
+        (
+            ["tune", "--backbone", "/nonexistent/backbone.pt"],
+            "backbone: checkpoint '/nonexistent/backbone.pt'",
+        ),
+        (["tune", "--test-fraction", "0"], "test_fraction must be in (0.0, 1.0]"),
+        (
+            ["pretrain", "--strategy", "attrmask", "--out", "x"],
+            "strategy must be one of graphcl, simgrace, edgepred",
+        ),
+        (["pretrain"], "out: pretrain writes the checkpoint"),
+        (["reproduce", "--prompts", "gpt"], "prompts must be one of"),
+        (["bench", "--dataset", "karate"], "dataset must be one of fashion-superpixels, digits-grid"),
+        (["frobnicate"], "unknown subcommand 'frobnicate'"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, message, capsys):
+    assert main([*args, "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err
+    assert len(err.splitlines()) == 1
+
+
+def test_offline_pyg_dataset_says_what_would_download(tmp_path, capsys):
+    assert main(["tune", "--dataset", "Cora", "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "would fetch it from https://github.com/kimiyoung/planetoid" in err
+    assert "--download" in err
+
+
+def test_checkpoint_for_other_features_is_rejected(tmp_path, capsys):
+    ckpt = tmp_path / "pre"
+    assert (
+        main(
+            [
+                "pretrain",
+                "--quiet",
+                "--dataset",
+                "digits-grid",
+                "--strategy",
+                "edgepred",
+                "--pretrain-epochs",
+                "1",
+                "--hidden-channels",
+                "4",
+                "--num-layers",
+                "1",
+                "--out",
+                str(ckpt),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    assert main(["tune", "--quiet", "--backbone", str(ckpt / "backbone.pt")]) == 2
+    assert "expects 3-dim node features but karate has 34" in capsys.readouterr().err
+
+
+def test_help_lists_the_verbs(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for verb in ("tune", "pretrain", "reproduce", "bench"):
+        assert verb in out
