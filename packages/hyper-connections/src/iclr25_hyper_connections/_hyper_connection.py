@@ -63,6 +63,11 @@ def _check_streams(streams: Any, expansion_rate: int, dim: int | None, what: str
         )
 
 
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """fp32, or the input's dtype when it is wider (float64)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 @contextlib.contextmanager
 def _fp32_region(device: torch.device) -> Iterator[None]:
     """Disable autocast so the connection weights and the mixing run in (at least) fp32."""
@@ -359,22 +364,23 @@ class HyperConnection(nn.Module):
 
         Returns:
             ``alpha`` ``(..., n, n+1)`` (or ``(n, n+1)`` when static) and ``beta`` ``(..., n)`` (or ``(n,)``),
-            both fp32.
+            both fp32 (float64 for float64 streams), also under autocast.
         """
         _check_streams(streams, self.expansion_rate, self.dim)
-        alpha = self.static_alpha.float()
-        beta = self.static_beta.float()
+        dtype = _compute_dtype(streams.dtype)
+        alpha = self.static_alpha.to(dtype)
+        beta = self.static_beta.to(dtype)
         if not self.dynamic:
             return alpha, beta
         with _fp32_region(streams.device):
             assert self.norm is not None
-            normed = self.norm(streams.float())
-            a = normed @ self.dynamic_alpha_fn.float()  # (..., n, n+1)
-            b = normed @ self.dynamic_beta_fn.float()  # (..., n)
+            normed = self.norm(streams.to(dtype))
+            a = normed @ self.dynamic_alpha_fn.to(dtype)  # (..., n, n+1)
+            b = normed @ self.dynamic_beta_fn.to(dtype)  # (..., n)
             if self.tanh:
                 a, b = torch.tanh(a), torch.tanh(b)
-            alpha = a * self.dynamic_alpha_scale.float() + alpha
-            beta = b * self.dynamic_beta_scale.float() + beta
+            alpha = a * self.dynamic_alpha_scale.to(dtype) + alpha
+            beta = b * self.dynamic_beta_scale.to(dtype) + beta
         return alpha, beta
 
     # ------------------------------------------------------------------------------------------------------------
@@ -395,7 +401,9 @@ class HyperConnection(nn.Module):
         """
         alpha, beta = self.connection_weights(streams)
         with _fp32_region(streams.device):
-            mixed = torch.einsum("...ij,...id->...jd", alpha, streams.float())  # (..., n+1, d) = alphaᵀ H
+            mixed = torch.einsum(
+                "...ij,...id->...jd", alpha, streams.to(alpha.dtype)
+            )  # (..., n+1, d) = alphaᵀ H
         mixed = mixed.to(streams.dtype)
         return WidthConnection(mixed[..., 0, :], mixed[..., 1:, :], beta)
 
@@ -426,8 +434,9 @@ class HyperConnection(nn.Module):
                 f"(dim={self.dim}), got {tuple(branch_output.shape)}"
             )
         with _fp32_region(residual.device):
-            term = beta.unsqueeze(-1) * branch_output.float().unsqueeze(-2)  # (..., n, d)
-            out = self.depth_residual_fn(residual.float(), term)
+            dtype = _compute_dtype(torch.promote_types(residual.dtype, branch_output.dtype))
+            term = beta.to(dtype).unsqueeze(-1) * branch_output.to(dtype).unsqueeze(-2)  # (..., n, d)
+            out = self.depth_residual_fn(residual.to(dtype), term)
         return out.to(residual.dtype)
 
     def forward(self, streams: Tensor, branch: Callable[..., Tensor], *args: Any, **kwargs: Any) -> Tensor:
