@@ -48,6 +48,9 @@ def ema(values: Sequence[float] | np.ndarray, window: int) -> np.ndarray:
 
     Raises:
         ValueError: empty ``values`` or ``window < 1``.
+
+    References:
+        arXiv:2502.19611, Sec. 3; official ``experiments/src/prdp.py::numpy_ewma``.
     """
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"ema_window must be an integer >= 1, got {window!r}")
