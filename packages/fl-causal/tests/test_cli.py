@@ -44,7 +44,8 @@ def test_estimate_end_to_end_writes_results(sim_csv, tmp_path, capsys):
     res = json.loads((out / "results.json").read_text())
     rows = res["tables"]["estimates"]
     assert [r["intervals"] for r in rows] == [2, 5, 10]
-    assert (out / "results.md").is_file() and (out / "config.json").is_file()
+    assert (out / "results.md").is_file()
+    assert (out / "config.json").is_file()
 
 
 @pytest.mark.parametrize("estimator", ["gcomp", "ipw"])
@@ -59,7 +60,8 @@ def _bad(capsys, argv):
     code = main(argv)
     err = capsys.readouterr().err.strip()
     assert code == 2, err
-    assert len(err.splitlines()) == 1 and "Traceback" not in err
+    assert len(err.splitlines()) == 1
+    assert "Traceback" not in err
     return err
 
 

@@ -225,7 +225,9 @@ def test_death_and_censoring_risk_curves_monotone_and_consistent():
     )
     for r in (g, w, d):
         c = r.curve["estimate"].to_numpy()
-        assert c[0] == 0 and (c >= 0).all() and (c <= 1).all()
+        assert c[0] == 0
+        assert (c >= 0).all()
+        assert (c <= 1).all()
     for r in (g, w):  # by construction for g-computation (increments) and the weighted product-limit
         assert (np.diff(r.curve["estimate"].to_numpy()) >= 0).all()
     for r in (w, d):
@@ -395,7 +397,9 @@ def test_bootstrap_reproducible_and_option_errors(sim_small):
     dd = sim_small.discretise(0.5)
     a = g_computation(dd, "always", outcome_model=OM, n_boot=10, seed=3)
     b = g_computation(dd, "always", outcome_model=OM, n_boot=10, seed=3)
-    assert a.se == b.se and a.se > 0 and a.diagnostics["bootstrap_replicates"] == 10
+    assert a.se == b.se
+    assert a.se > 0
+    assert a.diagnostics["bootstrap_replicates"] == 10
     assert a.ci == pytest.approx(
         (a.estimate - 1.959963984540054 * a.se, a.estimate + 1.959963984540054 * a.se)
     )
@@ -420,7 +424,8 @@ def test_bootstrap_reproducible_and_option_errors(sim_small):
 def test_refine_reports_each_grid(sim_small):
     table = refine("dr", sim_small, "always", grids=[0.5, 0.2, 0.1], outcome_model=OM, treatment_model=TM)
     assert list(table["intervals"]) == [2, 5, 10]
-    assert np.isfinite(table["estimate"]).all() and (table["se"] > 0).all()
+    assert np.isfinite(table["estimate"]).all()
+    assert (table["se"] > 0).all()
     with pytest.raises(ValueError, match="estimator must be one of"):
         refine("tmle", sim_small, grids=[0.5])
 
