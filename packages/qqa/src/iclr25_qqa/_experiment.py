@@ -289,8 +289,7 @@ def reproduce_command(cfg: ReproduceConfig) -> int:
                     "feasible": res.feasible,
                 }
             )
-        if not cfg.quiet:
-            _say(_row_line(row))
+        _say(_row_line(row))
     total = time.perf_counter() - t_start
     summary = _summarise(rows, ablation_rows)
     for line in summary:

@@ -29,6 +29,22 @@ _SPEC_HELP = (
 )
 
 
+_SPEC_KINDS = {
+    "rrg",
+    "er",
+    "torus",
+    "myciel",
+    "karate",
+    "lesmis",
+    "petersen",
+    "dodecahedral",
+    "icosahedral",
+    "cycle",
+    "complete",
+    "bipartite",
+}
+
+
 class GraphFormatError(ValueError):
     """A graph file could not be parsed; the message names the file and the line."""
 
@@ -366,9 +382,12 @@ def load_graph(source: str | os.PathLike[str] | nx.Graph, *, fmt: str = "auto") 
             )
         return GraphSpec(graph=_weighted(source), name=str(source.name or "graph"), best_known={})
     text = os.fspath(source)
+    if not text.strip():
+        raise ValueError(f"graph must be a file path or a non-empty spec; forms: {_SPEC_HELP}")
     path = Path(text)
+    is_spec = text.partition(":")[0].strip().lower() in _SPEC_KINDS and not path.is_file()
     looks_like_path = path.suffix != "" or os.sep in text or path.exists()
-    if fmt == "auto" and not looks_like_path:
+    if fmt == "auto" and (is_spec or not looks_like_path):
         return parse_spec(text)
     if fmt != "auto":
         reader = readers[fmt]

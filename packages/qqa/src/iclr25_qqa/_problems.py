@@ -12,6 +12,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Literal
@@ -115,7 +116,7 @@ class Problem(ABC):
         x = jnp.asarray(x)
         if not jnp.issubdtype(x.dtype, jnp.floating):
             x = x.astype(jnp.float32)
-        return type(self).energy_fn(self.energy_arrays(), x)
+        return _jitted(type(self).energy_fn)(self.energy_arrays(), x)
 
     @abstractmethod
     def decode(self, x: Any) -> np.ndarray:
@@ -589,31 +590,65 @@ class BalancedPartition(CategoricalProblem):
         return s
 
 
+@functools.cache
+def _jitted(fn: Any) -> Any:
+    import jax
+
+    return jax.jit(fn)
+
+
 # ---- pure energy functions (arrays, x) -> energy; module-level so compiled solvers can be shared ----------------
 
 
 def qubo_energy(arrays: tuple[Any, ...], x: Any) -> Any:
-    """``xᵀQx`` over the last axis of ``x`` (..., N); ``arrays = (diag (N,), idx (N, D), wts (N, D))``."""
+    """``xᵀQx`` over the last axis of ``x`` (..., N); ``arrays = (diag (N,), idx (N, D), wts (N, D))``.
+
+    ``Q`` is ``diag`` plus the off-diagonal entries held as padded neighbour lists, so ``Qx`` is a gather. The
+    derivative ``2Qx`` is supplied analytically: the backward pass is a gather too, not a scatter-add.
+    """
+    diag, idx, wts = arrays
+    return _quadratic_form(x, diag.astype(x.dtype), idx, wts.astype(x.dtype))
+
+
+def _make_quadratic_form() -> Any:
     import jax
     import jax.numpy as jnp
+    from jax.custom_derivatives import SymbolicZero
 
-    diag, idx, wts = arrays
-    diag, wts = diag.astype(x.dtype), wts.astype(x.dtype)
-
-    def qx(z: Any) -> Any:  # (Q z) over the last axis: a gather over padded neighbour lists
-        return diag * z + jnp.sum(jnp.take(z, idx, axis=-1) * wts, axis=-1)
+    def value_and_qx(z: Any, diag: Any, idx: Any, wts: Any) -> tuple[Any, Any, Any]:
+        gathered = jnp.take(z, idx, axis=-1)  # (..., N, D)
+        q = diag * z + jnp.sum(gathered * wts, axis=-1)
+        return jnp.sum(z * q, axis=-1), q, gathered
 
     @jax.custom_jvp
-    def quadratic_form(z: Any) -> Any:
-        return jnp.sum(z * qx(z), axis=-1)
+    def quadratic_form(z: Any, diag: Any, idx: Any, wts: Any) -> Any:
+        return value_and_qx(z, diag, idx, wts)[0]
 
-    @quadratic_form.defjvp
-    def _jvp(primals: Any, tangents: Any) -> Any:
-        (z,), (dz,) = primals, tangents
-        q = qx(z)
-        return jnp.sum(z * q, axis=-1), jnp.sum(2.0 * q * dz, axis=-1)
+    def jvp(primals: Any, tangents: Any) -> Any:
+        z, diag, idx, wts = primals
+        dz, ddiag, _, dwts = tangents
+        out, q, gathered = value_and_qx(z, diag, idx, wts)
+        t = jnp.zeros_like(out)
+        if not isinstance(dz, SymbolicZero):
+            t = t + jnp.sum(2.0 * q * dz, axis=-1)
+        if not isinstance(ddiag, SymbolicZero):
+            t = t + jnp.sum(ddiag * z * z, axis=-1)
+        if not isinstance(dwts, SymbolicZero):
+            t = t + jnp.sum(z * jnp.sum(gathered * dwts, axis=-1), axis=-1)
+        return out, t
 
-    return quadratic_form(x)
+    quadratic_form.defjvp(jvp, symbolic_zeros=True)
+    return quadratic_form
+
+
+def _quadratic_form(z: Any, diag: Any, idx: Any, wts: Any) -> Any:
+    global _QF
+    if _QF is None:
+        _QF = _make_quadratic_form()
+    return _QF(z, diag, idx, wts)
+
+
+_QF: Any = None
 
 
 def _same_class(eu: Any, ev: Any, x: Any) -> Any:

@@ -1,0 +1,122 @@
+"""The CLI end to end on tiny inputs, and every bad input the issue names (exit 2, one line)."""
+
+from __future__ import annotations
+
+import json
+
+import networkx as nx
+import pytest
+
+from iclr25_qqa.cli import main
+
+FAST = ["--steps", "200", "--replicas", "8", "--quiet"]
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_help_lists_verbs(capsys):
+    code, out, _ = run_cli(capsys, "--help")
+    assert code == 0
+    assert all(v in out for v in ("solve", "reproduce", "bench"))
+
+
+def test_solve_writes_a_feasible_solution_and_record(tmp_path, capsys):
+    # every binary CLI test uses a 24-node, degree-4 graph: one compiled program serves them all
+    code, out, err = run_cli(capsys, "solve", "mis", "--graph", "torus:4x6", *FAST, "--out", str(tmp_path))
+    assert code == 0, err
+    assert "set size" in out
+    assert "feasible" in out
+    rows = (tmp_path / "solution.csv").read_text().splitlines()
+    assert rows[0] == "node,label"
+    assert len(rows) == 25
+    chosen = {int(r.split(",")[0]) for r in rows[1:] if r.endswith(",1")}
+    g = nx.convert_node_labels_to_integers(nx.grid_2d_graph(4, 6, periodic=True), ordering="sorted")
+    record = json.loads((tmp_path / "results.json").read_text())
+    assert record["metrics"]["objective"] == len(chosen)
+    assert record["metrics"]["feasible"] == nx.is_empty(g.subgraph(chosen))
+    assert (tmp_path / "results.md").is_file()
+    assert (tmp_path / "config.json").is_file()
+
+
+def test_solve_maxcut_reports_gap_to_best_known(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, "solve", "maxcut", "--graph", "torus:4x6", *FAST)
+    assert code == 0
+    assert "gap to best known 48" in out
+
+
+def test_solve_reads_a_gset_file(tmp_path, capsys):
+    g = nx.convert_node_labels_to_integers(nx.grid_2d_graph(4, 6, periodic=True), ordering="sorted")
+    p = tmp_path / "torus.txt"
+    p.write_text(f"24 {g.number_of_edges()}\n" + "".join(f"{u + 1} {v + 1} 1\n" for u, v in g.edges()))
+    code, out, _ = run_cli(capsys, "solve", "maxcut", "--graph", str(p), "--best-known", "48", *FAST)
+    assert code == 0
+    assert "cut weight 48" in out
+
+
+def test_coloring_below_lower_bound_is_reported_not_an_error(capsys):
+    code, out, _ = run_cli(capsys, "solve", "coloring", "--graph", "complete:5", "--k", "4", *FAST)
+    assert code == 0
+    assert "INFEASIBLE" in out
+    assert "below the lower bound 5" in out
+
+
+def write(tmp_path, name, text):
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["solve", "mis", "--graph", "nope:3"], "unknown graph spec"),
+        (["solve", "mis", "--steps", "0"], "steps must be >= 1"),
+        (["solve", "mis", "--replicas", "0"], "replicas must be >= 1"),
+        (["solve", "mis", "--gamma", "0.1", "-3"], "gamma must be increasing"),
+        (["solve", "mis", "--p", "3"], "p must be an even"),
+        (["solve", "coloring", "--graph", "karate"], "coloring needs --k"),
+        (["solve", "coloring", "--graph", "complete:4", "--k", "0"], "k must be in"),
+        (["solve", "coloring", "--graph", "complete:4", "--k", "9"], r"k must be in \[1, 4\]"),
+        (["solve", "mis", "--graph", "missing_file.col"], "does not exist"),
+        (["solve", "tsp"], "tsp"),
+        (["solve", "mis", "--device", "tpu"], "device must be"),
+        (["frobnicate"], "unknown subcommand"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, argv, message):
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1, err
+    assert __import__("re").search(message, lines[0]), lines[0]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "message"),
+    [
+        ("empty.col", "p edge 0 0\n", "n must be >= 1"),
+        ("loop.txt", "2 2\n1 1 1\n1 2 1\n", "self-loop"),
+        ("neg.txt", "2 1\n1 2 -1\n", "weights >= 0"),
+        ("nan.txt", "2 1\n1 2 nan\n", r"nan.txt:2: .*finite"),
+        ("bad.col", "p edge 3 1\ne 1 x\n", r"bad.col:2: "),
+    ],
+)
+def test_bad_graph_files_exit_2(tmp_path, capsys, name, text, message):
+    code, _, err = run_cli(capsys, "solve", "mis", "--graph", write(tmp_path, name, text), *FAST)
+    assert code == 2
+    assert __import__("re").search(message, err), err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_bad_reproduce_and_bench_options(capsys):
+    assert run_cli(capsys, "reproduce", "--sa-reads", "0")[0] == 2
+    code, _, err = run_cli(capsys, "bench", "--instances", "maxcut")
+    assert code == 2
+    assert "PROBLEM@GRAPH" in err
+    code, _, err = run_cli(capsys, "bench", "--qqa-steps", "0")
+    assert code == 2
+    assert "qqa_steps" in err
