@@ -1,0 +1,196 @@
+"""The CLI end to end on tiny inputs, and every bad input named in the issue exits 2 with one line."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from iclr25_infomax.cli import main
+
+
+@pytest.fixture
+def files(tmp_path):
+    rng = np.random.default_rng(0)
+    feats = rng.normal(size=(200, 8)).astype(np.float32)
+    scores = rng.random(200)
+    labels = (feats[:, 0] > 0).astype(np.int64)
+    paths = {}
+    for name, arr in {"features": feats, "scores": scores, "labels": labels}.items():
+        paths[name] = tmp_path / f"{name}.npy"
+        np.save(paths[name], arr)
+    return paths
+
+
+def test_select_writes_exact_budget(files, tmp_path):
+    out = tmp_path / "idx.npy"
+    argv = [
+        "select",
+        "--features",
+        str(files["features"]),
+        "--scores",
+        str(files["scores"]),
+        "--budget",
+        "0.1",
+        "--alpha",
+        "1",
+        "--k",
+        "10",
+        "--out",
+        str(out),
+        "--quiet",
+    ]
+    assert main(argv) == 0
+    idx = np.load(out)
+    assert idx.shape == (20,)
+    assert np.unique(idx).size == 20
+    assert main(argv) == 0
+    np.testing.assert_array_equal(np.load(out), idx)  # deterministic
+
+
+def test_select_count_budget_folder_output_and_baseline(files, tmp_path):
+    folder = tmp_path / "run"
+    assert (
+        main(
+            [
+                "select",
+                "--features",
+                str(files["features"]),
+                "--scores",
+                str(files["scores"]),
+                "--budget",
+                "37",
+                "--method",
+                "kcenter",
+                "--out",
+                str(folder),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert np.load(folder / "indices.npy").size == 37
+    rec = json.loads((folder / "results.json").read_text())
+    assert rec["metrics"]["num_selected"] == 37
+
+
+def test_select_computes_scores_from_labels(files, tmp_path):
+    out = tmp_path / "idx.npy"
+    assert (
+        main(
+            [
+                "select",
+                "--features",
+                str(files["features"]),
+                "--labels",
+                str(files["labels"]),
+                "--budget",
+                "15",
+                "--partitions",
+                "3",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert np.load(out).size == 15
+
+
+def test_bench_tiny(tmp_path, capsys):
+    assert (
+        main(
+            [
+                "bench",
+                "--sizes",
+                "400",
+                "--small-n",
+                "14",
+                "--small-p",
+                "4",
+                "--small-k",
+                "4",
+                "--small-trials",
+                "2",
+                "--out",
+                str(tmp_path / "b"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    rec = json.loads((tmp_path / "b" / "results.json").read_text())
+    rows = rec["tables"]["selection time and memory"]
+    assert rows[0]["N"] == 400
+    assert rows[0]["objective infomax/greedy"] >= 1.0 - 1e-9
+    assert "objective / MILP optimum" in capsys.readouterr().out
+
+
+def test_help_lists_subcommands(capsys):
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "select" in out
+    assert "reproduce" in out
+    assert "bench" in out
+
+
+def _bad(tmp_path, name, arr):
+    path = tmp_path / name
+    np.save(path, arr)
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--budget", "0"], "budget"),
+        (["--budget", "-3"], "budget"),
+        (["--budget", "201"], "budget"),
+        (["--budget", "2.5"], "whole count"),
+        (["--k", "200"], "k must be"),
+        (["--partitions", "21"], "partitions"),
+        (["--alpha", "-1"], "alpha"),
+        (["--method", "dpp"], "method"),
+    ],
+)
+def test_bad_options_exit_2(files, extra, match, capsys):
+    argv = [
+        "select",
+        "--features",
+        str(files["features"]),
+        "--scores",
+        str(files["scores"]),
+        "--quiet",
+        *extra,
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert match in err
+
+
+def test_bad_files_exit_2(files, tmp_path, capsys):
+    feats = str(files["features"])
+    cases = [
+        (["--scores", _bad(tmp_path, "short.npy", np.ones(150))], "must match"),
+        (["--scores", _bad(tmp_path, "nan.npy", np.r_[np.nan, np.ones(199)])], "finite"),
+        (["--scores", _bad(tmp_path, "inf.npy", np.r_[np.ones(199), np.inf])], "finite"),
+        (["--scores", str(tmp_path / "missing.npy")], "does not exist"),
+    ]
+    for extra, match in cases:
+        assert main(["select", "--features", feats, "--quiet", *extra]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1, err
+        assert match in err, err
+    nan_feats = np.load(files["features"])
+    nan_feats[5, 2] = np.nan
+    path = _bad(tmp_path, "nanf.npy", nan_feats)
+    assert main(["select", "--features", path, "--scores", str(files["scores"]), "--quiet"]) == 2
+    assert "finite" in capsys.readouterr().err
+
+
+def test_reproduce_rejects_bad_budgets(capsys):
+    assert main(["reproduce", "--budgets", "0.1", "1.5"]) == 2
+    assert "budgets" in capsys.readouterr().err
