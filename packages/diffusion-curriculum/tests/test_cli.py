@@ -85,11 +85,25 @@ def test_train_end_to_end_on_digits_writes_model_samples_and_state(tmp_path, cap
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
 
 
-def test_train_one_step_on_fashion_mnist_uniform(capsys):
-    assert (
-        main(["train", "--dataset", "fashion-mnist", "--sampler", "uniform", "--image-size", "8", *TINY]) == 0
-    )
+def test_train_on_fashion_mnist_uniform_writes_the_difficulty_analysis(tmp_path, capsys):
+    argv = [
+        "train",
+        "--dataset",
+        "fashion-mnist",
+        "--sampler",
+        "uniform",
+        "--image-size",
+        "8",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main([*argv, *TINY]) == 0
     assert "final_stage: 10" in capsys.readouterr().out
+    assert (tmp_path / "difficulty.png").is_file()
+    rows = json.loads((tmp_path / "results.json").read_text())["tables"][
+        "Difficulty analysis (per timestep cluster)"
+    ]
+    assert [r["cluster"] for r in rows][:2] == ["C1 t∈[0,99]", "C2 t∈[100,199]"]
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import tempfile
@@ -26,7 +25,14 @@ from iclr25_diffusion_curriculum._training import (
     train_diffusion,
 )
 
-__all__ = ["FeatureNet", "bench_sampler", "make_sampler", "reproduce_experiment", "train_feature_net"]
+__all__ = [
+    "FeatureNet",
+    "bench_sampler",
+    "make_sampler",
+    "plot_difficulty",
+    "reproduce_experiment",
+    "train_feature_net",
+]
 
 METHODS = ("uniform", "curriculum", "reverse")
 
@@ -125,6 +131,40 @@ def _atomic_savefig(fig: Any, path: Path) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def plot_difficulty(bin_ends: np.ndarray, curves: np.ndarray, path: Path) -> Path:
+    """Plot per-cluster loss curves (raw, log scale) and normalised ones (1 at the first window, 0 at the last)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = curves.shape[1]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
+    cmap = plt.get_cmap("viridis")
+    for i in range(n):
+        c = curves[:, i]
+        color = cmap(i / max(1, n - 1))
+        ax[0].plot(bin_ends, c, color=color, label=f"C{i + 1}")
+        with np.errstate(invalid="ignore", divide="ignore"):
+            ax[1].plot(bin_ends, (c - c[-1]) / (c[0] - c[-1]), color=color)
+    ax[0].set(
+        yscale="log",
+        xlabel="training step",
+        ylabel="ε-MSE (uniform-t run)",
+        title="loss per timestep cluster",
+    )
+    ax[1].set(
+        xlabel="training step",
+        ylabel="(L − L_end)/(L_start − L_end)",
+        title=f"normalised: C1 = low t … C{n} = high t",
+    )
+    ax[0].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    _atomic_savefig(fig, path)
+    plt.close(fig)
+    return path
 
 
 def reproduce_experiment(cfg: Any, *, device: torch.device, progress: Any, log: Any) -> dict[str, Any]:
@@ -355,29 +395,7 @@ def _summarise(
         import matplotlib.pyplot as plt
 
         written = []
-        fig, ax = plt.subplots(1, 2, figsize=(10, 3.8))
-        cmap = plt.get_cmap("viridis")
-        for i in range(clusters.num_clusters):
-            c = curves[:, i]
-            ax[0].plot(bin_ends, c, color=cmap(i / max(1, clusters.num_clusters - 1)), label=f"C{i + 1}")
-            ax[1].plot(
-                bin_ends, (c - c[-1]) / (c[0] - c[-1]), color=cmap(i / max(1, clusters.num_clusters - 1))
-            )
-        ax[0].set(
-            yscale="log",
-            xlabel="training step",
-            ylabel="ε-MSE (uniform-t run)",
-            title="loss per timestep cluster",
-        )
-        ax[1].set(
-            xlabel="training step",
-            ylabel="(L − L_end)/(L_start − L_end)",
-            title="normalised: C1 = low t, C10 = high t",
-        )
-        ax[0].legend(fontsize=6, ncol=2)
-        fig.tight_layout()
-        _atomic_savefig(fig, folder / "difficulty.png")
-        plt.close(fig)
+        plot_difficulty(bin_ends, curves, folder / "difficulty.png")
         written.append("difficulty.png")
         fig, ax = plt.subplots(figsize=(5, 3.8))
         for method in METHODS:
@@ -507,7 +525,3 @@ def bench_sampler(cfg: Any, *, device: torch.device, log: Any) -> dict[str, Any]
         },
         "tables": {"Per-step cost": rows},
     }
-
-
-def config_dict(cfg: Any) -> dict[str, Any]:
-    return dataclasses.asdict(cfg)

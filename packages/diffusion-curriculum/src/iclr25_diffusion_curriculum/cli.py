@@ -192,7 +192,7 @@ class BenchConfig(_CurriculumOptions):
     """Batch size."""
     image_size: int = 16
     """Image side."""
-    channels: tuple[int, ...] = (16, 32, 32)
+    channels: tuple[int, ...] = (8, 16, 16)
     """UNet block widths."""
 
     def __post_init__(self) -> None:
@@ -338,11 +338,33 @@ def train(cfg: TrainConfig) -> int:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     save_grid(samples, out / "samples.png")
+    tables = {}
+    if cfg.sampler == "uniform":  # the paper's difficulty analysis needs every cluster throughout the run
+        from iclr25_diffusion_curriculum._analysis import cluster_loss_curves, convergence_steps
+        from iclr25_diffusion_curriculum._experiment import plot_difficulty
+
+        bins = min(12, cfg.steps)
+        ends, curves = cluster_loss_curves(
+            tlog.sample_steps, tlog.sample_timesteps, tlog.sample_losses, sampler.clusters, num_bins=bins
+        )
+        conv = convergence_steps(ends, curves)
+        b = sampler.clusters.boundaries.tolist()
+        tables["Difficulty analysis (per timestep cluster)"] = [
+            {
+                "cluster": f"C{i + 1} t∈[{b[i]},{b[i + 1] - 1}]",
+                "first-window loss": float(curves[0, i]),
+                "last-window loss": float(curves[-1, i]),
+                "steps to 90% of drop": float(conv[i]),
+            }
+            for i in range(sampler.num_stages)
+        ]
+        plot_difficulty(ends, curves, out / "difficulty.png")
     rec = _record(
         "train",
         cfg,
         device,
         metrics,
+        tables,
         timings={"train_s": seconds},
         notes=["model: unet/ (diffusers UNet2DModel), scheduler/, sampler_state.json, samples.png"],
     )
