@@ -168,7 +168,7 @@ class PoissonInverse:
                 solves_per_epoch=2,
                 callback=callback,
             )
-        final_k = controller.iterations if controller is not None else iterations
+        final_k = log.iterations[-1]  # K used in the last epoch
         extra = {"theta": float(theta)}
         if iterations is not None and method == "jacobi" and iterations > 0:
             extra["theta_closed_form"] = closed_form_poisson_bias(theta_ref, iterations, n)
@@ -373,7 +373,7 @@ class HeatEmulator:
             solves_per_epoch=2 * n_batches,
             callback=callback,
         )
-        final_k = None if direct else (controller.iterations if controller is not None else iterations)
+        final_k = None if direct else log.iterations[-1]  # K used in the last epoch
         return ArmResult(label="", log=log, final_iterations=final_k)
 
 
