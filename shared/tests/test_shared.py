@@ -198,7 +198,7 @@ def test_cli_bad_config_file(tmp_path, capsys, content, message):
 def test_cli_help(capsys):
     assert cli.run("x", _commands([]), ["--help"], default="go", description="Demo.") == 0
     out = capsys.readouterr().out
-    assert "go  Do a thing. (default)" in out
+    assert "go  Do a thing (default)" in out
     assert cli.run("x", _commands([]), ["go", "--help"], default="go") == 0
     assert "--steps" in capsys.readouterr().out
 

@@ -179,7 +179,8 @@ def _top_help(prog: str, description: str, commands: Mapping[str, Command], defa
     lines.append("subcommands:")
     width = max(len(n) for n in commands)
     for name, (cls, _) in commands.items():
-        doc = (cls.__doc__ or "").strip().splitlines()[0] if cls.__doc__ else ""
+        paragraph = " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
+        doc = paragraph.split(". ")[0].rstrip(".") if paragraph else ""
         mark = " (default)" if name == default else ""
         lines.append(f"  {name:<{width}}  {doc}{mark}")
     lines += ["", f"Run '{prog} <subcommand> --help' for its options. With no subcommand, '{default}' runs."]

@@ -45,7 +45,7 @@ class FinetuneConfig(CommonOptions):
     """'smollm2-135m-instruct' (packaged), a local folder or .gguf, a Hub id, or 'tiny' (random 2-layer Llama)."""
     optimizer: Optimizer = "lozo"
     """lozo, lozo-m (LOZO with momentum), mezo (baseline), or adam (first-order, with backward)."""
-    steps: int = 80
+    steps: int = 200
     """Optimizer steps (each zeroth-order step is two forward passes)."""
     lr: float = 3e-5
     """Learning rate."""
@@ -63,9 +63,9 @@ class FinetuneConfig(CommonOptions):
     """Training examples per class (k-shot)."""
     eval_per_class: int = 20
     """Held-out evaluation examples per class."""
-    batch_size: int = 16
+    batch_size: int = 8
     """Examples per step."""
-    max_text_tokens: int = 40
+    max_text_tokens: int = 24
     """Each summary is cut to this many tokens before it goes into the prompt."""
     lora: bool = False
     """Zeroth-order (or Adam) on LoRA adapters only (peft), the base model frozen."""
@@ -343,7 +343,7 @@ def _lm_run(cfg: ReproduceConfig, method: str, lr: float, seed: int, zo_steps: i
         rng = np.random.default_rng(seed)
 
         def draw() -> Batch:
-            return LabelWordTask.select(train, rng.choice(len(train), 16, replace=False))
+            return LabelWordTask.select(train, rng.choice(len(train), 8, replace=False))
 
         run = train_steps(model, optimizer, lambda b: task.loss(model, b), draw, steps, quiet=cfg.quiet,
                           desc=f"SmolLM2 {method} lr={lr:g} seed={seed}")

@@ -104,7 +104,7 @@ class LabelWordTask:
     classes: Sequence[str]
     label_words: dict[str, str] = field(default_factory=lambda: dict(WIKI_LABEL_WORDS))
     template: str = WIKI_TEMPLATE
-    max_text_tokens: int = 40
+    max_text_tokens: int = 24
 
     def __post_init__(self) -> None:
         missing = [c for c in self.classes if c not in self.label_words]
