@@ -24,7 +24,12 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.error_on_external_run = False
 
 ROOT = Path(__file__).parent.resolve()
-OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+OFFLINE = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+}
 
 
 def _discover() -> dict[str, tuple[str, Path]]:
@@ -44,7 +49,15 @@ METHODS = [slug for slug in MEMBERS if slug != "shared"]
 
 def _sync(session: nox.Session, dist: str, *extra: str) -> None:
     session.run_install(
-        "uv", "sync", "--package", dist, "--locked", "--inexact", "--group", "test", *extra,
+        "uv",
+        "sync",
+        "--package",
+        dist,
+        "--locked",
+        "--inexact",
+        "--group",
+        "test",
+        *extra,
         env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
         external=True,
     )
@@ -52,8 +65,17 @@ def _sync(session: nox.Session, dist: str, *extra: str) -> None:
 
 def _pytest(session: nox.Session, folder: Path, marker: str, *, allow_empty: bool = False) -> None:
     session.run(
-        "python", "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT),
-        str(folder / "tests"), "-m", marker, *session.posargs,
+        "python",
+        "-m",
+        "pytest",
+        "-c",
+        str(ROOT / "pyproject.toml"),
+        "--rootdir",
+        str(ROOT),
+        str(folder / "tests"),
+        "-m",
+        marker,
+        *session.posargs,
         env=OFFLINE,
         success_codes=[0, 5] if allow_empty else [0],
     )
@@ -63,8 +85,13 @@ def _pytest(session: nox.Session, folder: Path, marker: str, *, allow_empty: boo
 def lint(session: nox.Session) -> None:
     """ruff check, ruff format --check, uv lock --check, and the package layout rules."""
     session.run_install(
-        "uv", "sync", "--only-group", "dev", "--locked",
-        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location}, external=True,
+        "uv",
+        "sync",
+        "--only-group",
+        "dev",
+        "--locked",
+        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+        external=True,
     )
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
@@ -120,12 +147,26 @@ def wheel(session: nox.Session, package: str) -> None:
     dist, _ = MEMBERS[package]
     wheels = Path(session.create_tmp()) / "dist"
     for name in (dist, MEMBERS["shared"][0]):
-        session.run("uv", "build", "--package", name, "--no-sources", "--wheel", "--out-dir", str(wheels), external=True)
+        session.run(
+            "uv",
+            "build",
+            "--package",
+            name,
+            "--no-sources",
+            "--wheel",
+            "--out-dir",
+            str(wheels),
+            external=True,
+        )
     built = sorted(str(p) for p in wheels.glob("*.whl"))
-    session.run_install("uv", "pip", "install", "--python", session.virtualenv.location, *built, external=True)
+    session.run_install(
+        "uv", "pip", "install", "--python", session.virtualenv.location, *built, external=True
+    )
     session.run(f"iclr25-{package}", "--help")
     module = dist.replace("-", "_")
-    session.run("python", "-c", f"import {module}; print({module}.__name__, 'imports from', {module}.__file__)")
+    session.run(
+        "python", "-c", f"import {module}; print({module}.__name__, 'imports from', {module}.__file__)"
+    )
 
 
 if os.environ.get("NOX_PRINT_MEMBERS"):

@@ -33,11 +33,15 @@ def test_wiki_summaries_is_an_11_topic_corpus():
 
 def test_wiki_summaries_from_a_user_file(tmp_path):
     path = tmp_path / "w.json"
-    path.write_text(json.dumps({
-        "a": {"title": "A", "extract": "alpha text", "description": "d", "topic": "X"},
-        "b": {"title": "B", "extract": "beta text", "description": None, "topic": "Uncategorized"},
-        "c": {"title": "C", "extract": "gamma text", "description": "", "topic": "W"},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "a": {"title": "A", "extract": "alpha text", "description": "d", "topic": "X"},
+                "b": {"title": "B", "extract": "beta text", "description": None, "topic": "Uncategorized"},
+                "c": {"title": "C", "extract": "gamma text", "description": "", "topic": "W"},
+            }
+        )
+    )
     wiki = data.wiki_summaries(path=path)
     assert wiki.classes == ["W", "X"] and wiki.labels.tolist() == [1, 0] and wiki.titles == ["A", "C"]
     assert len(data.wiki_summaries(path=path, drop_uncategorized=False).classes) == 3
@@ -56,7 +60,12 @@ def test_wiki_summaries_missing_source_names_the_install_command(monkeypatch, tm
 def test_digits():
     pytest.importorskip("sklearn")
     images, labels = data.digits()
-    assert images.shape == (1797, 8, 8) and images.dtype == np.float32 and 0 <= images.min() and images.max() == 1
+    assert (
+        images.shape == (1797, 8, 8)
+        and images.dtype == np.float32
+        and images.min() >= 0
+        and images.max() == 1
+    )
     assert set(labels.tolist()) == set(range(10))
 
 
@@ -218,8 +227,11 @@ def test_cli_interrupt(capsys):
 
 def test_run_record_save_is_complete_and_sorted(tmp_path):
     rec = results.RunRecord(
-        command="x go", config=_Go(steps=4, out=tmp_path), metrics={"acc": np.float32(0.5), "nan": float("nan")},
-        tables={"t": [{"a": 1, "b": 2.5}]}, timings={"train": 1.25},
+        command="x go",
+        config=_Go(steps=4, out=tmp_path),
+        metrics={"acc": np.float32(0.5), "nan": float("nan")},
+        tables={"t": [{"a": 1, "b": 2.5}]},
+        timings={"train": 1.25},
     )
     rec.save(tmp_path)
     saved = json.loads((tmp_path / "results.json").read_text())
@@ -309,3 +321,15 @@ def test_device_and_measurement():
     a = np.random.rand()
     seed_everything(3)
     assert np.random.rand() == a
+
+
+def test_save_figure_is_atomic_and_closes(tmp_path):
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [1, 0])
+    path = results.save_figure(fig, tmp_path / "sub" / "plot.png")
+    assert path.read_bytes().startswith(b"\x89PNG") and not plt.get_fignums()
+    assert [p.name for p in path.parent.iterdir()] == ["plot.png"]

@@ -302,13 +302,17 @@ def test_non_finite_loss_skips_not_zeroes():
         model.weight.fill_(1.0)
     before = copy.deepcopy(model.state_dict())
     opt = LOZO(model.parameters(), lr=1e-2, rank=2)
-    x = torch.full((2, 8), 1e4, dtype=torch.float16)  # 8 * 1e4 overflows fp16 (max 65504): every output is inf
+    x = torch.full(
+        (2, 8), 1e4, dtype=torch.float16
+    )  # 8 * 1e4 overflows fp16 (max 65504): every output is inf
     for _ in range(3):
         out = opt.step(lambda: model(x).float().pow(2).mean())
         assert not math.isfinite(float(out))
     assert opt.skipped_steps == 3 and opt.global_step == 3
     for name, value in model.state_dict().items():
-        torch.testing.assert_close(value, before[name], rtol=0, atol=4e-3)  # restored to within fp16 rounding (ulp 1e-3)
+        torch.testing.assert_close(
+            value, before[name], rtol=0, atol=4e-3
+        )  # restored to within fp16 rounding (ulp 1e-3)
         assert torch.isfinite(value).all() and value.abs().sum() > 0
 
 

@@ -92,7 +92,9 @@ def test_lozo_on_lora_adapters_leaves_the_base_model_untouched(wiki):
     peft = pytest.importorskip("peft")
     lm = tiny_llama(wiki.texts[:200], list(WIKI_LABEL_WORDS.values()), seed=2)
     base = {k: v.clone() for k, v in lm.model.state_dict().items()}
-    model = peft.get_peft_model(lm.model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    model = peft.get_peft_model(
+        lm.model, peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    )
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable and all("lora_" in n for n in trainable)
     task = LabelWordTask(lm.tokenizer, wiki.classes, max_text_tokens=8)
@@ -117,7 +119,12 @@ def test_cli_finetune_end_to_end(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["finetune", *TINY, "--steps", "3", "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
-    assert set(results["metrics"]) >= {"zero_shot_accuracy", "finetuned_accuracy", "peak_memory_mib", "steps_per_second"}
+    assert set(results["metrics"]) >= {
+        "zero_shot_accuracy",
+        "finetuned_accuracy",
+        "peak_memory_mib",
+        "steps_per_second",
+    }
     assert results["metrics"]["forward_passes"] == 6
     assert results["config"]["optimizer"] == "lozo"
     assert (out / "results.md").is_file() and (out / "loss.png").is_file()
@@ -132,13 +139,18 @@ def test_cli_every_optimizer(optimizer, tmp_path):
 
 def test_cli_lora(tmp_path):
     pytest.importorskip("peft")
-    assert main(["finetune", *TINY, "--steps", "2", "--lora", "--lora-rank", "2", "--out", str(tmp_path)]) == 0
+    assert (
+        main(["finetune", *TINY, "--steps", "2", "--lora", "--lora-rank", "2", "--out", str(tmp_path)]) == 0
+    )
 
 
 def test_cli_config_file_and_override(tmp_path):
     cfg = tmp_path / "c.json"
-    cfg.write_text(json.dumps({"model": "tiny", "steps": 2, "shots": 4, "eval_per_class": 2, "batch_size": 4,
-                               "quiet": True}))
+    cfg.write_text(
+        json.dumps(
+            {"model": "tiny", "steps": 2, "shots": 4, "eval_per_class": 2, "batch_size": 4, "quiet": True}
+        )
+    )
     out = tmp_path / "o"
     assert main(["finetune", "--config", str(cfg), "--steps", "1", "--out", str(out)]) == 0
     assert json.loads((out / "config.json").read_text())["steps"] == 1
@@ -146,8 +158,22 @@ def test_cli_config_file_and_override(tmp_path):
 
 def test_cli_reproduce_smoke(tmp_path):
     out = tmp_path / "r"
-    code = main(["reproduce", "--model", "tiny", "--digits-steps", "30", "--lm-steps", "3", "--seeds", "1",
-                 "--quiet", "--out", str(out)])
+    code = main(
+        [
+            "reproduce",
+            "--model",
+            "tiny",
+            "--digits-steps",
+            "30",
+            "--lm-steps",
+            "3",
+            "--seeds",
+            "1",
+            "--quiet",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     results = json.loads((out / "results.json").read_text())
     methods = {r["method"] for r in results["tables"]["A. digits MLP, best LR per method (mean over seeds)"]}
@@ -156,9 +182,30 @@ def test_cli_reproduce_smoke(tmp_path):
 
 
 def test_cli_bench_on_tiny(tmp_path, capsys):
-    assert main(["bench", "--model", "tiny", "--methods", "lozo", "adam", "--repeats", "1", "--batch-size", "2",
-                 "--seq-len", "16", "--out", str(tmp_path)]) == 0
-    rows = json.loads((tmp_path / "results.json").read_text())["tables"]["ratios to one inference forward pass"]
+    assert (
+        main(
+            [
+                "bench",
+                "--model",
+                "tiny",
+                "--methods",
+                "lozo",
+                "adam",
+                "--repeats",
+                "1",
+                "--batch-size",
+                "2",
+                "--seq-len",
+                "16",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    rows = json.loads((tmp_path / "results.json").read_text())["tables"][
+        "ratios to one inference forward pass"
+    ]
     assert [r["method"] for r in rows] == ["lozo", "adam"]
     assert all(r["time_vs_inference"] > 0 and r["memory_vs_inference"] > 0 for r in rows)
 

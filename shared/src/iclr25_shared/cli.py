@@ -100,7 +100,9 @@ class CommonOptions:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
 
 
-def progress(iterable: Iterable[T], *, total: int | None = None, desc: str = "", quiet: bool = False) -> Iterable[T]:
+def progress(
+    iterable: Iterable[T], *, total: int | None = None, desc: str = "", quiet: bool = False
+) -> Iterable[T]:
     """A tqdm progress bar on stderr (plain iteration when ``quiet``)."""
     if quiet:
         return iterable
@@ -166,8 +168,12 @@ def _defaults_from_file(cls: type, path: Path) -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise UsageError(f"--config: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}")
-    data = {k: (Path(v) if isinstance(v, str) and "Path" in str(fields[k].type) else v) for k, v in data.items()}
+        raise UsageError(
+            f"--config: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}"
+        )
+    data = {
+        k: (Path(v) if isinstance(v, str) and "Path" in str(fields[k].type) else v) for k, v in data.items()
+    }
     data["config"] = path
     return cls(**data)
 

@@ -147,7 +147,9 @@ def digits() -> tuple[np.ndarray, np.ndarray]:
     try:
         from sklearn.datasets import load_digits
     except ImportError as exc:
-        raise DatasetUnavailable("the digits data set needs scikit-learn: `pip install scikit-learn`") from exc
+        raise DatasetUnavailable(
+            "the digits data set needs scikit-learn: `pip install scikit-learn`"
+        ) from exc
     bunch = load_digits()
     return (bunch.images / 16.0).astype(np.float32), bunch.target.astype(np.int64)
 
@@ -198,7 +200,9 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
     dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     offset = 4 + 4 * ndim
     if len(raw) - offset != int(np.prod(dims)):
-        raise ValueError(f"{path}: expected {int(np.prod(dims))} values for shape {dims}, found {len(raw) - offset}")
+        raise ValueError(
+            f"{path}: expected {int(np.prod(dims))} values for shape {dims}, found {len(raw) - offset}"
+        )
     return np.frombuffer(raw, np.uint8, offset=offset).reshape(dims)
 
 
@@ -216,9 +220,11 @@ def _download_fashion_mnist(root: Path) -> None:
         target = root / name
         if target.is_file() and _md5(target) == md5:
             continue
-        with tempfile.NamedTemporaryFile(dir=root, delete=False) as tmp:
-            with urllib.request.urlopen(FASHION_MNIST_URL + name, timeout=60) as response:
-                shutil.copyfileobj(response, tmp)
+        with (
+            tempfile.NamedTemporaryFile(dir=root, delete=False) as tmp,
+            urllib.request.urlopen(FASHION_MNIST_URL + name, timeout=60) as response,
+        ):
+            shutil.copyfileobj(response, tmp)
         got = _md5(Path(tmp.name))
         if got != md5:
             os.unlink(tmp.name)

@@ -65,7 +65,9 @@ def accuracy(predictions: np.ndarray, labels: np.ndarray, level: float = 0.95) -
     """
     predictions, labels = np.asarray(predictions), np.asarray(labels)
     if predictions.shape != labels.shape or predictions.ndim != 1:
-        raise ValueError(f"predictions {predictions.shape} and labels {labels.shape} must be equal 1-D shapes")
+        raise ValueError(
+            f"predictions {predictions.shape} and labels {labels.shape} must be equal 1-D shapes"
+        )
     if predictions.size == 0:
         raise ValueError("accuracy of zero examples is undefined")
     correct = int((predictions == labels).sum())
@@ -104,7 +106,9 @@ def cluster_accuracy(labels: np.ndarray, clusters: np.ndarray) -> float:
 
     labels, clusters = np.asarray(labels, np.int64), np.asarray(clusters, np.int64)
     if labels.shape != clusters.shape or labels.ndim != 1 or labels.size == 0:
-        raise ValueError(f"labels {labels.shape} and clusters {clusters.shape} must be equal non-empty 1-D shapes")
+        raise ValueError(
+            f"labels {labels.shape} and clusters {clusters.shape} must be equal non-empty 1-D shapes"
+        )
     size = int(max(labels.max(), clusters.max())) + 1
     counts = np.zeros((size, size), dtype=np.int64)
     np.add.at(counts, (clusters, labels), 1)

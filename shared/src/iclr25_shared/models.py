@@ -62,8 +62,14 @@ def _torch_dtype(dtype: Any) -> Any:
     if dtype is None:
         return torch.float32
     if isinstance(dtype, str):
-        table = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-                 "float16": torch.float16, "fp16": torch.float16}
+        table = {
+            "float32": torch.float32,
+            "fp32": torch.float32,
+            "bfloat16": torch.bfloat16,
+            "bf16": torch.bfloat16,
+            "float16": torch.float16,
+            "fp16": torch.float16,
+        }
         if dtype not in table:
             raise ValueError(f"dtype must be one of {', '.join(table)}; got {dtype!r}")
         return table[dtype]
@@ -155,7 +161,9 @@ def load_causal_lm(
             if len(ggufs) == 1:
                 model, tok = _load_gguf(path, ggufs[0].name)
                 return _finish(model, tok, f"gguf:{ggufs[0]}", device, dtype)
-            raise ModelUnavailable(f"model folder {str(path)!r} has no config.json and not exactly one .gguf file")
+            raise ModelUnavailable(
+                f"model folder {str(path)!r} has no config.json and not exactly one .gguf file"
+            )
         model, tok = _load_pretrained(path)
         return _finish(model, tok, f"path:{path}", device, dtype)
 

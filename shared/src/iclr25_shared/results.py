@@ -19,7 +19,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RunRecord", "atomic_write_text", "markdown_table", "package_versions", "to_jsonable"]
+__all__ = [
+    "RunRecord",
+    "atomic_write_text",
+    "markdown_table",
+    "package_versions",
+    "save_figure",
+    "to_jsonable",
+]
 
 
 def to_jsonable(value: Any) -> Any:
@@ -59,6 +66,30 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return path
 
 
+def save_figure(
+    fig: Any, path: str | os.PathLike[str], *, dpi: int = 120, close: bool = True, **kwargs: Any
+) -> Path:
+    """Save a matplotlib figure atomically (temporary file, then rename) and close it; return the path.
+
+    The format follows the suffix of ``path``; ``kwargs`` go to ``fig.savefig`` (e.g. ``bbox_inches="tight"``).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=dpi, **kwargs)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if close:
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+    return path
+
+
 def package_versions(names: Iterable[str] = ()) -> dict[str, str]:
     """Installed versions of python, numpy and the given distributions (missing ones are skipped)."""
     versions = {"python": platform.python_version()}
@@ -70,7 +101,9 @@ def package_versions(names: Iterable[str] = ()) -> dict[str, str]:
     return versions
 
 
-def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, floatfmt: str = ".4g") -> str:
+def markdown_table(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, floatfmt: str = ".4g"
+) -> str:
     """A GitHub markdown table of ``rows`` (dicts); floats formatted with ``floatfmt``."""
     if not rows:
         return ""
@@ -107,7 +140,9 @@ class RunRecord:
     notes: list[str] = dataclasses.field(default_factory=list)
     device: str = "cpu"
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
-    started: str = dataclasses.field(default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+    started: str = dataclasses.field(
+        default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    )
 
     def as_dict(self) -> dict[str, Any]:
         return to_jsonable(
@@ -135,7 +170,10 @@ class RunRecord:
             out += [f"## {name}", "", markdown_table(rows), ""]
         if data["timings"]:
             out += ["## Timings (s)", ""]
-            out += [f"- {k}: {v:.3f}" if isinstance(v, float) else f"- {k}: {v}" for k, v in data["timings"].items()]
+            out += [
+                f"- {k}: {v:.3f}" if isinstance(v, float) else f"- {k}: {v}"
+                for k, v in data["timings"].items()
+            ]
             out.append("")
         if self.notes:
             out += ["## Notes", "", *[f"- {n}" for n in self.notes], ""]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from iclr25_lozo._task import WIKI_LABEL_WORDS, Batch, LabelWordTask, balanced_s
 from iclr25_shared.cli import CommonOptions, check_range, progress
 from iclr25_shared.device import PeakMemory, Timer, current_rss_bytes, resolve_device
 from iclr25_shared.metrics import Estimate, accuracy
-from iclr25_shared.results import RunRecord, package_versions
+from iclr25_shared.results import RunRecord, package_versions, save_figure
 
 __all__ = ["BenchConfig", "FinetuneConfig", "ReproduceConfig", "bench", "finetune", "reproduce"]
 
@@ -95,15 +94,31 @@ class FinetuneConfig(CommonOptions):
 
 
 def make_optimizer(
-    name: str, model: nn.Module, *, lr: float, eps: float, rank: int, interval: int, momentum: float,
-    weight_decay: float, seed: int,
+    name: str,
+    model: nn.Module,
+    *,
+    lr: float,
+    eps: float,
+    rank: int,
+    interval: int,
+    momentum: float,
+    weight_decay: float,
+    seed: int,
 ) -> torch.optim.Optimizer:
     """The optimizer ``name`` over ``model``'s trainable parameters (weight decay grouped by module type)."""
     if name == "lozo":
         return LOZO(model, lr=lr, eps=eps, rank=rank, interval=interval, weight_decay=weight_decay, seed=seed)
     if name == "lozo-m":
-        return LOZO(model, lr=lr, eps=eps, rank=rank, interval=interval, momentum=momentum,
-                    weight_decay=weight_decay, seed=seed)
+        return LOZO(
+            model,
+            lr=lr,
+            eps=eps,
+            rank=rank,
+            interval=interval,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            seed=seed,
+        )
     if name == "mezo":
         return MeZO(model, lr=lr, eps=eps, weight_decay=weight_decay, seed=seed)
     if name == "adam":
@@ -115,7 +130,13 @@ def make_optimizer(
 
 
 def train_steps(
-    model: nn.Module, optimizer: torch.optim.Optimizer, loss_fn: Any, draw_batch: Any, steps: int, *, quiet: bool,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Any,
+    draw_batch: Any,
+    steps: int,
+    *,
+    quiet: bool,
     desc: str,
 ) -> dict[str, Any]:
     """Run ``steps`` optimizer steps; zeroth-order optimizers get a closure, others a backward pass.
@@ -161,9 +182,17 @@ def _wiki_task(cfg: Any, device: Any) -> tuple[Any, LabelWordTask, Batch, Batch,
     from iclr25_shared.data import wiki_summaries
 
     data = wiki_summaries()
-    train_idx, eval_idx = balanced_split(data.labels, shots=cfg.shots, eval_per_class=cfg.eval_per_class, seed=cfg.seed)
-    lm = load_model(cfg.model, texts=data.texts, label_words=list(WIKI_LABEL_WORDS.values()), device=device,
-                    dtype=cfg.dtype, seed=cfg.seed)
+    train_idx, eval_idx = balanced_split(
+        data.labels, shots=cfg.shots, eval_per_class=cfg.eval_per_class, seed=cfg.seed
+    )
+    lm = load_model(
+        cfg.model,
+        texts=data.texts,
+        label_words=list(WIKI_LABEL_WORDS.values()),
+        device=device,
+        dtype=cfg.dtype,
+        seed=cfg.seed,
+    )
     task = LabelWordTask(lm.tokenizer, data.classes, max_text_tokens=cfg.max_text_tokens)
     train = task.encode(data.subset(train_idx)).to(device)
     held = task.encode(data.subset(eval_idx)).to(device)
@@ -192,11 +221,7 @@ def _plot_losses(curves: dict[str, list[float]], path: Path, title: str, xlabel:
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=120)
-    os.replace(tmp, path)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def finetune(cfg: FinetuneConfig) -> int:
@@ -204,35 +229,59 @@ def finetune(cfg: FinetuneConfig) -> int:
     device = resolve_device(cfg.device)
     lm, task, train, held, data = _wiki_task(cfg, device)
     if cfg.batch_size > len(train):
-        raise ValueError(f"batch_size={cfg.batch_size} exceeds the {len(train)} training examples (shots x classes)")
+        raise ValueError(
+            f"batch_size={cfg.batch_size} exceeds the {len(train)} training examples (shots x classes)"
+        )
     model = lm.model
     if cfg.lora:
         model = _apply_lora(model, cfg.lora_rank)
     log = (lambda *a: None) if cfg.quiet else (lambda *a: print(*a, flush=True))
-    log(f"model {cfg.model} ({lm.source}), {sum(p.numel() for p in model.parameters() if p.requires_grad):,} "
+    log(
+        f"model {cfg.model} ({lm.source}), {sum(p.numel() for p in model.parameters() if p.requires_grad):,} "
         f"trainable parameters on {device}; {len(train)} training / {len(held)} held-out examples, "
-        f"{len(data.classes)} topics")
+        f"{len(data.classes)} topics"
+    )
     zero_shot = _evaluate(task, model, held)
     log(f"zero-shot accuracy:  {zero_shot}")
-    optimizer = make_optimizer(cfg.optimizer, model, lr=cfg.lr, eps=cfg.eps, rank=cfg.rank, interval=cfg.interval,
-                               momentum=cfg.momentum, weight_decay=cfg.weight_decay, seed=cfg.seed)
+    optimizer = make_optimizer(
+        cfg.optimizer,
+        model,
+        lr=cfg.lr,
+        eps=cfg.eps,
+        rank=cfg.rank,
+        interval=cfg.interval,
+        momentum=cfg.momentum,
+        weight_decay=cfg.weight_decay,
+        seed=cfg.seed,
+    )
     rng = np.random.default_rng(cfg.seed)
 
     def draw() -> Batch:
         return LabelWordTask.select(train, rng.choice(len(train), cfg.batch_size, replace=False))
 
     with PeakMemory(device) as mem:
-        run = train_steps(model, optimizer, lambda b: task.loss(model, b), draw, cfg.steps, quiet=cfg.quiet,
-                          desc=f"{cfg.optimizer} fine-tuning")
+        run = train_steps(
+            model,
+            optimizer,
+            lambda b: task.loss(model, b),
+            draw,
+            cfg.steps,
+            quiet=cfg.quiet,
+            desc=f"{cfg.optimizer} fine-tuning",
+        )
     tuned = _evaluate(task, model, held)
     steps_per_s = cfg.steps / run["seconds"] if run["seconds"] > 0 else float("nan")
     log(f"fine-tuned accuracy: {tuned}")
-    log(f"{cfg.steps} steps ({run['forward_passes']} forward passes) in {run['seconds']:.1f} s = "
+    log(
+        f"{cfg.steps} steps ({run['forward_passes']} forward passes) in {run['seconds']:.1f} s = "
         f"{steps_per_s:.3f} steps/s; peak memory {mem.absolute_peak_bytes / 2**20:.0f} MiB "
-        f"({'CUDA allocated' if device.type == 'cuda' else 'process RSS'}); skipped steps {run['skipped_steps']}")
+        f"({'CUDA allocated' if device.type == 'cuda' else 'process RSS'}); skipped steps {run['skipped_steps']}"
+    )
     if cfg.out is not None:
         record = RunRecord(
-            command="iclr25-lozo finetune", config=cfg, device=str(device),
+            command="iclr25-lozo finetune",
+            config=cfg,
+            device=str(device),
             versions=package_versions(VERSIONS),
             metrics={
                 "zero_shot_accuracy": zero_shot.as_dict(),
@@ -241,7 +290,9 @@ def finetune(cfg: FinetuneConfig) -> int:
                 "steps_per_second": steps_per_s,
                 "forward_passes": run["forward_passes"],
                 "skipped_steps": run["skipped_steps"],
-                "final_train_loss_mean_last_10": float(np.mean(run["losses"][-10:])) if run["losses"] else None,
+                "final_train_loss_mean_last_10": float(np.mean(run["losses"][-10:]))
+                if run["losses"]
+                else None,
                 "model_source": lm.source,
             },
             timings={"train_seconds": run["seconds"]},
@@ -249,7 +300,9 @@ def finetune(cfg: FinetuneConfig) -> int:
         )
         record.save(cfg.out)
         if run["losses"]:
-            _plot_losses({cfg.optimizer: run["losses"]}, Path(cfg.out) / "loss.png", f"{cfg.model}: {cfg.optimizer}")
+            _plot_losses(
+                {cfg.optimizer: run["losses"]}, Path(cfg.out) / "loss.png", f"{cfg.model}: {cfg.optimizer}"
+            )
         log(f"results written to {cfg.out}")
     return 0
 
@@ -309,8 +362,9 @@ def _digits_run(method: str, lr: float, seed: int, zo_steps: int) -> dict[str, A
     x_train, y_train, x_test, y_test = _digits_split(seed)
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-    optimizer = make_optimizer(method, model, lr=lr, eps=1e-3, rank=2, interval=50, momentum=0.9, weight_decay=0.0,
-                               seed=seed)
+    optimizer = make_optimizer(
+        method, model, lr=lr, eps=1e-3, rank=2, interval=50, momentum=0.9, weight_decay=0.0, seed=seed
+    )
     # Equal forward-pass budgets: a ZO step is 2 forwards, a first-order step ~3 forward-equivalents.
     steps = zo_steps if method != "adam" else (2 * zo_steps) // 3
     rng = np.random.default_rng(seed)
@@ -320,39 +374,77 @@ def _digits_run(method: str, lr: float, seed: int, zo_steps: int) -> dict[str, A
         idx = torch.as_tensor(rng.choice(len(x_train), 128, replace=False))
         return x_train[idx], y_train[idx]
 
-    run = train_steps(model, optimizer, lambda b: loss_fn(model(b[0]), b[1]), draw, steps, quiet=True, desc="")
+    run = train_steps(
+        model, optimizer, lambda b: loss_fn(model(b[0]), b[1]), draw, steps, quiet=True, desc=""
+    )
     with torch.no_grad():
         train_loss = float(loss_fn(model(x_train), y_train))
         test_acc = float((model(x_test).argmax(1) == y_test).float().mean())
-    state_bytes = optimizer.state_bytes() if isinstance(optimizer, LOZO) else (
-        sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))
+    state_bytes = (
+        optimizer.state_bytes()
+        if isinstance(optimizer, LOZO)
+        else (
+            sum(
+                t.numel() * t.element_size()
+                for s in optimizer.state.values()
+                for t in s.values()
+                if torch.is_tensor(t)
+            )
+        )
     )
-    return {"method": method, "lr": lr, "seed": seed, "steps": steps, "forward_passes": run["forward_passes"],
-            "train_loss": train_loss if math.isfinite(train_loss) else float("inf"), "test_accuracy": test_acc,
-            "optimizer_state_bytes": state_bytes, "curve": run["losses"]}
+    return {
+        "method": method,
+        "lr": lr,
+        "seed": seed,
+        "steps": steps,
+        "forward_passes": run["forward_passes"],
+        "train_loss": train_loss if math.isfinite(train_loss) else float("inf"),
+        "test_accuracy": test_acc,
+        "optimizer_state_bytes": state_bytes,
+        "curve": run["losses"],
+    }
 
 
-def _lm_run(cfg: ReproduceConfig, method: str, lr: float, seed: int, zo_steps: int, shared: Any) -> dict[str, Any]:
+def _lm_run(
+    cfg: ReproduceConfig, method: str, lr: float, seed: int, zo_steps: int, shared: Any
+) -> dict[str, Any]:
     lm, task, train, held = shared
     model = lm.model
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     try:
-        optimizer = make_optimizer(method, model, lr=lr, eps=1e-3, rank=2, interval=50, momentum=0.9,
-                                   weight_decay=0.0, seed=seed)
+        optimizer = make_optimizer(
+            method, model, lr=lr, eps=1e-3, rank=2, interval=50, momentum=0.9, weight_decay=0.0, seed=seed
+        )
         steps = zo_steps if method != "adam" else (2 * zo_steps) // 3
         rng = np.random.default_rng(seed)
 
         def draw() -> Batch:
             return LabelWordTask.select(train, rng.choice(len(train), 8, replace=False))
 
-        run = train_steps(model, optimizer, lambda b: task.loss(model, b), draw, steps, quiet=cfg.quiet,
-                          desc=f"SmolLM2 {method} lr={lr:g} seed={seed}")
+        run = train_steps(
+            model,
+            optimizer,
+            lambda b: task.loss(model, b),
+            draw,
+            steps,
+            quiet=cfg.quiet,
+            desc=f"SmolLM2 {method} lr={lr:g} seed={seed}",
+        )
         acc = _evaluate(task, model, held)
     finally:
         model.load_state_dict(initial)
-    return {"method": method, "lr": lr, "seed": seed, "steps": steps, "forward_passes": run["forward_passes"],
-            "final_train_loss": float(np.mean(run["losses"][-5:])), "accuracy": acc.value,
-            "accuracy_low": acc.low, "accuracy_high": acc.high, "curve": run["losses"]}
+    return {
+        "method": method,
+        "lr": lr,
+        "seed": seed,
+        "steps": steps,
+        "forward_passes": run["forward_passes"],
+        "final_train_loss": float(np.mean(run["losses"][-5:])),
+        "accuracy": acc.value,
+        "accuracy_low": acc.low,
+        "accuracy_high": acc.high,
+        "curve": run["losses"],
+    }
 
 
 def _summarise(rows: list[dict[str, Any]], key: str, lower_is_better: bool) -> list[dict[str, Any]]:
@@ -363,8 +455,16 @@ def _summarise(rows: list[dict[str, Any]], key: str, lower_is_better: bool) -> l
     means = []
     for (method, lr), rs in table.items():
         vals = np.array([r[key] for r in rs], dtype=float)
-        means.append({"method": method, "lr": lr, key: float(np.mean(vals)), f"{key}_std": float(np.std(vals)),
-                      "seeds": len(rs), "forward_passes": rs[0]["forward_passes"]})
+        means.append(
+            {
+                "method": method,
+                "lr": lr,
+                key: float(np.mean(vals)),
+                f"{key}_std": float(np.std(vals)),
+                "seeds": len(rs),
+                "forward_passes": rs[0]["forward_passes"],
+            }
+        )
     best = {}
     for m in means:
         cur = best.get(m["method"])
@@ -380,8 +480,10 @@ def reproduce(cfg: ReproduceConfig) -> int:
     log = (lambda *a: None) if cfg.quiet else (lambda *a: print(*a, flush=True))
     digits_steps = cfg.digits_steps * (2 if cfg.full else 1)
     seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
-    log(f"A. digits MLP 64-128-10, {digits_steps} zeroth-order steps (Adam: same forward-pass budget), "
-        f"{len(seeds)} seeds, LR grid per method")
+    log(
+        f"A. digits MLP 64-128-10, {digits_steps} zeroth-order steps (Adam: same forward-pass budget), "
+        f"{len(seeds)} seeds, LR grid per method"
+    )
     rows_a = []
     jobs = [(m, lr, s) for m in OPTIMIZERS for lr in DIGITS_LR_GRID[m] for s in seeds]
     for method, lr, seed in progress(jobs, total=len(jobs), desc="digits grid", quiet=cfg.quiet):
@@ -390,13 +492,29 @@ def reproduce(cfg: ReproduceConfig) -> int:
     for b in best_a:
         accs = [r["test_accuracy"] for r in rows_a if r["method"] == b["method"] and r["lr"] == b["lr"]]
         b["test_accuracy"] = float(np.mean(accs))
-        b["optimizer_state_bytes"] = next(r["optimizer_state_bytes"] for r in rows_a if r["method"] == b["method"])
+        b["optimizer_state_bytes"] = next(
+            r["optimizer_state_bytes"] for r in rows_a if r["method"] == b["method"]
+        )
     from iclr25_shared.results import markdown_table
 
-    log(markdown_table(best_a, ["method", "lr", "train_loss", "train_loss_std", "test_accuracy", "forward_passes",
-                                "optimizer_state_bytes"]))
-    curves_a = {b["method"]: next(r["curve"] for r in rows_a if r["method"] == b["method"] and r["lr"] == b["lr"])
-                for b in best_a}
+    log(
+        markdown_table(
+            best_a,
+            [
+                "method",
+                "lr",
+                "train_loss",
+                "train_loss_std",
+                "test_accuracy",
+                "forward_passes",
+                "optimizer_state_bytes",
+            ],
+        )
+    )
+    curves_a = {
+        b["method"]: next(r["curve"] for r in rows_a if r["method"] == b["method"] and r["lr"] == b["lr"])
+        for b in best_a
+    }
 
     best_b: list[dict[str, Any]] = []
     rows_b: list[dict[str, Any]] = []
@@ -408,35 +526,58 @@ def reproduce(cfg: ReproduceConfig) -> int:
         fcfg = FinetuneConfig(model=cfg.model, seed=cfg.seed, device=cfg.device, quiet=True)
         lm, task, train, held, _ = _wiki_task(fcfg, device)
         zero_shot = _evaluate(task, lm.model, held)
-        log(f"B. {cfg.model}: zero-shot accuracy {zero_shot}; {lm_steps} zeroth-order steps per run, "
-            f"{len(lm_seeds)} seed(s)")
+        log(
+            f"B. {cfg.model}: zero-shot accuracy {zero_shot}; {lm_steps} zeroth-order steps per run, "
+            f"{len(lm_seeds)} seed(s)"
+        )
         grid = {m: ((LM_LR[m] / 3, LM_LR[m], LM_LR[m] * 3) if cfg.full else (LM_LR[m],)) for m in OPTIMIZERS}
         for method in OPTIMIZERS:
             for lr in grid[method]:
                 for seed in lm_seeds:
                     rows_b.append(_lm_run(cfg, method, lr, seed, lm_steps, (lm, task, train, held)))
-                    log(f"  {method:7s} lr={lr:g} seed={seed}: accuracy {rows_b[-1]['accuracy']:.3f}, "
-                        f"final loss {rows_b[-1]['final_train_loss']:.3f}")
+                    log(
+                        f"  {method:7s} lr={lr:g} seed={seed}: accuracy {rows_b[-1]['accuracy']:.3f}, "
+                        f"final loss {rows_b[-1]['final_train_loss']:.3f}"
+                    )
         best_b = _summarise(rows_b, "accuracy", lower_is_better=False)
         for b in best_b:
-            b["final_train_loss"] = float(np.mean([r["final_train_loss"] for r in rows_b
-                                                   if r["method"] == b["method"] and r["lr"] == b["lr"]]))
-        curves_b = {b["method"]: next(r["curve"] for r in rows_b if r["method"] == b["method"] and r["lr"] == b["lr"])
-                    for b in best_b}
-        log(markdown_table(best_b, ["method", "lr", "accuracy", "accuracy_std", "final_train_loss", "forward_passes"]))
+            b["final_train_loss"] = float(
+                np.mean(
+                    [
+                        r["final_train_loss"]
+                        for r in rows_b
+                        if r["method"] == b["method"] and r["lr"] == b["lr"]
+                    ]
+                )
+            )
+        curves_b = {
+            b["method"]: next(r["curve"] for r in rows_b if r["method"] == b["method"] and r["lr"] == b["lr"])
+            for b in best_b
+        }
+        log(
+            markdown_table(
+                best_b, ["method", "lr", "accuracy", "accuracy_std", "final_train_loss", "forward_passes"]
+            )
+        )
 
     if cfg.out is not None:
         strip = lambda rows: [{k: v for k, v in r.items() if k != "curve"} for r in rows]  # noqa: E731
         record = RunRecord(
-            command="iclr25-lozo reproduce" + (" --full" if cfg.full else ""), config=cfg, device=str(device),
+            command="iclr25-lozo reproduce" + (" --full" if cfg.full else ""),
+            config=cfg,
+            device=str(device),
             versions=package_versions(VERSIONS),
             metrics={"lm_zero_shot_accuracy": zero_shot.as_dict() if zero_shot else None},
-            tables={"A. digits MLP, best LR per method (mean over seeds)": best_a,
-                    "A. digits MLP, every run": strip(rows_a),
-                    "B. LM, best LR per method": best_b,
-                    "B. LM, every run": strip(rows_b)},
-            notes=["Equal forward-pass budgets: a zeroth-order step costs 2 forward passes, a first-order Adam step "
-                   "3 forward-equivalents (forward + backward), so Adam gets 2/3 as many steps."],
+            tables={
+                "A. digits MLP, best LR per method (mean over seeds)": best_a,
+                "A. digits MLP, every run": strip(rows_a),
+                "B. LM, best LR per method": best_b,
+                "B. LM, every run": strip(rows_b),
+            },
+            notes=[
+                "Equal forward-pass budgets: a zeroth-order step costs 2 forward passes, a first-order Adam step "
+                "3 forward-equivalents (forward + backward), so Adam gets 2/3 as many steps."
+            ],
         )
         record.save(cfg.out)
         _plot_losses(curves_a, Path(cfg.out) / "digits_loss.png", "digits MLP, best LR per method")
@@ -485,11 +626,19 @@ def _bench_worker(args: dict[str, Any]) -> dict[str, Any]:
     from iclr25_shared.data import wiki_summaries
 
     texts = wiki_summaries().texts[:500] if args["model"] == "tiny" else []
-    lm = load_model(args["model"], texts=texts, label_words=list(WIKI_LABEL_WORDS.values()), device=device,
-                    dtype="float32", seed=0)
+    lm = load_model(
+        args["model"],
+        texts=texts,
+        label_words=list(WIKI_LABEL_WORDS.values()),
+        device=device,
+        dtype="float32",
+        seed=0,
+    )
     model = lm.model
     gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, model.config.vocab_size, (args["batch_size"], args["seq_len"]), generator=gen).to(device)
+    ids = torch.randint(0, model.config.vocab_size, (args["batch_size"], args["seq_len"]), generator=gen).to(
+        device
+    )
 
     def loss_fn(_: Any = None) -> torch.Tensor:
         return model(input_ids=ids, labels=ids).loss.float()
@@ -503,8 +652,9 @@ def _bench_worker(args: dict[str, Any]) -> dict[str, Any]:
         with Timer(device) as t, torch.no_grad():
             loss_fn()
         times_inf.append(t.seconds)
-    optimizer = make_optimizer(args["method"], model, lr=1e-7, eps=1e-3, rank=2, interval=50, momentum=0.9,
-                               weight_decay=0.0, seed=0)
+    optimizer = make_optimizer(
+        args["method"], model, lr=1e-7, eps=1e-3, rank=2, interval=50, momentum=0.9, weight_decay=0.0, seed=0
+    )
 
     def one_step() -> None:
         train_steps(model, optimizer, loss_fn, lambda: None, 1, quiet=True, desc="")
@@ -534,35 +684,65 @@ def bench(cfg: BenchConfig) -> int:
     log = (lambda *a: None) if cfg.quiet else (lambda *a: print(*a, flush=True))
     rows = []
     for method in progress(cfg.methods, total=len(cfg.methods), desc="bench", quiet=cfg.quiet):
-        args = {"method": method, "model": cfg.model, "batch_size": cfg.batch_size, "seq_len": cfg.seq_len,
-                "repeats": cfg.repeats, "device": cfg.device}
+        args = {
+            "method": method,
+            "model": cfg.model,
+            "batch_size": cfg.batch_size,
+            "seq_len": cfg.seq_len,
+            "repeats": cfg.repeats,
+            "device": cfg.device,
+        }
         proc = subprocess.run(
             [sys.executable, "-m", "iclr25_lozo._bench_worker", json.dumps(args)],
-            capture_output=True, text=True, check=False,
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if proc.returncode != 0:
             raise RuntimeError(f"bench worker for {method} failed: {proc.stderr.strip().splitlines()[-1:]}")
         r = json.loads(proc.stdout.strip().splitlines()[-1])
-        rows.append({
-            "method": method,
-            "memory_vs_inference": r["step_peak_bytes"] / r["inference_peak_bytes"],
-            "time_vs_inference": r["step_seconds"] / r["inference_seconds"],
-            "step_peak_mib": r["step_peak_bytes"] / 2**20,
-            "inference_peak_mib": r["inference_peak_bytes"] / 2**20,
-            "step_seconds": r["step_seconds"],
-            "inference_seconds": r["inference_seconds"],
-        })
+        rows.append(
+            {
+                "method": method,
+                "memory_vs_inference": r["step_peak_bytes"] / r["inference_peak_bytes"],
+                "time_vs_inference": r["step_seconds"] / r["inference_seconds"],
+                "step_peak_mib": r["step_peak_bytes"] / 2**20,
+                "inference_peak_mib": r["inference_peak_bytes"] / 2**20,
+                "step_seconds": r["step_seconds"],
+                "inference_seconds": r["inference_seconds"],
+            }
+        )
     from iclr25_shared.results import markdown_table
 
     device = r["device"]
-    log(f"{cfg.model}, batch {cfg.batch_size} x {cfg.seq_len} tokens, device {device}; memory is "
+    log(
+        f"{cfg.model}, batch {cfg.batch_size} x {cfg.seq_len} tokens, device {device}; memory is "
         f"{'CUDA allocated' if device.startswith('cuda') else 'process RSS above the pre-load baseline'} "
-        "(model weights included)")
-    log(markdown_table(rows, ["method", "memory_vs_inference", "time_vs_inference", "step_peak_mib",
-                              "inference_peak_mib", "step_seconds", "inference_seconds"], floatfmt=".3g"))
+        "(model weights included)"
+    )
+    log(
+        markdown_table(
+            rows,
+            [
+                "method",
+                "memory_vs_inference",
+                "time_vs_inference",
+                "step_peak_mib",
+                "inference_peak_mib",
+                "step_seconds",
+                "inference_seconds",
+            ],
+            floatfmt=".3g",
+        )
+    )
     if cfg.out is not None:
-        RunRecord(command="iclr25-lozo bench", config=cfg, device=device, versions=package_versions(VERSIONS),
-                  tables={"ratios to one inference forward pass": rows}).save(cfg.out)
+        RunRecord(
+            command="iclr25-lozo bench",
+            config=cfg,
+            device=device,
+            versions=package_versions(VERSIONS),
+            tables={"ratios to one inference forward pass": rows},
+        ).save(cfg.out)
         log(f"results written to {cfg.out}")
     return 0
 

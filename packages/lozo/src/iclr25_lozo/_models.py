@@ -32,10 +32,14 @@ def _word_level_tokenizer(texts: list[str], extra_words: list[str], vocab_size: 
     from tokenizers import decoders
 
     tok.decoder = decoders.WordPiece(prefix="##")  # joins words with spaces
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="</s>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", pad_token="<pad>", eos_token="</s>"
+    )
 
 
-def tiny_llama(texts: list[str], extra_words: list[str], *, seed: int = 0, vocab_size: int = 2048) -> CausalLM:
+def tiny_llama(
+    texts: list[str], extra_words: list[str], *, seed: int = 0, vocab_size: int = 2048
+) -> CausalLM:
     """A 2-layer, 64-wide random Llama with a word-level tokenizer over ``texts`` (``extra_words`` always in vocab)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -59,7 +63,9 @@ def tiny_llama(texts: list[str], extra_words: list[str], *, seed: int = 0, vocab
     return CausalLM(model.eval(), tokenizer, "tiny")
 
 
-def load_model(name: str, *, texts: list[str], label_words: list[str], device: Any, dtype: str, seed: int) -> CausalLM:
+def load_model(
+    name: str, *, texts: list[str], label_words: list[str], device: Any, dtype: str, seed: int
+) -> CausalLM:
     """``tiny`` → :func:`tiny_llama`; anything else → :func:`iclr25_shared.models.load_causal_lm`."""
     if name == TINY:
         lm = tiny_llama(texts, label_words, seed=seed)

@@ -46,7 +46,9 @@ _NORM_TYPES: tuple[type[nn.Module], ...] = (
 def _is_norm(module: nn.Module) -> bool:
     # torch's own norm layers, plus model-specific norm classes (LlamaRMSNorm, T5LayerNorm, ...), by type.
     return isinstance(module, _NORM_TYPES) or any(
-        cls.__name__.endswith(("Norm", "LayerNorm", "RMSNorm")) for cls in type(module).__mro__ if cls is not nn.Module
+        cls.__name__.endswith(("Norm", "LayerNorm", "RMSNorm"))
+        for cls in type(module).__mro__
+        if cls is not nn.Module
     )
 
 
@@ -74,8 +76,16 @@ def decay_param_groups(model: nn.Module, weight_decay: float) -> list[dict[str, 
     return [g for g in groups if g["params"]]
 
 
-def _check_number(name: str, value: Any, *, low: float, high: float | None = None, low_open: bool = False,
-                  high_open: bool = False, integer: bool = False) -> None:
+def _check_number(
+    name: str,
+    value: Any,
+    *,
+    low: float,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    integer: bool = False,
+) -> None:
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind):
         raise TypeError(f"{name} must be {'an int' if integer else 'a number'}, got {type(value).__name__}")
@@ -184,7 +194,9 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
             raise TypeError("the closure returned None; it must return the loss (a scalar) of a forward pass")
         if isinstance(loss, torch.Tensor):
             if loss.numel() != 1:
-                raise ValueError(f"the closure must return a scalar loss, got a tensor of shape {tuple(loss.shape)}")
+                raise ValueError(
+                    f"the closure must return a scalar loss, got a tensor of shape {tuple(loss.shape)}"
+                )
             if loss.dtype in (torch.float16, torch.bfloat16) and not self._warned_low_precision:
                 self._warned_low_precision = True
                 warnings.warn(
@@ -214,7 +226,9 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
             ValueError: the closure returned a tensor with more than one element.
         """
         if closure is None or not callable(closure):
-            raise TypeError(f"{type(self).__name__}.step needs a closure that returns the loss of a forward pass")
+            raise TypeError(
+                f"{type(self).__name__}.step needs a closure that returns the loss of a forward pass"
+            )
         params = self._trainable()
         self._begin_step()
         eps = self.eps
@@ -290,7 +304,9 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
         if "momentum_buffer" not in state:
             state["momentum_buffer"] = c * z
         else:
-            state["momentum_buffer"] = self.momentum * state["momentum_buffer"] + (c * (1.0 - self.momentum)) * z
+            state["momentum_buffer"] = (
+                self.momentum * state["momentum_buffer"] + (c * (1.0 - self.momentum)) * z
+            )
         p.add_((state["momentum_buffer"] * -group["lr"]).to(p.dtype))
 
 
@@ -391,7 +407,9 @@ class LOZO(ZerothOrderOptimizer):
         self.interval = int(interval)
         self._old_v: dict[int, torch.Tensor] = {}
         clamped = [
-            tuple(p.shape) for _, p, _ in self._trainable() if p.ndim >= 2 and min(self._matrix_shape(p)) < rank
+            tuple(p.shape)
+            for _, p, _ in self._trainable()
+            if p.ndim >= 2 and min(self._matrix_shape(p)) < rank
         ]
         if clamped:
             warnings.warn(
@@ -467,9 +485,16 @@ class LOZO(ZerothOrderOptimizer):
             for index, p, _ in self._trainable():
                 if p.ndim >= 2:
                     n = self._matrix_shape(p)[1]
-                    self.state[p]["V"] = self._gaussian(p, (n, self.rank_of(p)), self._STREAM_SUBSPACE, period, index)
+                    self.state[p]["V"] = self._gaussian(
+                        p, (n, self.rank_of(p)), self._STREAM_SUBSPACE, period, index
+                    )
 
     def state_bytes(self) -> int:
         """Bytes of optimizer state: V (sum n r) plus, for LOZO-M, the compressed momentum (sum m r) and the
         full buffers of 1-D parameters."""
-        return sum(t.numel() * t.element_size() for s in self.state.values() for t in s.values() if torch.is_tensor(t))
+        return sum(
+            t.numel() * t.element_size()
+            for s in self.state.values()
+            for t in s.values()
+            if torch.is_tensor(t)
+        )

@@ -114,7 +114,9 @@ class LabelWordTask:
         for c in self.classes:
             tokens = self.tokenizer(self.label_words[c], add_special_tokens=False).input_ids
             if len(tokens) != 1:
-                raise ValueError(f"label word {self.label_words[c]!r} for {c!r} is {len(tokens)} tokens; it must be one")
+                raise ValueError(
+                    f"label word {self.label_words[c]!r} for {c!r} is {len(tokens)} tokens; it must be one"
+                )
             ids.append(tokens[0])
         if len(set(ids)) != len(ids):
             raise ValueError("two classes share a label-word token")
