@@ -143,6 +143,8 @@ def test_unknown_dataset_and_offline_pyg_dataset_are_clear(tmp_path):
         load_dataset("Cora", root=tmp_path)
     with pytest.raises(DatasetUnavailable, match=r"ENZYMES\.zip"):
         load_dataset("enzymes", root=tmp_path)
+    with pytest.raises(DatasetUnavailable, match=r"graphkerneldatasets/REDDIT-BINARY\.zip"):
+        load_dataset("tu:REDDIT-BINARY", root=tmp_path)
 
 
 def test_fashion_superpixels_is_class_balanced_and_seeded():
@@ -150,3 +152,18 @@ def test_fashion_superpixels_is_class_balanced_and_seeded():
     b = load_dataset("fashion-superpixels", num_graphs=30, seed=0)
     assert torch.bincount(a.labels).tolist() == [3] * 10
     assert all(torch.equal(x.x, y.x) for x, y in zip(a.graphs, b.graphs))
+
+
+def test_a_tu_dataset_already_in_root_loads_without_download(tmp_path):
+    """The offline path of a PyG dataset: raw TU files in <root>/<name>/raw are processed by PyG, no download."""
+    raw = tmp_path / "TINY" / "raw"
+    raw.mkdir(parents=True)
+    # two triangles (nodes 1-3 and 4-6, 1-based as in the TU format), graph labels 0 and 1
+    edges = [(1, 2), (2, 3), (3, 1), (4, 5), (5, 6), (6, 4)]
+    (raw / "TINY_A.txt").write_text("".join(f"{u}, {v}\n{v}, {u}\n" for u, v in edges))
+    (raw / "TINY_graph_indicator.txt").write_text("1\n1\n1\n2\n2\n2\n")
+    (raw / "TINY_graph_labels.txt").write_text("0\n1\n")
+    (raw / "TINY_node_attributes.txt").write_text("".join(f"{i}.0, 1.0\n" for i in range(6)))
+    data = load_dataset("tu:TINY", root=tmp_path)
+    assert data.task == "graph" and len(data.graphs) == 2 and data.num_classes == 2
+    assert data.graphs[0].edge_index.size(1) == 6 and data.in_channels == 2

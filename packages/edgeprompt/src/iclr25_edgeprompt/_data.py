@@ -312,8 +312,10 @@ def from_pyg(dataset: object, *, task: str, name: str = "custom", num_hops: int 
             raise ValueError(
                 f"graph classification needs one label per graph: graph {i} has y={getattr(g, 'y', None)}"
             )
-        if getattr(g, "x", None) is None:
-            raise ValueError(f"graph {i} has no node features 'x'")
+        if getattr(g, "x", None) is None or g.x.dim() != 2 or g.x.size(-1) == 0:
+            raise ValueError(
+                f"graph {i} has no node features 'x' (add some, e.g. a degree one-hot, before tuning)"
+            )
         graphs.append(Data(x=g.x.float(), edge_index=g.edge_index, y=g.y.view(1).long()))
     if not graphs:
         raise ValueError("the dataset is empty")
@@ -348,7 +350,7 @@ def load_dataset(
     (Fashion-MNIST images from ``split`` as SLIC superpixel graphs, graph task, 10 classes; ``num_graphs`` of them,
     class-balanced, chosen with ``seed``), ``digits-grid`` (sklearn's 1 797 8×8 digits as grid graphs).
     PyG datasets, from ``root``: Planetoid ``Cora``/``CiteSeer``/``PubMed`` (node task) and TUDataset names such
-    as ``ENZYMES``, ``MUTAG``, ``PROTEINS`` (graph task). They are read from ``root`` when already there; otherwise
+    as ``ENZYMES``, ``MUTAG``, ``PROTEINS`` (graph task), or any TUDataset name as ``tu:<name>``. They are read from ``root`` when already there; otherwise
     ``download=True`` lets PyG fetch them.
 
     Raises:
@@ -384,14 +386,15 @@ def load_dataset(
             name="digits-grid", task="graph", graphs=digit_grid_graphs(images, labels), num_classes=10
         )
     if key in _PLANETOID or key in _TU:
-        return _load_pyg(key, root=root, download=download, num_hops=num_hops)
-    known = [*BUILTIN_DATASETS, *_PLANETOID.values(), *_TU.values()]
+        return _load_pyg(_PLANETOID.get(key) or _TU[key], root=root, download=download, num_hops=num_hops)
+    if key.startswith("tu:") and len(name) > 3:
+        return _load_pyg(name[3:], root=root, download=download, num_hops=num_hops)
+    known = [*BUILTIN_DATASETS, *_PLANETOID.values(), *_TU.values(), "tu:<any TUDataset name>"]
     raise ValueError(f"dataset must be one of {', '.join(known)}; got {name!r}")
 
 
-def _load_pyg(key: str, *, root: str | Path | None, download: bool, num_hops: int) -> TaskData:
-    planetoid = key in _PLANETOID
-    real = _PLANETOID.get(key) or _TU[key]
+def _load_pyg(real: str, *, root: str | Path | None, download: bool, num_hops: int) -> TaskData:
+    planetoid = real in _PLANETOID.values()
     url = (
         "https://github.com/kimiyoung/planetoid/raw/master/data"
         if planetoid
@@ -417,7 +420,7 @@ def _load_pyg(key: str, *, root: str | Path | None, download: bool, num_hops: in
         else:
             from torch_geometric.datasets import TUDataset
 
-            ds = TUDataset(str(root), real)
+            ds = TUDataset(str(root), real, use_node_attr=True)
     except OSError as exc:  # URLError is an OSError
         raise DatasetUnavailable(
             f"could not load or download {real!r} from {url} into {str(folder)!r}: {exc}"

@@ -137,8 +137,13 @@ class EdgePromptPlus(PromptModule):
     def anchor_weights(self, layer: int, h: Tensor, edge_index: Tensor) -> Tensor:
         """Per-edge anchor weights ``b``: ``[E, num_anchors]``, each row a softmax (non-negative, sums to 1)."""
         _check_features(h, layer, self.dims, "EdgePromptPlus")
-        pair = torch.cat([h[edge_index[0]], h[edge_index[1]]], dim=-1)
-        return torch.softmax(F.leaky_relu(self.scores[layer](pair)), dim=-1)
+        # Lin([h_j || h_i]) = W_src h_j + W_dst h_i + c: project the nodes first, then gather per edge, which
+        # avoids materialising the [E, 2d] concatenation (same value; the test checks it against the concat form).
+        lin = self.scores[layer]
+        d = self.dims[layer]
+        src = F.linear(h, lin.weight[:, :d])
+        dst = F.linear(h, lin.weight[:, d:], lin.bias)
+        return torch.softmax(F.leaky_relu(src[edge_index[0]] + dst[edge_index[1]]), dim=-1)
 
     def forward(self, layer: int, h: Tensor, edge_index: Tensor) -> Tensor:
         """Per-edge prompts ``[E, dims[layer]]`` aligned with ``edge_index``'s columns."""

@@ -41,7 +41,7 @@ class _Options(CommonOptions):
 class _DataOptions(_Options):
     dataset: str = "karate"
     """karate (node task), fashion-superpixels, digits-grid (graph tasks), or a PyG name with --root: Cora,
-    CiteSeer, PubMed, ENZYMES, MUTAG, PROTEINS, ..."""
+    CiteSeer, PubMed, ENZYMES, MUTAG, PROTEINS, ... or tu:<any TUDataset name>."""
     root: Path | None = None
     """Folder of PyG datasets (Cora, TUDataset, ...)."""
     download: bool = False
