@@ -84,6 +84,25 @@ def test_one_interval_stochastic_regime_by_hand(make_point):
     assert d.estimate == pytest.approx((q + ratio * (wide.Y - ols.predict(Xo))).mean(), abs=1e-8)
 
 
+def test_one_interval_dynamic_threshold_regime_by_hand(make_point):
+    wide, data = make_point(seed=3)
+    d = (wide.L < 0.2).to_numpy(dtype=float)  # treat while L < 0.2
+    Xo = np.column_stack([np.ones(len(wide)), wide.L, wide.A])
+    ols = sm.OLS(wide.Y, Xo).fit()
+    m_d = ols.predict(np.column_stack([np.ones(len(wide)), wide.L, d]))
+    ps = _logit_fit(wide.A, sm.add_constant(wide.L.to_numpy())).predict()
+    follow = (wide.A.to_numpy() == d).astype(float)
+    W = follow / np.where(d == 1, ps, 1 - ps)
+    g = g_computation(data, "threshold:L<0.2", grid=1, outcome_model="L + A", se="none")
+    assert g.estimate == pytest.approx(m_d.mean(), abs=1e-10)
+    w = ipw(data, "threshold:L<0.2", grid=1, treatment_model="L", se="none")
+    assert w.estimate == pytest.approx((W * wide.Y).sum() / W.sum(), abs=1e-8)
+    dr = doubly_robust(
+        data, Regime.threshold("L", 0.2, "<"), grid=1, outcome_model="L + A", treatment_model="L"
+    )
+    assert dr.estimate == pytest.approx((m_d + W * (wide.Y - ols.predict(Xo))).mean(), abs=1e-8)
+
+
 def test_one_interval_risk_reduces_to_logistic_standardisation(make_point):
     wide, data = make_point(death=True)
     X = np.column_stack([np.ones(len(wide)), wide.L, wide.A])
@@ -374,6 +393,16 @@ def test_ice_matches_zepid_itself(monkeypatch):
 
 
 # ---------------------------------------------------------------- pluggable models, options, errors
+def test_ice_matches_statsmodels_per_interval_baseline(sim_small):
+    from iclr25_fl_causal._experiment import ice_statsmodels
+
+    for width in (0.5, 0.1):
+        dd = sim_small.discretise(width)
+        for a, regime in ((1, "always"), (0, "never")):
+            ours = g_computation(dd, regime, outcome_model=OM, se="none").estimate
+            assert ours == pytest.approx(ice_statsmodels(dd, OM, regime_value=a), abs=1e-9)
+
+
 def test_sklearn_estimators_plug_in(sim_small):
     from sklearn.linear_model import LinearRegression, LogisticRegression
 

@@ -16,13 +16,13 @@ _PROG = "iclr25-fl-causal"
 _VERSIONS = ("iclr25-fl-causal", "pandas", "statsmodels", "formulaic", "scipy")
 
 
-def _split(text: str, name: str) -> list[str]:
+def _split(text: str) -> list[str]:
     return [s.strip() for s in text.split(",") if s.strip()] if text else []
 
 
 def _widths(text: str) -> list[float]:
     try:
-        out = [float(s) for s in _split(text, "grid")]
+        out = [float(s) for s in _split(text)]
     except ValueError:
         raise ValueError(f"grid must be comma-separated widths such as 1,2,4; got {text!r}") from None
     if not out or any(w <= 0 for w in out):
@@ -56,8 +56,9 @@ class EstimateConfig(CommonOptions):
     """0/1 death column (empty: none)."""
     censor: str = "drop"
     """0/1 censoring column (empty: none)."""
-    horizon: float = 45.0
-    """τ: rows after it are dropped (subjects alive past it count as followed to it). 0: the last time."""
+    horizon: float = 0.0
+    """τ: rows after it are dropped (subjects alive past it count as followed to it). 0: 45 weeks for the
+    default cohort, else the largest time in the data."""
     outcome_model: str = ""
     """Right-hand side of the outcome regressions (default: treatment + covariates)."""
     treatment_model: str = ""
@@ -104,7 +105,7 @@ def _load(cfg: EstimateConfig):
         frame = pd.read_csv(cfg.data)
     except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
         raise UsageError(f"--data: {cfg.data} is not a readable CSV ({exc})") from None
-    covs = _split(cfg.covariates, "covariates")
+    covs = _split(cfg.covariates)
     horizon = cfg.horizon or None
     kw = dict(
         id=cfg.id,
@@ -234,14 +235,14 @@ class ReproduceConfig(CommonOptions):
         super().__post_init__()
         check_range("reps", self.reps, low=2)
         check_range("n_boot", self.n_boot, low=2)
-        for p in _split(self.parts, "parts"):
+        for p in _split(self.parts):
             check_choice("parts", p, ("simulation", "dr", "hiv", "gvhd"))
 
 
 def reproduce(cfg: ReproduceConfig) -> int:
     from iclr25_fl_causal import _experiment as ex
 
-    parts = _split(cfg.parts, "parts")
+    parts = _split(cfg.parts)
     rec = RunRecord(command=f"{_PROG} reproduce", config=cfg, versions=package_versions(_VERSIONS))
     curves: dict = {}
     if "simulation" in parts:
@@ -300,12 +301,12 @@ class BenchConfig(CommonOptions):
         check_range("repeats", self.repeats, low=1)
         for name, text in (("ns", self.ns), ("intervals", self.intervals)):
             try:
-                vals = [int(s) for s in _split(text, name)]
+                vals = [int(s) for s in _split(text)]
             except ValueError:
                 raise ValueError(f"{name} must be comma-separated integers, got {text!r}") from None
             if not vals or min(vals) < 1:
                 raise ValueError(f"{name} must be comma-separated positive integers, got {text!r}")
-        for k in _split(self.intervals, "intervals"):
+        for k in _split(self.intervals):
             if 40 % int(k):
                 raise ValueError(f"intervals must divide 40 (the simulation's fine steps); got {k}")
 
@@ -314,8 +315,8 @@ def bench(cfg: BenchConfig) -> int:
     from iclr25_fl_causal._experiment import bench_rows
 
     rows = bench_rows(
-        ns=[int(s) for s in _split(cfg.ns, "ns")],
-        intervals=[int(s) for s in _split(cfg.intervals, "intervals")],
+        ns=[int(s) for s in _split(cfg.ns)],
+        intervals=[int(s) for s in _split(cfg.intervals)],
         repeats=cfg.repeats,
         seed=cfg.seed,
         quiet=cfg.quiet,
