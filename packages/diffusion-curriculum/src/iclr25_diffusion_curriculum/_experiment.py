@@ -45,9 +45,11 @@ def make_sampler(
     patience: int,
     max_steps_per_stage: int | None,
     ema: float,
+    timestep_range: tuple[int, int] | None = None,
 ) -> CurriculumSampler:
-    """A sampler for ``order`` in uniform / curriculum / reverse with uniform clusters over ``[0, T)``."""
-    clusters = TimestepClusters(num_train_timesteps, num_clusters, "uniform")
+    """A sampler for ``order`` in uniform / curriculum / reverse with uniform clusters over ``timestep_range``
+    (default ``[0, T)``)."""
+    clusters = TimestepClusters(num_train_timesteps, num_clusters, "uniform", timestep_range=timestep_range)
     if order == "uniform":
         return CurriculumSampler(clusters, order="uniform")
     pacer = PatiencePacer(patience=patience, max_steps_per_stage=max_steps_per_stage, ema=ema)

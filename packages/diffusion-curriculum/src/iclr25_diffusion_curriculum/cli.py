@@ -81,6 +81,8 @@ class TrainConfig(_CurriculumOptions):
     """UNet block widths (multiples of 8; one down-sampling per extra level)."""
     snr_gamma: float | None = None
     """Min-SNR-γ loss weighting (e.g. 5.0); None trains with the plain ε-MSE."""
+    timestep_range: tuple[int, int] | None = None
+    """Train only on timesteps BEGIN … END-1 (0 <= BEGIN < END <= T); the clusters split this range."""
     num_samples: int = 64
     """Images in the saved sample grid."""
     num_inference_steps: int = 50
@@ -98,6 +100,10 @@ class TrainConfig(_CurriculumOptions):
         _check_channels(self.channels, self.size)
         if self.snr_gamma is not None:
             check_range("snr_gamma", self.snr_gamma, low=0.0, low_inclusive=False)
+        if self.timestep_range is not None:
+            from iclr25_diffusion_curriculum._clusters import TimestepClusters
+
+            TimestepClusters(self.num_train_timesteps, self.num_clusters, timestep_range=self.timestep_range)
         check_range("num_samples", self.num_samples, low=1, high=1024)
         check_range("num_inference_steps", self.num_inference_steps, low=1, high=self.num_train_timesteps)
 
@@ -279,6 +285,7 @@ def train(cfg: TrainConfig) -> int:
         patience=cfg.patience,
         max_steps_per_stage=cfg.max_steps_per_stage,
         ema=cfg.ema,
+        timestep_range=cfg.timestep_range,
     )
     log(f"{cfg.dataset}: {images.shape[0]} images at {cfg.size}px; {sampler!r}; device {device}")
     start = time.perf_counter()
