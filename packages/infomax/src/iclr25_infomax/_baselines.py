@@ -172,16 +172,26 @@ def kcenter_select(
         start = np.array([np.random.default_rng(_seed(seed)).integers(n)], dtype=np.int64)
     sq = (x * x).sum(axis=1)
     min_d = np.full(n, np.inf)
+    dist = np.empty(n)
     order = list(start.tolist())
-    # One mat-vec per centre; single-threaded BLAS (thread wake-ups dominate a gemv on a busy machine).
+    # One mat-vec per centre, updated in place; single-threaded BLAS (thread wake-ups dominate a gemv on a busy
+    # machine).
     with threadpool_limits(limits=1, user_api="blas"):
+
+        def add(c: int) -> None:
+            np.matmul(x, x[c], out=dist)
+            np.multiply(dist, -2.0, out=dist)
+            np.add(dist, sq, out=dist)
+            np.add(dist, sq[c], out=dist)
+            np.minimum(min_d, dist, out=min_d)
+
         for c in start:
-            min_d = np.minimum(min_d, sq - 2.0 * (x @ x[c]) + sq[c])
+            add(int(c))
         min_d[start] = -1.0
         while len(order) < p:
             c = int(np.argmax(min_d))  # first maximum: deterministic
             order.append(c)
-            min_d = np.minimum(min_d, sq - 2.0 * (x @ x[c]) + sq[c])
+            add(c)
             min_d[c] = -1.0
     idx = np.asarray(order, dtype=np.int64)
     if return_radius:

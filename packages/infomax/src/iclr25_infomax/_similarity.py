@@ -13,7 +13,7 @@ __all__ = ["knn_similarity"]
 
 _METRICS = ("cosine", "euclidean")
 _BACKENDS = ("auto", "exact", "hnsw")
-EXACT_MAX_N = 200_000
+EXACT_MAX_N = 50_000
 
 
 def _faiss_search(
@@ -49,7 +49,7 @@ def knn_similarity(
     - ``metric="euclidean"``: ``K_ij = exp(-‖f_i − f_j‖² / σ²)`` with ``σ²`` the median squared distance to the
       k-th neighbour.
 
-    Neighbours come from faiss: exact (``IndexFlat``) up to ``EXACT_MAX_N = 200 000`` samples, HNSW above (or as
+    Neighbours come from faiss: exact (``IndexFlat``) up to ``EXACT_MAX_N = 50 000`` samples, HNSW above (or as
     ``backend`` says). Memory is ``O(N·k)``.
 
     Args:

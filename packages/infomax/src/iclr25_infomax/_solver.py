@@ -340,9 +340,15 @@ def solve(
     ``∇ = I − 2αKX`` (one sparse mat-vec, ``O(N·k)``), and moves toward the top-``p`` indicator of ``∇``: the
     outsiders with the largest gradient replace the insiders with the smallest, as long as the outsider's gradient
     is larger. A step is accepted only if the exact objective increases; otherwise the number of coordinates it may
-    swap (the trust region, initially the full jump to ``top-p(∇)``) is halved. It stops at a fixed point
+    swap (the trust region, initially the full jump to ``top-p(∇)``) is halved. This phase stops at a fixed point
     ``X = top-p(∇f(X))``, when a single swap no longer improves, or after ``iterations`` steps. ``X`` starts at the
-    top-``p`` by score, so ``α = 0`` returns exactly the top-``p`` and the objective never falls below it.
+    top-``p`` by score (``init="score"``), so ``α = 0`` returns exactly the top-``p`` and the objective never falls
+    below it; ``init="greedy"`` starts from :func:`greedy_select` instead (never worse than greedy).
+
+    With ``refine=True`` (default) a second phase applies the exact exchange gain, which adds the pair term the
+    linearisation misses, ``Δ_ij = ∇_j − ∇_i − α(K_ii + K_jj) + 2αK_ij``: every round takes, for each outsider, its
+    best insider partner, and applies the improving exchanges that share no edge of ``K`` (their gains then add up
+    exactly). It ends at a 1-swap local optimum or after ``iterations`` rounds. Both phases are monotone.
 
     Partitioning (``partitions > 1``) assigns samples to random, equal-size parts (seeded), gives each part a budget
     proportional to its size (the budgets sum to ``p`` exactly) and solves each part on its own block of ``K``
@@ -360,6 +366,8 @@ def solve(
         seed: seeds the random partition; the solver itself is deterministic.
         initial: optional unique indices that must be selected (a warm start / fixed seed set); they count toward
             ``budget``.
+        refine: run the exact-gain exchange phase after the gradient phase (our addition; see README).
+        init: ``"score"`` (top-p by score, the paper's start) or ``"greedy"``.
 
     Returns:
         A :class:`SolverResult`.
@@ -368,7 +376,7 @@ def solve(
         TypeError: non-numeric inputs, or ``budget``/``alpha``/``partitions`` of the wrong type.
         ValueError: NaN/Inf scores or similarities, negative similarities, shape mismatch, budget outside
             ``[1, N]`` or ``(0, 1]``, ``alpha < 0``, ``iterations < 1``, ``partitions > budget``, or an initial set
-            larger than the budget.
+            larger than the budget, or an unknown ``init``.
 
     References:
         Tan et al., "Data Pruning by Information Maximization", ICLR 2025, arXiv:2506.01701, §3 (DQP objective,
