@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """
     import json, os
@@ -16,7 +18,9 @@ SCRIPT = textwrap.dedent(
     assert len(jax.devices()) == 2, jax.devices()
     out = {}
     g = nx.random_regular_graph(3, 40, seed=1)
-    for name, prob in [("mis", MaximumIndependentSet(g)), ("col", GraphColoring(nx.mycielski_graph(4), 4))]:
+    problems = {"mis": MaximumIndependentSet(g), "col": GraphColoring(nx.mycielski_graph(4), 4)}
+    for name in os.environ["QQA_TEST_PROBLEMS"].split(","):
+        prob = problems[name]
         one = anneal(prob, key=3, replicas=16, steps=20, chunk=20, devices=jax.devices()[:1])
         two = anneal(prob, key=3, replicas=16, steps=20, chunk=20)
         out[name] = {
@@ -25,6 +29,9 @@ SCRIPT = textwrap.dedent(
             "loss_dx": float(np.abs(one.history["loss"] - two.history["loss"]).max()),
             "sharded": str(two.final_x.shape),
         }
+    if "mis" not in problems:
+        print("RESULT" + json.dumps(out))
+        raise SystemExit(0)
     # a full run (same compiled chunk program): trajectories drift apart, the answer does not
     full1 = anneal(MaximumIndependentSet(g), key=0, replicas=16, steps=1000, chunk=20, devices=jax.devices()[:1])
     full2 = anneal(MaximumIndependentSet(g), key=0, replicas=16, steps=1000, chunk=20)
@@ -35,29 +42,46 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def test_two_forced_host_devices_match_one_device():
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+def run_two_devices(problems):
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=2",
+        JAX_PLATFORMS="cpu",
+        QQA_TEST_PROBLEMS=",".join(problems),
+    )
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    out = json.loads(line[len("RESULT") :])
-    for name, tol in (("mis", 1e-4), ("col", 5e-3)):
-        assert out[name]["devices"] == [1, 2]
-        # identical random numbers; only the float32 reduction order over replicas differs, which Adam's
-        # g/sqrt(v) amplifies where a gradient is ~0 (more so for the normalised categorical variables)
-        assert out[name]["max_dx"] < tol, out
-        assert out[name]["loss_dx"] < 1e-3, out
+    return json.loads(line[len("RESULT") :])
+
+
+def test_two_forced_host_devices_match_one_device():
+    out = run_two_devices(["mis"])
+    assert out["mis"]["devices"] == [1, 2]
+    # identical random numbers; only the float32 reduction order over replicas differs
+    assert out["mis"]["max_dx"] < 1e-4, out
+    assert out["mis"]["loss_dx"] < 1e-3, out
     a, b, fa, fb = out["full"]
     assert a == b == out["alpha"]
     assert fa
     assert fb
 
 
+@pytest.mark.slow
+def test_two_forced_host_devices_match_one_device_categorical():
+    out = run_two_devices(["col"])
+    assert out["col"]["devices"] == [1, 2]
+    # the float32 reduction-order differences are amplified more by Adam's g/sqrt(v) on the normalised
+    # categorical variables, hence the looser bound
+    assert out["col"]["max_dx"] < 5e-3, out
+    assert out["col"]["loss_dx"] < 1e-3, out
+
+
 def test_replicas_not_divisible_use_fewer_devices():
     from iclr25_qqa._anneal import _mesh_devices
 
     assert _mesh_devices(["d0", "d1"], 15) == ["d0"]
-    assert _mesh_devices(["d0", "d1", "d2", "d3"], 6) == ["d0", "d1"]
+    assert _mesh_devices(["d0", "d1", "d2", "d3"], 6) == ["d0", "d1", "d2"]
     assert _mesh_devices(["d0", "d1"], 16) == ["d0", "d1"]

@@ -237,7 +237,8 @@ def reproduce_command(cfg: ReproduceConfig) -> int:
             "QQA+LS": res.polished_objective,
         }
         if isinstance(problem, BinaryProblem):
-            sa = simulated_annealing(problem, num_reads=cfg.sa_reads, num_sweeps=cfg.sa_sweeps, seed=cfg.seed)
+            reads = res.config.replicas  # SA reads = QQA replicas on the same instance
+            sa = simulated_annealing(problem, num_reads=reads, num_sweeps=cfg.sa_sweeps, seed=cfg.seed)
             row.update(
                 {
                     "SA": sa.objective,
