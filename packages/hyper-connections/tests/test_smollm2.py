@@ -46,3 +46,41 @@ def test_smollm2_logits_unchanged_at_init_and_it_keeps_training(smollm2, reduce:
         losses.append(loss.item())
     assert all(torch.isfinite(torch.tensor(losses)))
     assert losses[-1] < losses[0]
+
+
+def test_train_with_the_smollm2_tokenizer(tmp_path, capsys) -> None:
+    import json
+
+    from iclr25_hyper_connections.cli import main
+
+    args = [
+        "train",
+        "--tokenizer",
+        "smollm2",
+        "--variant",
+        "shc2",
+        "--steps",
+        "2",
+        "--dim",
+        "16",
+        "--num-layers",
+        "1",
+        "--num-heads",
+        "2",
+        "--context",
+        "16",
+        "--batch-size",
+        "2",
+        "--max-docs",
+        "20",
+        "--eval-batches",
+        "1",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(args) == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    assert result["config"]["tokenizer"] == "smollm2"
+    assert 0 < result["metrics"]["final_val_loss"] < 2 * 10.8  # ln(49152) = 10.8 nats at chance
+    assert result["metrics"]["num_params"] > 49152 * 16  # the SmolLM2 vocabulary's embedding

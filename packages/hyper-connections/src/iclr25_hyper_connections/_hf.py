@@ -110,14 +110,8 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
             f"{', '.join(SUPPORTED_MODEL_TYPES)} (pre-norm layers with self_attn/mlp/input_layernorm/"
             f"post_attention_layernorm); got {what}"
         )
-    base = model
-    for attr in ("model",):  # *ForCausalLM -> *Model
-        if (
-            hasattr(base, attr)
-            and isinstance(getattr(base, attr), nn.Module)
-            and hasattr(getattr(base, attr), "layers")
-        ):
-            base = getattr(base, attr)
+    inner = getattr(model, "model", None)  # *ForCausalLM wraps the bare *Model
+    base = inner if isinstance(inner, nn.Module) and hasattr(inner, "layers") else model
     layers = getattr(base, "layers", None)
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
         raise ValueError(f"{type(model).__name__} has no non-empty `layers` ModuleList to rewire")

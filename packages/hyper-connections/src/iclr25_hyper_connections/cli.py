@@ -120,7 +120,7 @@ class TrainConfig(_TrainingOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(_TrainingOptions):
-    """Residual vs DHCx4 vs SHCx4 vs DHCx1 at equal steps and base weights, over seeds (paper Table 2, Fig. 3)."""
+    """Residual vs DHCx4, SHCx4 and DHCx1 at equal steps and base weights over seeds (paper Table 2 and Fig 3)."""
 
     variants: tuple[str, ...] = ("residual", "dhc4", "shc4", "dhc1")
     """Variants to compare (the first one is the reference for the loss differences)."""
@@ -272,7 +272,8 @@ def _plot_reproduce(out: Path, results: list[Any], variants: list[str]) -> list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    out.mkdir(parents=True, exist_ok=True)
+    from iclr25_shared.results import save_figure
+
     paths = []
     fig, ax = plt.subplots(figsize=(6, 4))
     for name in variants:
@@ -285,7 +286,7 @@ def _plot_reproduce(out: Path, results: list[Any], variants: list[str]) -> list[
     ax.set_title("Wikipedia summaries: validation loss (mean over seeds)")
     ax.legend()
     fig.tight_layout()
-    paths.append(_save_fig(fig, out / "loss_curves.png"))
+    paths.append(save_figure(fig, out / "loss_curves.png"))
     fig, ax = plt.subplots(figsize=(6, 4))
     for name in variants:
         runs = [r for r in results if r.variant == name]
@@ -296,25 +297,8 @@ def _plot_reproduce(out: Path, results: list[Any], variants: list[str]) -> list[
     ax.set_title("Consecutive-layer input similarity (paper Fig. 3)")
     ax.legend()
     fig.tight_layout()
-    paths.append(_save_fig(fig, out / "layer_similarity.png"))
-    plt.close("all")
+    paths.append(save_figure(fig, out / "layer_similarity.png"))
     return paths
-
-
-def _save_fig(fig: Any, path: Path) -> Path:
-    import os
-    import tempfile
-
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
 
 
 def reproduce(cfg: ReproduceConfig) -> int:
@@ -429,7 +413,7 @@ def bench(cfg: BenchConfig) -> int:
     for variant in progress(variants, desc="bench", quiet=cfg.quiet):
         model = build_model(cfg.vocab_size, spec, variant, seed=cfg.seed).to(device).train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        params = [p for p in model.parameters()]
+        params = list(model.parameters())
 
         def loss_fn(model: Any = model) -> Any:
             logits = model(input_ids=batch[:, :-1]).logits
