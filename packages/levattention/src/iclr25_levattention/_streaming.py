@@ -24,7 +24,7 @@ from iclr25_levattention._checks import (
     check_rank_tol,
 )
 from iclr25_levattention._heavy import SELECTION_SLACK, HeavyEntries, _entries_from_factor
-from iclr25_levattention._leverage import _features, _RFactor, _row_scores, tensor_dim
+from iclr25_levattention._leverage import _features, _RFactor, _row_scores, single_threaded_lapack, tensor_dim
 
 __all__ = ["StreamingUniversalSet"]
 
@@ -140,9 +140,10 @@ class StreamingUniversalSet:
                 raise ValueError("indices must be distinct non-negative integers")
             if np.isin(indices, self._index).any():
                 raise ValueError("indices already in the stream's buffer; each key index may be fed once")
-        for start in range(0, block.shape[0], self.block_size):
-            sl = slice(start, start + self.block_size)
-            self._update_piece(block[sl], indices[sl])
+        with single_threaded_lapack():
+            for start in range(0, block.shape[0], self.block_size):
+                sl = slice(start, start + self.block_size)
+                self._update_piece(block[sl], indices[sl])
         return self
 
     def _update_piece(self, keys: np.ndarray, index: np.ndarray) -> None:

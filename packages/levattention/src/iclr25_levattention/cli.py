@@ -192,7 +192,6 @@ def reproduce(cfg: ReproduceConfig) -> int:
     )
     figures: dict[str, Path] = {}
     say = (lambda *_: None) if cfg.quiet else (lambda msg: print(msg, flush=True))
-    plot_dir = cfg.out if cfg.out is not None else Path(tempfile.mkdtemp(prefix="levattention-"))
     total = time.perf_counter()
 
     if cfg.parts in ("all", "A"):
@@ -247,9 +246,11 @@ def reproduce(cfg: ReproduceConfig) -> int:
                 record.metrics[f"A: log-log slope brute [{src}]"] = round(
                     ex.loglog_slope(sub, "t brute (s)"), 2
                 )
-        figures["scaling"] = ex.plot_scaling(
-            scaling, plot_dir / "scaling.png", "heavy entries: time vs n (p=2, eps=0.05)"
-        )
+        if cfg.out is not None:
+            figures["scaling"] = ex.plot_scaling(
+                scaling, cfg.out / "scaling.png", "heavy entries: time vs n (p=2, eps=0.05)"
+            )
+
         record.timings["A"] = time.perf_counter() - start
 
     if cfg.parts in ("all", "B"):
@@ -299,7 +300,8 @@ def reproduce(cfg: ReproduceConfig) -> int:
         record.metrics["B: (iii)/(i) accuracy ratio"] = acc_inf.value / acc_full.value
         record.metrics["B: paper claim (ii) >= 0.9 (i) holds"] = acc_lev.value >= 0.9 * acc_full.value
         record.metrics["B: paper claim (iii) < (ii) holds"] = acc_inf.value < acc_lev.value
-        figures["vit"] = ex.plot_vit(vit_rows, plot_dir / "vit.png")
+        if cfg.out is not None:
+            figures["vit"] = ex.plot_vit(vit_rows, cfg.out / "vit.png")
         record.notes.append(
             f"B: ViT patch 4, {tokens} tokens, {ex.VIT_KW}, {size.vit_epochs} epochs on {size.vit_train} training "
             f"images, tested on {size.vit_test}; same seed and initialisation for (i) and (ii)."
@@ -375,7 +377,8 @@ def bench(cfg: BenchConfig) -> int:
         versions=package_versions(["iclr25-levattention", "scipy"]),
         notes=[
             "keys and queries: Gaussian rows scaled by 1 + Pareto(1.5) magnitudes (seeded)",
-            "time: best of 3 for n <= 8192, else one run; memory: peak RSS above the start of each call (VmHWM)",
+            "time: best of 3 for n <= 8192, else one run (wall clock, same process)",
+            "memory: peak bytes allocated during the call (tracemalloc: Python + numpy buffers), inputs excluded",
         ],
     )
     last = rows[-1]
