@@ -322,8 +322,10 @@ def reproduce_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
     }
 
 
-def _infomax_indices(scores: np.ndarray, K: Any, p: int, alpha: float, iterations: int) -> np.ndarray:
-    return solve(scores, K, p, alpha=alpha, iterations=iterations).indices
+def _infomax_indices(
+    scores: np.ndarray, K: Any, p: int, alpha: float, iterations: int, init: str
+) -> np.ndarray:
+    return solve(scores, K, p, alpha=alpha, iterations=iterations, init=init).indices
 
 
 def bench_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
@@ -344,7 +346,8 @@ def bench_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
         row: dict[str, Any] = {"N": n, "knn_s": round(t_knn.seconds, 2), "nnz/N": round(K.nnz / n, 1)}
         results: dict[str, tuple[float, float, float]] = {}
         runners: dict[str, Callable[[], np.ndarray]] = {
-            "infomax": partial(_infomax_indices, scores, K, p, cfg.alpha, cfg.iterations),
+            "infomax": partial(_infomax_indices, scores, K, p, cfg.alpha, cfg.iterations, "greedy"),
+            "infomax_score_init": partial(_infomax_indices, scores, K, p, cfg.alpha, cfg.iterations, "score"),
             "greedy": partial(greedy_select, scores, K, p, alpha=cfg.alpha),
         }
         if n <= cfg.max_facility_n:
@@ -363,21 +366,30 @@ def bench_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
                 results["infomax"][0] / max(results["facility_location"][0], 1e-9), 3
             )
         row["objective infomax/greedy"] = round(results["infomax"][2] / results["greedy"][2], 4)
+        row["score-init: time/greedy"] = round(
+            results["infomax_score_init"][0] / max(results["greedy"][0], 1e-9), 2
+        )
+        row["score-init: objective/greedy"] = round(
+            results["infomax_score_init"][2] / results["greedy"][2], 4
+        )
         rows.append(row)
 
     quality = []
     for n_small, p_small, k_small in [(cfg.small_n, cfg.small_p, cfg.small_k)]:
-        ratios: dict[str, list[float]] = {"infomax": [], "infomax (no refine)": [], "greedy": []}
+        variants = {
+            "infomax (greedy start + exchange refine, default)": {},
+            "infomax (score start + exchange refine)": {"init": "score"},
+            "infomax (score start, gradient phase only)": {"init": "score", "refine": False},
+        }
+        ratios: dict[str, list[float]] = {name: [] for name in [*variants, "greedy"]}
         for s in range(cfg.small_trials):
             rng = np.random.default_rng(10_000 + s)
             feats = rng.normal(size=(n_small, 8)).astype(np.float32)
             scores = rng.random(n_small)
             K = knn_similarity(feats, k=k_small)
             opt = objective(milp_select(scores, K, p_small, alpha=cfg.alpha), scores, K, alpha=cfg.alpha)
-            ratios["infomax"].append(solve(scores, K, p_small, alpha=cfg.alpha).objective / opt)
-            ratios["infomax (no refine)"].append(
-                solve(scores, K, p_small, alpha=cfg.alpha, refine=False).objective / opt
-            )
+            for name, kw in variants.items():
+                ratios[name].append(solve(scores, K, p_small, alpha=cfg.alpha, **kw).objective / opt)
             ratios["greedy"].append(
                 objective(greedy_select(scores, K, p_small, alpha=cfg.alpha), scores, K, alpha=cfg.alpha)
                 / opt

@@ -332,7 +332,7 @@ def solve(
     seed: int = 0,
     initial: Any = None,
     refine: bool = True,
-    init: str = "score",
+    init: str = "greedy",
 ) -> SolverResult:
     """InfoMax selection with diagnostics; :func:`select` returns only the indices.
 
@@ -341,9 +341,10 @@ def solve(
     outsiders with the largest gradient replace the insiders with the smallest, as long as the outsider's gradient
     is larger. A step is accepted only if the exact objective increases; otherwise the number of coordinates it may
     swap (the trust region, initially the full jump to ``top-p(∇)``) is halved. This phase stops at a fixed point
-    ``X = top-p(∇f(X))``, when a single swap no longer improves, or after ``iterations`` steps. ``X`` starts at the
-    top-``p`` by score (``init="score"``), so ``α = 0`` returns exactly the top-``p`` and the objective never falls
-    below it; ``init="greedy"`` starts from :func:`greedy_select` instead (never worse than greedy).
+    ``X = top-p(∇f(X))``, when a single swap no longer improves, or after ``iterations`` steps. By default
+    (``init="greedy"``) ``X`` starts from :func:`greedy_select`, so the result is never worse than greedy;
+    ``init="score"`` starts from the top-``p`` by score, as the paper describes. Either way ``α = 0`` returns exactly
+    the top-``p`` by score (ties to the smaller index) and the objective never falls below the start.
 
     With ``refine=True`` (default) a second phase applies the exact exchange gain, which adds the pair term the
     linearisation misses, ``Δ_ij = ∇_j − ∇_i − α(K_ii + K_jj) + 2αK_ij``: every round takes, for each outsider, its
@@ -367,7 +368,7 @@ def solve(
         initial: optional unique indices that must be selected (a warm start / fixed seed set); they count toward
             ``budget``.
         refine: run the exact-gain exchange phase after the gradient phase (our addition; see README).
-        init: ``"score"`` (top-p by score, the paper's start) or ``"greedy"``.
+        init: ``"greedy"`` (default; our choice) or ``"score"`` (top-p by score, the paper's start).
 
     Returns:
         A :class:`SolverResult`.
@@ -441,7 +442,7 @@ def select(
     seed: int = 0,
     initial: Any = None,
     refine: bool = True,
-    init: str = "score",
+    init: str = "greedy",
 ) -> np.ndarray:
     """Select a coreset by InfoMax: exactly ``budget`` unique indices maximising importance minus redundancy.
 

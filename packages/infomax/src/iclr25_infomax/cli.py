@@ -67,8 +67,8 @@ class SelectConfig(CommonOptions):
     """Maximum solver steps per partition."""
     partitions: int = 1
     """Random dataset partitions solved independently (1 = none)."""
-    init: str = "score"
-    """Solver start: score (top-p by score) or greedy."""
+    init: str = "greedy"
+    """Solver start: greedy (default) or score (top-p by score, the paper's start)."""
     indices_out: Path | None = None
     """Write the selected indices here (.npy). With --out ending in .npy, that path is used instead."""
     threads: int = 1
