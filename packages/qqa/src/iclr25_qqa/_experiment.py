@@ -202,7 +202,7 @@ def _reference(
         return float(size), "exact (networkx find_cliques)"
     n = problem.num_nodes
     d = int(item["graph"].split("d=")[1].split(",")[0])
-    if (n <= 1000 and d <= 3) or n <= 100:
+    if n <= 100:
         value, bound, optimal = exact_mis(spec.graph, time_limit=cfg.exact_time_limit)
         if optimal:
             return value, "exact (HiGHS MILP)"
