@@ -16,6 +16,21 @@ Order = Literal["curriculum", "reverse", "uniform"]
 Pacer = PatiencePacer | FixedPacer
 
 
+def _mean_over_ranks(loss: Any) -> Any:
+    """The loss averaged over the default process group (unchanged when torch.distributed is not initialised)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return loss
+    device = torch.device("cpu")
+    if dist.get_backend() == "nccl":
+        device = torch.device("cuda", torch.cuda.current_device())
+    value = loss.detach().reshape(-1)[:1] if torch.is_tensor(loss) else torch.tensor([float(loss)])
+    buf = value.to(device=device, dtype=torch.float64).clone()
+    dist.all_reduce(buf)
+    return float(buf.item()) / dist.get_world_size()
+
+
 class CurriculumSampler:
     """Sample training timesteps from the clusters the current curriculum stage allows.
 
@@ -40,6 +55,8 @@ class CurriculumSampler:
         pacer: a :class:`PatiencePacer` (or :class:`FixedPacer`); required unless ``order="uniform"``. It is bound
             to ``clusters.num_clusters`` stages.
         order: ``"curriculum"`` (easy → hard), ``"reverse"`` (hard → easy) or ``"uniform"``.
+        sync_distributed: average the loss over ``torch.distributed`` ranks in :meth:`update` (when a process
+            group is initialised) so that data-parallel ranks advance together.
 
     Raises:
         TypeError: ``clusters`` is not a :class:`TimestepClusters`.
@@ -51,7 +68,12 @@ class CurriculumSampler:
     """
 
     def __init__(
-        self, clusters: TimestepClusters, pacer: Pacer | None = None, *, order: Order = "curriculum"
+        self,
+        clusters: TimestepClusters,
+        pacer: Pacer | None = None,
+        *,
+        order: Order = "curriculum",
+        sync_distributed: bool = True,
     ) -> None:
         if not isinstance(clusters, TimestepClusters):
             raise TypeError(f"clusters must be a TimestepClusters, got {type(clusters).__name__}")
@@ -68,6 +90,7 @@ class CurriculumSampler:
         self.clusters = clusters
         self.pacer = pacer
         self.order: Order = order
+        self.sync_distributed = bool(sync_distributed)
 
     @property
     def num_stages(self) -> int:
@@ -122,10 +145,14 @@ class CurriculumSampler:
     def update(self, loss: Any) -> int:
         """Report the step's training loss to the pacer; return the stage for the next step.
 
-        A non-finite loss is skipped with a ``RuntimeWarning`` (see :class:`PatiencePacer`).
+        Under ``torch.distributed`` (initialised, ``sync_distributed=True``) the loss is first averaged over all
+        ranks, so every rank's pacer sees the same value and all ranks stay in the same stage. A non-finite loss is
+        skipped with a ``RuntimeWarning`` (see :class:`PatiencePacer`).
         """
         if self.pacer is None:
             return self.num_stages
+        if self.sync_distributed:
+            loss = _mean_over_ranks(loss)
         self.pacer.update(loss)
         return self.stage
 
