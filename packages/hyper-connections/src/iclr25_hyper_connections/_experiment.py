@@ -1,4 +1,4 @@
-"""Small-scale pre-training on real text: residual vs hyper-connections (paper §4.1, Table 2, Fig. 3).
+"""Small-scale pre-training on real text: residual vs hyper-connections (the paper's OLMo comparison and its layer-similarity probe).
 
 A small Llama-style decoder (``transformers.LlamaForCausalLM``) is trained from scratch on the lead summaries of
 Wikipedia's Level-4 Vital Articles (``iclr25_shared.data.wiki_summaries``), tokenised as UTF-8 bytes or with the
@@ -209,7 +209,7 @@ def _eval_loss(model: nn.Module, batches: Sequence[Tensor], device: torch.device
 
 @torch.no_grad()
 def consecutive_layer_similarity(model: nn.Module, batch: Tensor) -> list[float]:
-    """Representation-collapse probe (paper Fig. 3): median over tokens of ``cos(h_0^i, h_0^{i+1})``.
+    """Representation-collapse probe of the paper: median over tokens of ``cos(h_0^i, h_0^{i+1})``.
 
     ``h_0^i`` is the input of decoder layer ``i``'s attention branch (what its ``input_layernorm`` receives): the
     residual stream for the baseline, the width-connection output ``A_mᵀ H`` with hyper-connections.

@@ -8,7 +8,7 @@ streams ``H ∈ R^{n×d}``. Its hyper-connection matrix is
 
 and the layer computes ``h_0 = A_mᵀ H`` (width connection, the branch input), ``H' = A_rᵀ H`` and
 ``Ĥ = Bᵀ T(h_0)ᵀ + H'`` (depth connection). Static HC learns B, A_m, A_r directly; dynamic HC adds per-token
-terms ``s ∘ tanh(norm(H) W)`` (eqs. 10–13) with ``W = 0`` at init.
+terms ``s ∘ tanh(norm(H) W)`` with ``W = 0`` at init.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ def reduce_streams(streams: Tensor) -> Tensor:
 
 
 def sequential_arrangement() -> Tensor:
-    """The ``n = 2`` HC matrix under which hyper-connected layers act **sequentially** (paper §3, Fig. 4).
+    """The ``n = 2`` HC matrix under which hyper-connected layers act **sequentially** (the paper's sequential–parallel duality).
 
     ``[[0, 1, 1], [1, 1, 0], [0, 0, 1]]``: the layer reads stream 1, its output is added to both streams, so with
     both streams equal the next layer receives ``h + T(h)``, exactly as in a Pre-Norm network.
@@ -135,7 +135,7 @@ def sequential_arrangement() -> Tensor:
 
 
 def parallel_arrangement(layer_index: int) -> Tensor:
-    """The ``n = 2`` HC matrices under which a pair of layers acts **in parallel** (paper §3, Fig. 4).
+    """The ``n = 2`` HC matrices under which a pair of layers acts **in parallel** (the paper's sequential–parallel duality).
 
     Odd layers (``layer_index`` even, i.e. the first of each pair, counting from 0) use
     ``[[0, 1, 0], [1, 1, 1], [1, 1, 1]]``; even layers use ``[[0, 0, 1], [0, 1, 0], [1, 0, 1]]``.
@@ -167,7 +167,7 @@ def _norm_num_params(norm: NormSpec, dim: int) -> int:
 def hyper_connection_num_params(
     dim: int, expansion_rate: int, *, dynamic: bool = True, norm: NormSpec = "layernorm"
 ) -> int:
-    """Parameters one :class:`HyperConnection` adds, from the paper's formula (App. B / Table 7).
+    """Parameters one :class:`HyperConnection` adds, from the paper's overhead count.
 
     Static: ``n(n+2)`` (B: n, A_m: n, A_r: n²). Dynamic adds ``d(n+2) + 2 + |norm|`` (W_β: d, W_m and W_r: d(n+1),
     the scales s_α and s_β, and the norm's parameters: 0 for the paper's non-parametric LayerNorm, 2d with an
@@ -198,7 +198,7 @@ class WidthConnection(NamedTuple):
 class HyperConnection(nn.Module):
     """Hyper-connections around one branch (an attention or FFN sub-layer), replacing ``h + T(norm(h))``.
 
-    Holds the static matrix ``HC = [[0, B], [A_m, A_r]]`` and, when ``dynamic``, the per-token terms of eqs. 10–13:
+    Holds the static matrix ``HC = [[0, B], [A_m, A_r]]`` and, when ``dynamic``, the per-token terms of §2.2:
     ``B(H) = s_β ∘ tanh(H̄ W_β)ᵀ + B``, ``[A_m A_r](H) = s_α ∘ tanh(H̄ W_α) + [A_m A_r]``, with ``H̄ = norm(H)``.
 
     Initialisation (eq. 14, App. J): ``B = 1``, ``A_m = e_{layer_index mod n}``, ``A_r = I``, ``W_β = W_α = 0``,
@@ -238,8 +238,8 @@ class HyperConnection(nn.Module):
         ValueError: ``expansion_rate < 1``, ``layer_index < 0``, ``dim < 1``, unknown ``norm``, bad ``init_matrix``.
 
     References:
-        Zhu et al., "Hyper-Connections", ICLR 2025, arXiv 2409.19606: §2.1 (eqs. 1–5), §2.2 (eqs. 10–13),
-        §2.3 (eq. 14), Appendix J (Algorithm 2).
+        Zhu et al., "Hyper-Connections", ICLR 2025, arXiv 2409.19606: §2.1 (static HC), §2.2 (dynamic HC),
+        §2.3 (initialisation, eq. 14), Appendix J (Algorithm 2).
     """
 
     static_alpha: Tensor
@@ -387,7 +387,7 @@ class HyperConnection(nn.Module):
     # Width and depth connections
     # ------------------------------------------------------------------------------------------------------------
     def width_connection(self, streams: Tensor) -> WidthConnection:
-        """Width connection: ``h_0 = A_mᵀ H`` (branch input) and ``H' = A_rᵀ H`` (mixed streams), eqs. 3–4.
+        """Width connection: ``h_0 = A_mᵀ H`` (branch input) and ``H' = A_rᵀ H`` (mixed streams).
 
         Args:
             streams: ``(..., n, dim)``.
@@ -408,7 +408,7 @@ class HyperConnection(nn.Module):
         return WidthConnection(mixed[..., 0, :], mixed[..., 1:, :], beta)
 
     def depth_connection(self, residual: Tensor, branch_output: Tensor, beta: Tensor) -> Tensor:
-        """Depth connection: ``Ĥ = Bᵀ T(h_0)ᵀ + H'`` (eq. 5), via ``depth_residual_fn(H', Bᵀ T(h_0))``.
+        """Depth connection: ``Ĥ = Bᵀ T(h_0)ᵀ + H'``, via ``depth_residual_fn(H', Bᵀ T(h_0))``.
 
         Args:
             residual: ``(..., n, dim)`` ``H'`` from :meth:`width_connection`.
@@ -461,7 +461,7 @@ class HyperConnection(nn.Module):
 
 
 def param_groups(model: nn.Module, *, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW parameter groups following the paper's training recipe (§4, App. A).
+    """AdamW parameter groups following the paper's training recipe (no weight decay on static parts).
 
     Hyper-connection static weights (``B``, ``A_m``, ``A_r``), the scales ``s_α, s_β`` and the dynamic norm get no
     weight decay; the dynamic projections ``W_α, W_β`` do. Every other parameter follows the usual rule: tensors

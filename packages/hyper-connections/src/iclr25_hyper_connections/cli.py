@@ -12,7 +12,7 @@ from iclr25_shared.cli import CommonOptions, check_range, progress, run
 __all__ = ["BenchConfig", "ReproduceConfig", "TrainConfig", "bench", "main", "reproduce", "train"]
 
 PROG = "iclr25-hyper-connections"
-# OLMo-1B, 500B tokens: V2 eval loss (paper Table 2 / Table 7).
+# OLMo-1B, 500B tokens: V2 eval loss (paper's main OLMo table).
 PAPER_V2_LOSS = {
     "residual": 2.811,
     "DHCx1": 2.819,
@@ -120,7 +120,7 @@ class TrainConfig(_TrainingOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(_TrainingOptions):
-    """Residual vs DHCx4, SHCx4 and DHCx1 at equal steps and base weights over seeds (paper Table 2 and Fig 3)."""
+    """Residual vs DHCx4, SHCx4 and DHCx1 at equal steps and base weights over seeds (the paper's headline table)."""
 
     variants: tuple[str, ...] = ("residual", "dhc4", "shc4", "dhc1")
     """Variants to compare (the first one is the reference for the loss differences)."""
@@ -294,7 +294,7 @@ def _plot_reproduce(out: Path, results: list[Any], variants: list[str]) -> list[
         ax.plot(range(1, len(sims) + 1), sims, marker="o", label=name)
     ax.set_xlabel("layer i (pair i-1, i)")
     ax.set_ylabel("median cos(h0^(i-1), h0^i)")
-    ax.set_title("Consecutive-layer input similarity (paper Fig. 3)")
+    ax.set_title("Consecutive-layer input similarity (paper)")
     ax.legend()
     fig.tight_layout()
     paths.append(save_figure(fig, out / "layer_similarity.png"))
