@@ -469,3 +469,16 @@ def test_simulation_truth_matches_brute_force():
     # continuous-time limit, brief §3.3(b): e^{-1} + 0.5
     assert true_value(1, p, n_fine=1_000_000) == pytest.approx(np.exp(-1) + 0.5, abs=1e-5)
     assert true_value(0, p) == 0.0
+
+
+@pytest.mark.slow
+def test_monte_carlo_truth_is_memory_bounded():
+    """zEpid PR #78: Monte Carlo under the intervention must not hold every draw at once (it runs in chunks)."""
+    from iclr25_shared.device import PeakMemory
+
+    params = SimulationParams(eta0=-0.5)
+    with PeakMemory("cpu") as mem:
+        risk = true_value(1, params, n_fine=10, estimand="risk", n_mc=1_000_000)
+    assert 0 < risk < 1
+    # all draws at once would need > 1e6 x 11 x 3 float64 (~250 MiB); chunks of 2e5 need a fifth of that
+    assert mem.peak_bytes < 150 * 2**20
