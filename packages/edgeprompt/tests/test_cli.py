@@ -214,3 +214,17 @@ def test_help_lists_the_verbs(capsys):
     out = capsys.readouterr().out
     for verb in ("tune", "pretrain", "reproduce", "bench"):
         assert verb in out
+
+
+def test_import_is_light_and_every_public_name_resolves():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, iclr25_edgeprompt as m; assert 'torch_geometric' not in sys.modules; "
+        "[getattr(m, n) for n in m.__all__]; print(len(m.__all__))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True
+    )
+    assert int(done.stdout.strip()) >= 30

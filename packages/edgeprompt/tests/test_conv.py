@@ -155,3 +155,11 @@ def test_gcn_cached_is_refused():
 def test_random_graph_helper_has_the_requested_self_loops(make_graph):
     _, edge_index = make_graph(6, 8, 2, seed=3, self_loops=2)
     assert int((edge_index[0] == edge_index[1]).sum()) == 2
+
+
+def test_edge_index_must_be_a_2_by_e_tensor(graph):
+    x, edge_index = graph
+    with pytest.raises(TypeError, match="edge_index must be a LongTensor"):
+        EdgePromptGCNConv(5, 7)(x, edge_index.tolist())
+    with pytest.raises(ValueError, match=r"edge_index must have shape \[2, E\]"):
+        EdgePromptGINConv(_mlp(5, 7))(x, edge_index.t())

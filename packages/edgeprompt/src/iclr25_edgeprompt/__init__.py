@@ -18,22 +18,66 @@ References:
 
 from __future__ import annotations
 
-from iclr25_edgeprompt._backbone import BackboneConfig, GNNEncoder, load_backbone, save_backbone
-from iclr25_edgeprompt._conv import EdgePromptGCNConv, EdgePromptGINConv
-from iclr25_edgeprompt._data import (
-    BUILTIN_DATASETS,
-    TaskData,
-    digit_grid_graphs,
-    few_shot_split,
-    from_pyg,
-    load_dataset,
-    node_subgraphs,
-    superpixel_graph,
-    superpixel_graphs,
-)
-from iclr25_edgeprompt._pretrain import STRATEGIES, PretrainSettings, nt_xent, pretrain
-from iclr25_edgeprompt._prompt import GPF, EdgePrompt, EdgePromptPlus, GPFPlus, NodePrompt, PromptModule
-from iclr25_edgeprompt._tuner import PROMPTS, PromptTuner, TuneSettings, make_prompt
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from iclr25_edgeprompt._backbone import BackboneConfig, GNNEncoder, load_backbone, save_backbone
+    from iclr25_edgeprompt._conv import EdgePromptGCNConv, EdgePromptGINConv
+    from iclr25_edgeprompt._data import (
+        BUILTIN_DATASETS,
+        TaskData,
+        digit_grid_graphs,
+        few_shot_split,
+        from_pyg,
+        load_dataset,
+        node_subgraphs,
+        superpixel_graph,
+        superpixel_graphs,
+    )
+    from iclr25_edgeprompt._pretrain import STRATEGIES, PretrainSettings, nt_xent, pretrain
+    from iclr25_edgeprompt._prompt import GPF, EdgePrompt, EdgePromptPlus, GPFPlus, NodePrompt, PromptModule
+    from iclr25_edgeprompt._tuner import PROMPTS, PromptTuner, TuneSettings, make_prompt
+
+# Public name -> private module. Imported on first use, so `import iclr25_edgeprompt` (and the CLI's --help) does
+# not pay for torch / torch_geometric until something needs them.
+_LAZY = {
+    **dict.fromkeys(["BackboneConfig", "GNNEncoder", "load_backbone", "save_backbone"], "_backbone"),
+    **dict.fromkeys(["EdgePromptGCNConv", "EdgePromptGINConv"], "_conv"),
+    **dict.fromkeys(
+        [
+            "BUILTIN_DATASETS",
+            "TaskData",
+            "digit_grid_graphs",
+            "few_shot_split",
+            "from_pyg",
+            "load_dataset",
+            "node_subgraphs",
+            "superpixel_graph",
+            "superpixel_graphs",
+        ],
+        "_data",
+    ),
+    **dict.fromkeys(["STRATEGIES", "PretrainSettings", "nt_xent", "pretrain"], "_pretrain"),
+    **dict.fromkeys(
+        ["GPF", "EdgePrompt", "EdgePromptPlus", "GPFPlus", "NodePrompt", "PromptModule"], "_prompt"
+    ),
+    **dict.fromkeys(["PROMPTS", "PromptTuner", "TuneSettings", "make_prompt"], "_tuner"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'iclr25_edgeprompt' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"iclr25_edgeprompt.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __version__ = "0.1.0"
 

@@ -30,8 +30,8 @@ PromptArg = Tensor | Callable[[Tensor], Tensor] | None
 def _check_edge_index(edge_index: object, layer: str) -> Tensor:
     if not isinstance(edge_index, Tensor):
         raise TypeError(
-            f"{layer}: edge prompts need edge_index as a LongTensor [2, E]; got {type(edge_index).__name__} "
-            "(SparseTensor adjacency is only supported without a prompt)"
+            f"{layer}: edge_index must be a LongTensor [2, E]; got {type(edge_index).__name__} "
+            "(SparseTensor adjacency is not supported)"
         )
     if edge_index.dim() != 2 or edge_index.size(0) != 2:
         raise ValueError(f"{layer}: edge_index must have shape [2, E], got {tuple(edge_index.shape)}")
@@ -60,8 +60,8 @@ class EdgePromptGCNConv(GCNConv):
         h_i' = \sum_{j \in \mathcal N(i) \cup \{i\}} \frac{w_{ji}}{\sqrt{\hat d_i \hat d_j}}\, W (h_j + p_{ji}) + b
 
     The prompt is added to the source features *before* the bias-free linear map, on every message edge, the
-    self-loops included. Without ``edge_prompt`` this computes exactly what :class:`torch_geometric.nn.GCNConv` computes (same
-    normalisation, same operation order; tested bit-for-bit). Constructor arguments are GCNConv's.
+    self-loops included. Without ``edge_prompt`` this computes exactly what :class:`torch_geometric.nn.GCNConv`
+    computes (same normalisation, same operation order; tested bit for bit). Constructor arguments are GCNConv's.
 
     Shapes:
         x ``[N, in_channels]`` float; edge_index ``[2, E]`` long; edge_weight ``[E]`` or None;
@@ -69,7 +69,8 @@ class EdgePromptGCNConv(GCNConv):
 
     Raises:
         ValueError: the prompt's shape does not match the message edges or ``in_channels``.
-        TypeError: a prompt is given with a SparseTensor adjacency, or the prompt is not a tensor.
+        TypeError: ``edge_index`` is not a tensor (SparseTensor adjacency is not supported), or the prompt is not
+            a tensor.
 
     References:
         arXiv:2503.00750, §4.1 (edge prompts added to messages; GCN instantiation).
@@ -103,10 +104,9 @@ class EdgePromptGCNConv(GCNConv):
         edge_prompt: PromptArg = None,
     ) -> Tensor:
         name = type(self).__name__
-        if edge_prompt is not None:
-            edge_index = _check_edge_index(edge_index, name)
+        edge_index = _check_edge_index(edge_index, name)
         if self.normalize:
-            # Same normalisation call as GCNConv.forward (caching is not supported: prompts need the edge list).
+            # The same normalisation call as GCNConv.forward (no caching: prompts need the edge list).
             edge_index, edge_weight = gcn_norm(
                 edge_index,
                 edge_weight,
@@ -118,9 +118,8 @@ class EdgePromptGCNConv(GCNConv):
             )
         prompt = None
         if edge_prompt is not None:
-            prompt = self.lin(
-                _resolve_prompt(edge_prompt, edge_index, self.in_channels, name)
-            )  # W p (no bias)
+            raw = _resolve_prompt(edge_prompt, edge_index, self.in_channels, name)
+            prompt = self.lin(raw)  # W p: GCNConv's linear map has no bias
         x = self.lin(x)
         out = self.propagate(edge_index, x=x, edge_weight=edge_weight, prompt=prompt)
         if self.bias is not None:
@@ -188,9 +187,9 @@ class EdgePromptGINConv(GINConv):
         size: tuple[int, int] | None = None,
         edge_prompt: PromptArg = None,
     ) -> Tensor:
+        edge_index = _check_edge_index(edge_index, type(self).__name__)
         prompt = None
         if edge_prompt is not None:
-            edge_index = _check_edge_index(edge_index, type(self).__name__)
             prompt = _resolve_prompt(edge_prompt, edge_index, x.size(-1), type(self).__name__)
         out = self.propagate(edge_index, x=(x, x), size=size, prompt=prompt)
         out = out + (1 + self.eps) * x

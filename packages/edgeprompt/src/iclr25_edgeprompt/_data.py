@@ -133,7 +133,7 @@ def few_shot_split(
         if members.numel() <= shots and not allow_fewer:
             raise ValueError(
                 f"shots={shots} but class {c} has only {members.numel()} samples (it needs more than shots, so that "
-                f"some are left for testing); lower --shots (at most {members.numel() - 1} here) or allow fewer"
+                f"some are left for testing); lower shots (at most {members.numel() - 1} here) or set allow_fewer (--allow-fewer)"
             )
         pick = members[torch.randperm(members.numel(), generator=gen)[:shots]]
         train.append(pick)

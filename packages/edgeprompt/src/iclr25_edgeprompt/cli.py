@@ -586,6 +586,10 @@ def cmd_bench(cfg: BenchConfig) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``iclr25-edgeprompt``; returns the exit code."""
+    import warnings
+
+    # torch warns about its own deprecated torch.jit.script when torch_geometric is imported; not actionable here.
+    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script", category=FutureWarning)
     from iclr25_edgeprompt import __version__
 
     return run(
