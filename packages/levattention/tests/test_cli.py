@@ -132,7 +132,7 @@ def test_bench_tiny_run_reports_ratios(tmp_path, capsys):
     rows = results["tables"]["heavy_entries vs brute force (CPU, float64, same process)"]
     assert [r["n"] for r in rows] == [64, 128]
     assert all(r["same entries"] for r in rows)
-    assert all(r["time ratio"] > 0 for r in rows)
+    assert all(r["time ratio (cpu)"] > 0 and r["mem ratio"] > 0 for r in rows)
 
 
 @pytest.mark.parametrize(
