@@ -107,3 +107,13 @@ def test_reproduce_dr_part_and_bench(tmp_path, capsys):
 def test_default_verb_runs_on_the_hiv_cohort(capsys):
     assert main(["--quiet", "--grid", "9"]) == 0
     assert "zEpid HIV/ART cohort" in capsys.readouterr().out
+
+
+def test_missing_zepid_names_the_install_command(monkeypatch, capsys):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "zepid" else real(name, *a)
+    )
+    assert "pip install zepid" in _bad(capsys, ["estimate", "--quiet"])

@@ -649,7 +649,15 @@ _COMMON_DOC = """
         grid: a width dividing the horizon, or grid points from 0 to τ (``None`` for ``DiscreteData``).
         estimand: ``"risk"`` (cumulative death risk, with a curve over the grid), ``"mean"`` (outcome at τ,
             ``cemetery`` after death) or ``"auto"`` (mean when there is an outcome column, else risk).
+        outcome_model, treatment_model, censoring_model: right-hand-side formula strings over the columns of
+            :meth:`DiscreteData.frame`, a list of K formulas (one per interval), or :class:`Model` (GLM link,
+            ``absorbing``, ``penalty``, or a scikit-learn estimator). The censoring model is required when some
+            subject is censored; with no censoring the censoring factors are exactly 1.
         cemetery: outcome value assigned after death for the mean estimand (0 gives E[Y^G(τ) 1{T_D^G > τ}]).
+        outcome_family: ``"auto"`` (binomial for 0/1 outcomes, Gaussian otherwise), ``"gaussian"``, ``"binomial"``.
+        stabilized, truncate: (IPW) Hájek normalisation; cap the weights at this quantile.
+        positivity_bound: warn when a regime follower's fitted probability of the regime's treatment is below it.
+        quiet: no bootstrap progress bar.
         se: ``"bootstrap"`` (resampling subjects, nuisance models refitted), ``"influence"`` or ``"none"``.
         risk_method: (g-computation, DR) ``"increments"``: the risk is the sum of per-interval death
             probabilities, each by its own recursion (the g-computation curve is then non-decreasing by
