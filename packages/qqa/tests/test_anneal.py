@@ -65,6 +65,7 @@ def test_returned_best_is_consistent(readme_run):
     assert r.polished_objective >= r.best_objective
     assert r.polished_feasible
     assert r.trace[-1]["step"] == 3000
+    assert r.trace[-1]["feasible"] == r.feasible
     assert r.trace[-1]["best_objective"] == r.best_objective
 
 

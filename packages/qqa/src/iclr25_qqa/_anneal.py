@@ -178,7 +178,7 @@ class Result:
             ``mean_energy`` (mean rounded energy over replicas), ``step_best_energy``, ``best_energy``
             (best so far), ``penalty`` (mean relaxed Φ).
         trace: quality vs time at chunk ends: dicts with ``step``, ``seconds`` (since the first step, compile
-            excluded), ``best_objective``.
+            excluded), ``best_objective`` and ``feasible`` of the lowest-energy rounded replica so far.
         final_x: float32 (S, N) or (S, N, K), the relaxed replicas after the last step.
         wall_time: seconds for the steps (compilation excluded); ``compile_time``: seconds to compile.
         num_devices: devices the replica axis was sharded over.
@@ -476,7 +476,14 @@ def anneal(
         outs.append(jax.device_get(out))
         done = min((j + 1) * c, cfg.steps)
         best_now = problem.decode(np.asarray(carry[2]))
-        trace.append({"step": done, "seconds": elapsed, "best_objective": problem.objective(best_now)})
+        trace.append(
+            {
+                "step": done,
+                "seconds": elapsed,
+                "best_objective": problem.objective(best_now),
+                "feasible": problem.is_feasible(best_now),
+            }
+        )
         if callback is not None:
             callback(done, cfg.steps)
     wall = time.perf_counter() - t0
