@@ -103,6 +103,31 @@ def test_one_interval_dynamic_threshold_regime_by_hand(make_point):
     assert dr.estimate == pytest.approx((m_d + W * (wide.Y - ols.predict(Xo))).mean(), abs=1e-8)
 
 
+def test_one_interval_incremental_propensity_shift_by_hand(make_point):
+    wide, data = make_point(seed=4)
+    delta = 2.0
+    Xo = np.column_stack([np.ones(len(wide)), wide.L, wide.A])
+    ols = sm.OLS(wide.Y, Xo).fit()
+    m = {a: ols.predict(np.column_stack([np.ones(len(wide)), wide.L, np.full(len(wide), a)])) for a in (0, 1)}
+    p = _logit_fit(wide.A, sm.add_constant(wide.L.to_numpy())).predict()
+    q = delta * p / (delta * p + 1 - p)  # Kennedy (2019): odds of treatment multiplied by delta
+    A = wide.A.to_numpy()
+    ratio = np.where(A == 1, q / p, (1 - q) / (1 - p))
+    regime = Regime.parse("incremental:2")
+    g = g_computation(data, regime, grid=1, outcome_model="L + A", treatment_model="L", se="none")
+    assert g.estimate == pytest.approx((q * m[1] + (1 - q) * m[0]).mean(), abs=1e-8)
+    w = ipw(data, regime, grid=1, treatment_model="L", stabilized=False, se="none")
+    assert w.estimate == pytest.approx((ratio * wide.Y).mean(), abs=1e-8)
+    assert w.diagnostics["max_weight"] <= delta + 1e-12  # dG/dP is bounded by max(delta, 1/delta)
+    d = doubly_robust(data, regime, grid=1, outcome_model="L + A", treatment_model="L")
+    aipw = q * m[1] + (1 - q) * m[0] + ratio * (wide.Y - ols.predict(Xo))
+    assert d.estimate == pytest.approx(aipw.mean(), abs=1e-8)
+    with pytest.raises(ValueError, match="treatment_model is required"):
+        g_computation(data, regime, grid=1, outcome_model="L + A", se="none")
+    with pytest.raises(ValueError, match="delta must be a positive"):
+        Regime.parse("incremental:-1")
+
+
 def test_one_interval_risk_reduces_to_logistic_standardisation(make_point):
     wide, data = make_point(death=True)
     X = np.column_stack([np.ones(len(wide)), wide.L, wide.A])
@@ -215,7 +240,7 @@ def test_censoring_factors_are_one_without_censoring(sim_small):
         censoring_model=Model("L + A"),
         outcome_family="auto",
     )
-    _, s = _nuisance_probs(pb, np.ones(dd.n))
+    _, s, _ = _nuisance_probs(pb, np.ones(dd.n))
     assert np.array_equal(s, np.ones_like(s))
     a = ipw(dd, "always", treatment_model=TM, censoring_model="L + A", se="none").estimate
     b = ipw(dd, "always", treatment_model=TM, se="none").estimate

@@ -135,10 +135,13 @@ class _Problem:
         self.rows_i, self.rows_k = dd.rows
         obs = dd.frame()
         self.p1 = np.zeros((n, K))
-        self.p1[self.rows_i, self.rows_k] = regime.probability(obs)
+        if regime.incremental is None:  # an incremental shift's probabilities come with the treatment model
+            self.p1[self.rows_i, self.rows_k] = regime.probability(obs)
         a = dd.treatment
         self.g_obs = np.where(a == 1, self.p1, 1.0 - self.p1)  # dG(A_k | H_k) of the observed treatment
-        if regime.natural:  # G = the observed law: dG/dP = 1
+        if (
+            regime.natural or regime.incremental is not None
+        ):  # dG/dP = 1, or set per fit in _run (support > 0)
             self.g_obs = np.ones((n, K))
         self.g_obs[~dd.at_risk] = 0.0
         self.followers = ((self.g_obs > 0) & dd.at_risk).sum(axis=0)
@@ -227,13 +230,14 @@ def _pooled(per_k: dict[int, np.ndarray], ks: Sequence[int]) -> np.ndarray:
     return np.concatenate([per_k[k] for k in ks], axis=0)
 
 
-def _nuisance_probs(pb: _Problem, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(n, K) propensity of the observed treatment and probability of staying uncensored, fitted with weights w."""
+def _nuisance_probs(pb: _Problem, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(n, K) fitted P(observed A_k | H_k), P(uncensored in k | H_k, A_k) and P(A_k = 1 | H_k), with weights w."""
     dd = pb.dd
     n, K = dd.n, dd.num_intervals
     ri, rk = pb.rows_i, pb.rows_k
     ks = [k for k in range(K) if (rk == k).any()]
     pi = np.ones((n, K))
+    p_one = np.ones((n, K))
     a = dd.treatment[ri, rk]
     tm = pb.treatment_model
     if tm is not None and not pb.regime.natural:
@@ -252,6 +256,7 @@ def _nuisance_probs(pb: _Problem, w: np.ndarray) -> tuple[np.ndarray, np.ndarray
             fit = FittedModel(tm, X[free], a[free], w[ri[free]], kind="binary")
             p_hat[free] = fit.predict(X[free])
         pi[ri, rk] = np.where(a == 1, p_hat, 1.0 - p_hat)
+        p_one[ri, rk] = p_hat
     s = np.ones((n, K))
     if pb.X_cen is not None:
         u = 1.0 - dd.censored[ri, rk].astype(float)
@@ -266,14 +271,17 @@ def _nuisance_probs(pb: _Problem, w: np.ndarray) -> tuple[np.ndarray, np.ndarray
             fit = FittedModel(pb.censoring_model, X, u, w[ri], kind="binary")
             s_hat = fit.predict(X)
         s[ri, rk] = s_hat
-    return pi, s
+    return pi, s, p_one
 
 
-def _weights(pb: _Problem, pi: np.ndarray, s: np.ndarray, truncate: float | None) -> tuple[np.ndarray, int]:
+def _weights(
+    pb: _Problem, pi: np.ndarray, s: np.ndarray, truncate: float | None, g_obs: np.ndarray | None = None
+) -> tuple[np.ndarray, int]:
     """(n, K) cumulative weights W_k through treatment and censoring of interval k (0 once off-regime/censored)."""
     dd = pb.dd
     with np.errstate(divide="ignore", invalid="ignore"):
-        step = np.where(dd.at_risk, pb.g_obs / pi * (~dd.censored) / s, 0.0)
+        g = pb.g_obs if g_obs is None else g_obs
+        step = np.where(dd.at_risk, g / pi * (~dd.censored) / s, 0.0)
     step = np.nan_to_num(step, nan=0.0, posinf=0.0)
     W = np.cumprod(step, axis=1)
     clipped = 0
@@ -286,7 +294,9 @@ def _weights(pb: _Problem, pi: np.ndarray, s: np.ndarray, truncate: float | None
     return W, clipped
 
 
-def _ice(pb: _Problem, w: np.ndarray, need_dr: bool) -> tuple[np.ndarray, np.ndarray | None, dict]:
+def _ice(
+    pb: _Problem, w: np.ndarray, need_dr: bool, p1: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray | None, dict]:
     """Iterated conditional expectations for every target.
 
     Returns ψ_gcomp (T,), and when ``need_dr`` the pieces of the DR estimating function: Q_0 (n, T) and, per
@@ -318,8 +328,8 @@ def _ice(pb: _Problem, w: np.ndarray, need_dr: bool) -> tuple[np.ndarray, np.nda
         elif pb.regime.deterministic:
             q = fit(pb.X_out["regime"][k])
         else:
-            p1 = pb.p1[ids, k][:, None]
-            q = p1 * fit(pb.X_out["a1"][k]) + (1.0 - p1) * fit(pb.X_out["a0"][k])
+            pk = (pb.p1 if p1 is None else p1)[ids, k][:, None]
+            q = pk * fit(pb.X_out["a1"][k]) + (1.0 - pk) * fit(pb.X_out["a0"][k])
         Q = np.zeros((n, T))
         Q[np.ix_(ids, active)] = q
         if need_dr:
@@ -398,11 +408,19 @@ def _final_weights(pb: _Problem, W: np.ndarray) -> np.ndarray:
 def _run(pb: _Problem, w: np.ndarray, estimator: str, stabilized: bool, truncate: float | None):
     """Per-target estimates (T,) and influence values (n, T) or None, plus diagnostics."""
     diag: dict[str, Any] = {}
+    p1 = g_obs = None
+    if pb.regime.incremental is not None:  # G depends on the fitted propensity: P_G(1) = δp / (δp + 1 − p)
+        pi, s, p_one = _nuisance_probs(pb, w)
+        delta = pb.regime.incremental
+        p1 = delta * p_one / (delta * p_one + 1.0 - p_one)
+        g_obs = np.where(pb.dd.treatment == 1, p1, 1.0 - p1)
+        g_obs[~pb.dd.at_risk] = 0.0
     if estimator == "gcomp":
-        psi, _, _ = _ice(pb, w, need_dr=False)
+        psi, _, _ = _ice(pb, w, need_dr=False, p1=p1)
         return psi, None, diag
-    pi, s = _nuisance_probs(pb, w)
-    W, clipped = _weights(pb, pi, s, truncate)
+    if g_obs is None:
+        pi, s, _ = _nuisance_probs(pb, w)
+    W, clipped = _weights(pb, pi, s, truncate, g_obs)
     diag["truncated_weights"] = clipped
     diag["_W"], diag["_pi"] = W, pi
     if estimator == "ipw":
@@ -410,7 +428,7 @@ def _run(pb: _Problem, w: np.ndarray, estimator: str, stabilized: bool, truncate
         if pb.estimand == "risk" and not pb.targets.increments:
             psi, phi = np.cumsum(psi), np.cumsum(phi, axis=1)
         return psi, phi, diag
-    _psi_g, Q0, extra = _ice(pb, w, need_dr=True)
+    _psi_g, Q0, extra = _ice(pb, w, need_dr=True, p1=p1)
     aug = np.einsum("nk,nkt->nt", W, extra["resid"])
     phi_full = Q0 + aug
     psi = (w[:, None] * phi_full).sum(axis=0) / w.sum()
@@ -491,7 +509,7 @@ def _estimate(
         )
     om = Model.coerce(outcome_model, "outcome_model") if estimator in ("gcomp", "dr") else None
     tm = None
-    if estimator in ("ipw", "dr") and not regime.natural:
+    if (estimator in ("ipw", "dr") or regime.incremental is not None) and not regime.natural:
         if treatment_model is None:
             raise ValueError(f"treatment_model is required for {estimator} (e.g. 'L + A_lag')")
         tm = Model.coerce(treatment_model, "treatment_model")
@@ -645,7 +663,8 @@ def _estimate(
 _COMMON_DOC = """
     Args:
         data: :class:`LongitudinalData` (discretised on ``grid``) or already discretised :class:`DiscreteData`.
-        regime: a :class:`Regime` or ``"always"``, ``"never"``, ``"threshold:VAR<CUT"``, ``"random:P"``.
+        regime: a :class:`Regime` or ``"always"``, ``"never"``, ``"natural"``, ``"threshold:VAR<CUT"``,
+            ``"random:P"``, ``"incremental:DELTA"``.
         grid: a width dividing the horizon, or grid points from 0 to τ (``None`` for ``DiscreteData``).
         estimand: ``"risk"`` (cumulative death risk, with a curve over the grid), ``"mean"`` (outcome at τ,
             ``cemetery`` after death) or ``"auto"`` (mean when there is an outcome column, else risk).
@@ -689,6 +708,7 @@ def g_computation(
     *,
     grid: Any = None,
     outcome_model: Model | str | Sequence[str],
+    treatment_model: Model | str | Sequence[str] | None = None,
     estimand: str = "auto",
     cemetery: float = 0.0,
     outcome_family: str = "auto",
@@ -703,7 +723,8 @@ def g_computation(
 
     ``outcome_model`` is the right-hand side of the regressions m_k (one formula pooled in form over intervals,
     each interval fitted separately, or one formula per interval). Pseudo-outcomes in [0, 1] use a
-    fractional logistic regression, others least squares (``outcome_family`` overrides).
+    fractional logistic regression, others least squares (``outcome_family`` overrides). ``treatment_model`` is
+    needed only for an incremental propensity-score shift, whose regime depends on the fitted propensity.
     """
     return _estimate(
         "gcomp",
@@ -711,6 +732,7 @@ def g_computation(
         regime,
         grid=grid,
         outcome_model=outcome_model,
+        treatment_model=treatment_model,
         estimand=estimand,
         cemetery=cemetery,
         outcome_family=outcome_family,

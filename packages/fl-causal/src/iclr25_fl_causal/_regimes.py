@@ -33,6 +33,7 @@ class Regime:
     fn: Callable[[pd.DataFrame], Any]
     deterministic: bool
     natural: bool = False
+    incremental: float | None = None
 
     @classmethod
     def static(cls, value: int) -> Regime:
@@ -74,13 +75,27 @@ class Regime:
         return cls(name, fn, False)
 
     @classmethod
+    def incremental_shift(cls, delta: float) -> Regime:
+        """Incremental propensity-score shift (Kennedy 2019): multiply the odds of treatment by ``delta``.
+
+        ``P_G(A_k = 1 | H_k) = δ p / (δ p + 1 − p)`` with p the fitted propensity, so every estimator needs a
+        treatment model; the weights ``dG/dP`` are bounded (by max(δ, 1/δ)), and positivity always holds.
+        """
+        if not (isinstance(delta, (int, float)) and np.isfinite(delta) and delta > 0):
+            raise ValueError(f"incremental shift delta must be a positive finite number, got {delta!r}")
+        return cls(
+            f"incremental:{delta:g}", lambda f: np.full(len(f), np.nan), False, incremental=float(delta)
+        )
+
+    @classmethod
     def natural_course(cls) -> Regime:
         """The natural course: G is the observed treatment law (no intervention; weights are 1)."""
         return cls("natural", lambda f: np.full(len(f), np.nan), False, natural=True)
 
     @classmethod
     def parse(cls, text: str) -> Regime:
-        """``always`` | ``never`` | ``natural`` | ``threshold:VAR<CUT`` (also ``<=``, ``>``, ``>=``) | ``random:P``."""
+        """``always`` | ``never`` | ``natural`` | ``threshold:VAR<CUT`` (also ``<=``, ``>``, ``>=``) | ``random:P`` |
+        ``incremental:DELTA``."""
         if not isinstance(text, str):
             raise TypeError(f"regime must be a string, got {type(text).__name__}")
         s = text.strip()
@@ -88,6 +103,12 @@ class Regime:
             return cls.static(1 if s == "always" else 0)
         if s == "natural":
             return cls.natural_course()
+        if s.startswith("incremental:"):
+            try:
+                delta = float(s.split(":", 1)[1])
+            except ValueError:
+                delta = -1.0
+            return cls.incremental_shift(delta)
         m = _THRESHOLD.match(s)
         if m:
             return cls.threshold(m.group(1), float(m.group(3)), m.group(2))
@@ -100,7 +121,7 @@ class Regime:
                 raise ValueError(f"regime {text!r}: random:P needs P in [0, 1]")
             return cls.stochastic(lambda f: np.full(len(f), p), name=s)
         raise ValueError(
-            f"regime must be always, never, natural, threshold:VAR<CUT or random:P; got {text!r}"
+            f"regime must be always, never, natural, threshold:VAR<CUT, random:P or incremental:DELTA; got {text!r}"
         )
 
     def probability(self, frame: pd.DataFrame) -> np.ndarray:
@@ -110,7 +131,7 @@ class Regime:
             ValueError: the regime returns the wrong shape, NaN, or values outside [0, 1].
         """
         p = np.asarray(self.fn(frame), dtype=float)
-        if self.natural:
+        if self.natural or self.incremental is not None:
             return p
         if p.shape != (len(frame),):
             raise ValueError(f"regime {self.name!r} returned shape {p.shape}, expected ({len(frame)},)")

@@ -37,7 +37,7 @@ class EstimateConfig(CommonOptions):
     data: Path | None = None
     """Long-format CSV (one row per id and time). Default: zEpid's simulated HIV/ART cohort (needs zepid)."""
     regime: str = "always"
-    """always | never | natural | threshold:VAR<CUT (also <=, >, >=) | random:P."""
+    """always | never | natural | threshold:VAR<CUT (also <=, >, >=) | random:P | incremental:DELTA."""
     estimator: str = "dr"
     """gcomp | ipw | dr."""
     grid: str = "9,5,3"
@@ -138,6 +138,8 @@ def estimate(cfg: EstimateConfig) -> int:
     kw: dict = {"se": se, "n_boot": cfg.n_boot, "seed": cfg.seed, "quiet": cfg.quiet}
     if cfg.estimator in ("gcomp", "dr"):
         kw["outcome_model"] = om
+    if cfg.estimator == "gcomp" and cfg.regime.strip().startswith("incremental:"):
+        kw["treatment_model"] = tm
     if cfg.estimator in ("ipw", "dr"):
         kw.update(treatment_model=tm, censoring_model=cm, truncate=cfg.truncate or None)
     rows, notes = [], []
