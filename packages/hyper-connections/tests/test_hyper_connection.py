@@ -481,3 +481,28 @@ def test_dim_mismatch_between_streams_and_branch_output() -> None:
         hc(s, "not a function")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="expansion_rate"):
         expand_streams(torch.randn(3, D), 0)
+
+
+def test_recomputing_the_dynamic_weights_changes_memory_not_results() -> None:
+    from iclr25_hyper_connections._experiment import saved_activation_bytes
+
+    torch.manual_seed(0)
+    hc = HyperConnection(D, expansion_rate=4, layer_index=3, norm="layernorm_affine")
+    _randomise(hc, seed=4, scale=0.5)
+    branch = nn.Linear(D, D)
+    H = torch.randn(2, 8, 4, D)
+    results = {}
+    for recompute in (False, True):
+        hc.recompute = recompute
+        h = H.clone().requires_grad_(True)
+        out = hc(h, branch)
+        out.pow(2).sum().backward()
+        grads = [h.grad.clone()] + [p.grad.clone() for p in hc.parameters()]
+        hc.zero_grad()
+        exclude = [*hc.parameters(), *branch.parameters()]
+        saved = saved_activation_bytes(lambda h=h: hc(h, branch), exclude=exclude)
+        results[recompute] = (out.detach(), grads, saved)
+    torch.testing.assert_close(results[True][0], results[False][0], rtol=0, atol=0)
+    for a, b in zip(results[True][1], results[False][1]):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-7)
+    assert results[True][2] <= results[False][2] - H.numel() * 4  # the normalised streams are no longer kept

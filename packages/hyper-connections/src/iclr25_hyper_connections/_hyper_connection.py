@@ -20,6 +20,7 @@ from typing import Any, Literal, NamedTuple
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 __all__ = [
     "HyperConnection",
@@ -228,6 +229,8 @@ class HyperConnection(nn.Module):
             baseline or identity-preserving adapters.
         depth_residual_fn: ``f(residual, branch_term) -> streams`` combining ``H'`` and ``Bᵀ T(h_0)``; defaults to
             addition (the paper). Called on every path.
+        recompute: recompute the dynamic weights' norm and projections in the backward pass instead of storing
+            the normalised streams (saves ``n·dim`` activations per token and branch; same results).
 
     Shapes:
         streams ``(..., n, dim)`` (e.g. ``(batch, seq, n, dim)``); branch input/output ``(..., dim)``.
@@ -258,6 +261,7 @@ class HyperConnection(nn.Module):
         init_matrix: Tensor | None = None,
         trainable: bool = True,
         depth_residual_fn: Callable[[Tensor, Tensor], Tensor] | None = None,
+        recompute: bool = True,
     ) -> None:
         super().__init__()
         if layer_index is None:
@@ -271,6 +275,7 @@ class HyperConnection(nn.Module):
         self.dynamic = bool(dynamic)
         self.tanh = bool(tanh)
         self.trainable = bool(trainable)
+        self.recompute = bool(recompute)
         if depth_residual_fn is not None and not callable(depth_residual_fn):
             raise TypeError(f"depth_residual_fn must be callable, got {type(depth_residual_fn).__name__}")
         self.depth_residual_fn = depth_residual_fn or operator.add
@@ -372,16 +377,23 @@ class HyperConnection(nn.Module):
         beta = self.static_beta.to(dtype)
         if not self.dynamic:
             return alpha, beta
+        if self.recompute and torch.is_grad_enabled():
+            # Keep only the streams (already saved by the mixing) for backward; recompute the norm there.
+            a, b = checkpoint(self._dynamic_terms, streams, dtype, use_reentrant=False)
+        else:
+            a, b = self._dynamic_terms(streams, dtype)
+        return a + alpha, b + beta
+
+    def _dynamic_terms(self, streams: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """``s_α ∘ tanh(H̄ W_α)`` and ``s_β ∘ tanh(H̄ W_β)`` with ``H̄ = norm(H)``, in ``dtype`` (>= fp32)."""
+        assert self.norm is not None
         with _fp32_region(streams.device):
-            assert self.norm is not None
             normed = self.norm(streams.to(dtype))
             a = normed @ self.dynamic_alpha_fn.to(dtype)  # (..., n, n+1)
             b = normed @ self.dynamic_beta_fn.to(dtype)  # (..., n)
             if self.tanh:
                 a, b = torch.tanh(a), torch.tanh(b)
-            alpha = a * self.dynamic_alpha_scale.to(dtype) + alpha
-            beta = b * self.dynamic_beta_scale.to(dtype) + beta
-        return alpha, beta
+            return a * self.dynamic_alpha_scale.to(dtype), b * self.dynamic_beta_scale.to(dtype)
 
     # ------------------------------------------------------------------------------------------------------------
     # Width and depth connections
