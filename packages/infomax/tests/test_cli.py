@@ -126,6 +126,28 @@ def test_bench_tiny(tmp_path, capsys):
     assert rows[0]["N"] == 400
     assert rows[0]["objective infomax/greedy"] >= 1.0 - 1e-9
     assert "objective / MILP optimum" in capsys.readouterr().out
+    assert (
+        main(
+            [
+                "bench",
+                "--sizes",
+                "500",
+                "--graph",
+                "random",
+                "--small-n",
+                "12",
+                "--small-p",
+                "3",
+                "--small-k",
+                "3",
+                "--small-trials",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    assert main(["bench", "--graph", "grid", "--quiet"]) == 2
 
 
 def test_help_lists_subcommands(capsys):

@@ -322,6 +322,19 @@ def reproduce_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
     }
 
 
+def _random_graph(n: int, k: int, rng: np.random.Generator) -> Any:
+    """k random neighbours per sample, weights in [0.5, 1), symmetrised by max, zero diagonal (bench only)."""
+    import scipy.sparse as sp
+
+    rows = np.repeat(np.arange(n), k)
+    cols = rng.integers(0, n, size=n * k)
+    A = sp.csr_matrix((rng.uniform(0.5, 1.0, size=n * k), (rows, cols)), shape=(n, n))
+    K = A.maximum(A.T).tocsr()
+    K.setdiag(0.0)
+    K.eliminate_zeros()
+    return K
+
+
 def _infomax_indices(
     scores: np.ndarray, K: Any, p: int, alpha: float, iterations: int, init: str
 ) -> np.ndarray:
@@ -335,21 +348,28 @@ def bench_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
     rows = []
     for n in cfg.sizes:
         rng = np.random.default_rng(cfg.seed)
-        centres = rng.normal(size=(max(10, n // 1000), cfg.dim)).astype(np.float32)
-        feats = centres[rng.integers(len(centres), size=n)] + 0.5 * rng.normal(size=(n, cfg.dim)).astype(
-            np.float32
-        )
+        if cfg.graph == "random":
+            with Timer() as t_knn:
+                K = _random_graph(n, cfg.k, rng)
+        else:
+            centres = rng.normal(size=(max(10, n // 1000), cfg.dim)).astype(np.float32)
+            feats = centres[rng.integers(len(centres), size=n)]
+            feats += 0.5 * rng.normal(size=(n, cfg.dim)).astype(np.float32)
         scores = rng.random(n)
-        with Timer() as t_knn:
-            K = knn_similarity(feats, k=cfg.k, threads=cfg.threads or None)
+        if cfg.graph == "knn":
+            with Timer() as t_knn:
+                K = knn_similarity(feats, k=cfg.k, threads=cfg.threads or None)
         p = resolve_budget(cfg.budget, n)
         row: dict[str, Any] = {"N": n, "knn_s": round(t_knn.seconds, 2), "nnz/N": round(K.nnz / n, 1)}
         results: dict[str, tuple[float, float, float]] = {}
         runners: dict[str, Callable[[], np.ndarray]] = {
             "infomax": partial(_infomax_indices, scores, K, p, cfg.alpha, cfg.iterations, "greedy"),
-            "infomax_score_init": partial(_infomax_indices, scores, K, p, cfg.alpha, cfg.iterations, "score"),
             "greedy": partial(greedy_select, scores, K, p, alpha=cfg.alpha),
         }
+        if n <= cfg.max_score_init_n:
+            runners["infomax_score_init"] = partial(
+                _infomax_indices, scores, K, p, cfg.alpha, cfg.iterations, "score"
+            )
         if n <= cfg.max_facility_n:
             runners["facility_location"] = partial(facility_location_select, K, p)
         for name, fn in runners.items():
@@ -366,12 +386,13 @@ def bench_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
                 results["infomax"][0] / max(results["facility_location"][0], 1e-9), 3
             )
         row["objective infomax/greedy"] = round(results["infomax"][2] / results["greedy"][2], 4)
-        row["score-init: time/greedy"] = round(
-            results["infomax_score_init"][0] / max(results["greedy"][0], 1e-9), 2
-        )
-        row["score-init: objective/greedy"] = round(
-            results["infomax_score_init"][2] / results["greedy"][2], 4
-        )
+        if "infomax_score_init" in results:
+            row["score-init: time/greedy"] = round(
+                results["infomax_score_init"][0] / max(results["greedy"][0], 1e-9), 2
+            )
+            row["score-init: objective/greedy"] = round(
+                results["infomax_score_init"][2] / results["greedy"][2], 4
+            )
         rows.append(row)
 
     quality = []

@@ -181,6 +181,11 @@ class BenchConfig(CommonOptions):
     """Maximum InfoMax solver steps."""
     max_facility_n: int = 1_000_000
     """Skip facility location above this N."""
+    max_score_init_n: int = 200_000
+    """Skip the score-start InfoMax variant above this N."""
+    graph: str = "knn"
+    """knn: faiss kNN graph of the features; random: k random neighbours per sample with weights in [0.5, 1)
+    (same sparsity, no graph build: times the selection alone at large N)."""
     small_n: int = 40
     """Small-instance size for the exact MILP comparison."""
     small_p: int = 10
@@ -208,6 +213,7 @@ class BenchConfig(CommonOptions):
         check_range("small_k", self.small_k, low=1, high=self.small_n - 1)
         check_range("small_trials", self.small_trials, low=1)
         check_range("threads", self.threads, low=0)
+        check_choice("graph", self.graph, ("knn", "random"))
 
 
 def _versions() -> dict[str, str]:
