@@ -520,7 +520,7 @@ def _estimate(
                 bad = dd.ids[np.flatnonzero(back.any(axis=1))[:5]].tolist()
                 raise ValueError(
                     f"treatment_model is absorbing but the treatment goes from 1 back to 0 in {int(back.sum())} "
-                    f"person-intervals (subjects {bad}); drop absorbing=True"
+                    f"person-intervals (subjects {bad}); use Model(..., absorbing=False) (CLI: --no-absorbing)"
                 )
     cm = None
     if estimator in ("ipw", "dr") and dd.has_censoring:
