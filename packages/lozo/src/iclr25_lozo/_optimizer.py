@@ -186,7 +186,11 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
     # -- the two-point step -------------------------------------------------------------------------------------
     def _perturb(self, params: list[tuple[int, torch.Tensor, dict[str, Any]]], scale: float) -> None:
         for index, p, _ in params:
-            p.add_((self._direction(index, p) * scale).to(p.dtype))
+            self._add_direction(index, p, scale)
+
+    def _add_direction(self, index: int, p: torch.Tensor, scale: float) -> None:
+        """X <- X + scale * Z for this step's direction Z of parameter ``p``."""
+        p.add_((self._direction(index, p) * scale).to(p.dtype))
 
     def _evaluate(self, closure: Closure) -> float:
         loss = closure()
@@ -450,6 +454,21 @@ class LOZO(ZerothOrderOptimizer):
             return self._gaussian(p, tuple(p.shape), self._STREAM_DIRECTION, self.global_step, index)
         return (self._u(index, p) @ self.state[p]["V"].T).reshape(p.shape)
 
+    @staticmethod
+    def _add_low_rank(p: torch.Tensor, left: torch.Tensor, v: torch.Tensor) -> None:
+        """X <- X + left @ v^T in place, with X viewed as m x n (one fused addmm, no m x n temporary)."""
+        matrix = p.view(p.shape[0], -1) if p.is_contiguous() else None
+        if matrix is None:  # pragma: no cover - parameters are contiguous in practice
+            p.add_((left @ v.T).reshape(p.shape).to(p.dtype))
+            return
+        matrix.addmm_(left.to(p.dtype), v.T.to(p.dtype))
+
+    def _add_direction(self, index: int, p: torch.Tensor, scale: float) -> None:
+        if p.ndim < 2:
+            super()._add_direction(index, p, scale)
+            return
+        self._add_low_rank(p, self._u(index, p) * scale, self.state[p]["V"])
+
     def _update(self, index: int, p: torch.Tensor, group: dict[str, Any], c: float) -> None:
         if p.ndim < 2:
             self._full_update(index, p, group, c)
@@ -460,7 +479,7 @@ class LOZO(ZerothOrderOptimizer):
         grad_u = (c / r) * self._u(index, p)  # the compressed gradient estimate: g = grad_u V^T
         self._decay(p, group)
         if self.momentum == 0.0:
-            p.add_(((grad_u * -group["lr"]) @ v.T).reshape(p.shape).to(p.dtype))
+            self._add_low_rank(p, grad_u * -group["lr"], v)
             return
         beta = self.momentum
         if "momentum_buffer" not in state:
@@ -471,7 +490,7 @@ class LOZO(ZerothOrderOptimizer):
                 n = self._matrix_shape(p)[1]
                 buf = buf @ (self._old_v[index].T @ v) / n
             state["momentum_buffer"] = beta * buf + (1.0 - beta) * grad_u
-        p.add_(((state["momentum_buffer"] * -group["lr"]) @ v.T).reshape(p.shape).to(p.dtype))
+        self._add_low_rank(p, state["momentum_buffer"] * -group["lr"], v)
 
     def _extra_state(self) -> dict[str, Any]:
         return {"rank": self.rank, "interval": self.interval}
