@@ -157,10 +157,10 @@ class BenchConfig(_Threads):
     """Expansion rates n to compare against the residual baseline."""
     dynamic: bool = True
     """Dynamic (DHC) or static (SHC) hyper-connections."""
-    repeats: int = 5
-    """Timed training steps per variant (median reported), after warm-up."""
+    repeats: int = 7
+    """Timed rounds (one training step of every variant each, in rotating order); medians reported."""
     warmup_steps: int = 2
-    """Untimed steps per variant first."""
+    """Untimed rounds first."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -409,46 +409,50 @@ def bench(cfg: BenchConfig) -> int:
     variants = [Variant(name="residual")] + [
         Variant(name=f"{kind}x{n}", expansion_rate=n, dynamic=cfg.dynamic) for n in cfg.expansion_rates
     ]
+    models = [build_model(cfg.vocab_size, spec, v, seed=cfg.seed).to(device).train() for v in variants]
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in models]
+
+    def loss_fn(model: Any) -> Any:
+        logits = model(input_ids=batch[:, :-1]).logits
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+
+    def step(i: int) -> float:
+        with Timer(device) as t:
+            opts[i].zero_grad(set_to_none=True)
+            loss_fn(models[i]).backward()
+            opts[i].step()
+        return t.seconds
+
+    # Timing: rounds of one step per variant, in rotating order, so load changes hit every variant alike;
+    # the time ratio is the median over rounds of (variant step / residual step in the same round).
+    times: list[list[float]] = [[] for _ in variants]
+    for r in progress(range(cfg.warmup_steps + cfg.repeats), desc="bench", quiet=cfg.quiet):
+        order = [(r + k) % len(variants) for k in range(len(variants))]
+        measured = {i: step(i) for i in order}
+        if r >= cfg.warmup_steps:
+            for i, sec in measured.items():
+                times[i].append(sec)
     rows: list[dict[str, Any]] = []
-    for variant in progress(variants, desc="bench", quiet=cfg.quiet):
-        model = build_model(cfg.vocab_size, spec, variant, seed=cfg.seed).to(device).train()
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    for i, (variant, model) in enumerate(zip(variants, models)):
+        opts[i].zero_grad(set_to_none=True)
         params = list(model.parameters())
-
-        def loss_fn(model: Any = model) -> Any:
-            logits = model(input_ids=batch[:, :-1]).logits
-            return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
-
-        def step(model: Any = model, opt: Any = opt, loss_fn: Any = loss_fn) -> None:
-            opt.zero_grad(set_to_none=True)
-            loss_fn().backward()
-            opt.step()
-
-        for _ in range(cfg.warmup_steps):
-            step()
-        times = []
-        for _ in range(cfg.repeats):
-            with Timer(device) as t:
-                step()
-            times.append(t.seconds)
-        opt.zero_grad(set_to_none=True)
-        act = saved_activation_bytes(loss_fn, exclude=params)
+        act = saved_activation_bytes(lambda model=model: loss_fn(model), exclude=params)
         with PeakMemory(device) as mem:
-            loss_fn().backward()
+            loss_fn(model).backward()
+        opts[i].zero_grad(set_to_none=True)
         rows.append(
             {
                 "variant": variant.name,
                 "params": sum(p.numel() for p in params),
-                "step ms": 1000 * statistics.median(times),
+                "step ms": 1000 * statistics.median(times[i]),
+                "time ratio": statistics.median(a / b for a, b in zip(times[i], times[0])),
                 "saved activations MiB": act / 2**20,
                 "peak memory MiB": mem.peak_bytes / 2**20,
             }
         )
-        del model, opt
     base = rows[0]
     for row in rows:
         row["params ratio"] = row["params"] / base["params"]
-        row["time ratio"] = row["step ms"] / base["step ms"]
         row["activation ratio"] = row["saved activations MiB"] / base["saved activations MiB"]
         row["peak memory ratio"] = (
             row["peak memory MiB"] / base["peak memory MiB"] if base["peak memory MiB"] else float("nan")
