@@ -92,7 +92,7 @@ class ReproduceConfig(CommonOptions):
 
     size: Literal["quick", "full"] = "quick"
     """quick (about 5-10 min on 2 CPU cores) or full (adds n = 10^4 MIS and S = 100 on the tori)."""
-    exact_time_limit: float = 30.0
+    exact_time_limit: float = 120.0
     """Seconds for each exact MILP (HiGHS) reference."""
     sa_sweeps: int = 1000
     """Simulated-annealing sweeps per read (SA gets as many reads as QQA has replicas on that instance)."""
