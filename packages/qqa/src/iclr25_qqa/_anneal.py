@@ -25,7 +25,6 @@ References:
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -34,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from iclr25_qqa._problems import BinaryProblem, CategoricalProblem, Problem
+from iclr25_qqa._problems import BinaryProblem, CategoricalProblem, GraphColoring, Problem
 
 __all__ = [
     "AnnealConfig",
@@ -508,7 +507,7 @@ def anneal(
         compile_time=compile_time,
         num_devices=len(devs),
     )
-    if isinstance(problem, _coloring_type()) and problem.below_lower_bound:
+    if isinstance(problem, GraphColoring) and problem.below_lower_bound:
         result.notes.append(
             f"k={problem.num_classes} is below the lower bound {problem.lower_bound} on the chromatic number "
             f"({problem.lower_bound_reason}): no conflict-free colouring exists; this is the best found"
@@ -519,17 +518,6 @@ def anneal(
         result.polished_objective = problem.objective(polished)
         result.polished_feasible = problem.is_feasible(polished)
     return result
-
-
-def _coloring_type() -> type:
-    from iclr25_qqa._problems import GraphColoring
-
-    return GraphColoring
-
-
-def replace_config(cfg: AnnealConfig, **changes: Any) -> AnnealConfig:
-    """A copy of ``cfg`` with ``changes`` applied (validated)."""
-    return dataclasses.replace(cfg, **changes)
 
 
 def resolve_devices(spec: str = "auto") -> list[Any]:
