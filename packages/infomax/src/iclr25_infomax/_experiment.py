@@ -317,6 +317,7 @@ def reproduce_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
     return {
         "tables": {"test accuracy (%) mean ± SD over seeds": rows, "small-budget comparison": claims},
         "metrics": metrics,
+        "device": str(device),
         "notes": notes,
         "timings": timings,
     }

@@ -367,7 +367,7 @@ def _finish(name: str, cfg: Any, result: dict[str, Any]) -> int:
         tables=result["tables"],
         timings=result["timings"],
         notes=result["notes"],
-        device=str(cfg.device),
+        device=str(result.get("device", "cpu")),
         versions=_versions(),
     )
     if cfg.out is not None:
