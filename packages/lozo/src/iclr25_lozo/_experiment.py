@@ -72,9 +72,12 @@ class FinetuneConfig(CommonOptions):
     """LoRA rank when --lora is set."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Model weights' dtype (the loss is always computed in float32)."""
+    threads: int = 0
+    """CPU threads for torch (0: torch's default). Use 1 on a machine shared with other jobs."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_range("threads", self.threads, low=0)
         check_range("steps", self.steps, low=0)
         check_range("lr", self.lr, low=0.0)
         check_range("eps", self.eps, low=0.0, low_inclusive=False)
@@ -224,8 +227,14 @@ def _plot_losses(curves: dict[str, list[float]], path: Path, title: str, xlabel:
     save_figure(fig, path)
 
 
+def _set_threads(threads: int) -> None:
+    if threads:
+        torch.set_num_threads(threads)
+
+
 def finetune(cfg: FinetuneConfig) -> int:
     """Run the ``finetune`` subcommand; see :class:`FinetuneConfig`."""
+    _set_threads(cfg.threads)
     device = resolve_device(cfg.device)
     lm, task, train, held, data = _wiki_task(cfg, device)
     if cfg.batch_size > len(train):
@@ -319,7 +328,7 @@ DIGITS_LR_GRID = {
     "adam": (1e-3, 3e-3, 1e-2),
 }
 # Learning rates for the SmolLM2 runs (chosen from the --full grid; see the package README).
-LM_LR = {"mezo": 1e-5, "lozo": 3e-5, "lozo-m": 3e-5, "adam": 1e-5}
+LM_LR = {"mezo": 3e-5, "lozo": 3e-5, "lozo-m": 3e-5, "adam": 1e-5}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -339,9 +348,12 @@ class ReproduceConfig(CommonOptions):
     """Seeds per configuration."""
     skip_lm: bool = False
     """Run only part A (digits MLP)."""
+    threads: int = 0
+    """CPU threads for torch (0: torch's default). Use 1 on a machine shared with other jobs."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_range("threads", self.threads, low=0)
         check_range("digits_steps", self.digits_steps, low=3)
         check_range("lm_steps", self.lm_steps, low=3)
         check_range("seeds", self.seeds, low=1)
@@ -476,6 +488,7 @@ def _summarise(rows: list[dict[str, Any]], key: str, lower_is_better: bool) -> l
 
 def reproduce(cfg: ReproduceConfig) -> int:
     """Run the ``reproduce`` subcommand; see :class:`ReproduceConfig`."""
+    _set_threads(cfg.threads)
     device = resolve_device(cfg.device)
     log = (lambda *a: None) if cfg.quiet else (lambda *a: print(*a, flush=True))
     digits_steps = cfg.digits_steps * (2 if cfg.full else 1)
@@ -523,7 +536,9 @@ def reproduce(cfg: ReproduceConfig) -> int:
     if not cfg.skip_lm:
         lm_steps = cfg.lm_steps * (5 if cfg.full else 1)
         lm_seeds = seeds if cfg.full else seeds[:1]
-        fcfg = FinetuneConfig(model=cfg.model, seed=cfg.seed, device=cfg.device, quiet=True)
+        fcfg = FinetuneConfig(
+            model=cfg.model, seed=cfg.seed, device=cfg.device, quiet=True, threads=cfg.threads
+        )
         lm, task, train, held, _ = _wiki_task(fcfg, device)
         zero_shot = _evaluate(task, lm.model, held)
         log(
