@@ -30,6 +30,9 @@ OFFLINE = {
     "HF_DATASETS_OFFLINE": "1",
     "HF_HUB_DISABLE_TELEMETRY": "1",
 }
+# One thread per BLAS/OpenMP pool in test sessions: several suites start worker processes, and oversubscribed
+# pools were 10-30x slower on 2-core machines. Reproductions keep the libraries' defaults.
+TEST_ENV = {**OFFLINE, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def _discover() -> dict[str, tuple[str, Path]]:
@@ -76,7 +79,7 @@ def _pytest(session: nox.Session, folder: Path, marker: str, *, allow_empty: boo
         "-m",
         marker,
         *session.posargs,
-        env=OFFLINE,
+        env=TEST_ENV,
         success_codes=[0, 5] if allow_empty else [0],
     )
 

@@ -13,7 +13,15 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PeakMemory", "Timer", "current_rss_bytes", "resolve_device", "seed_everything"]
+__all__ = [
+    "PeakMemory",
+    "Timer",
+    "cpu_count",
+    "current_rss_bytes",
+    "resolve_device",
+    "seed_everything",
+    "torch_threads",
+]
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?|mps)$")
 
@@ -107,7 +115,8 @@ class PeakMemory:
         print(mem.peak_bytes)
 
     ``peak_bytes`` is the extra memory the section needed on top of what was already allocated;
-    ``absolute_peak_bytes`` includes it.
+    ``absolute_peak_bytes`` includes it. On CPU the resolution is the page and the allocator may reuse memory it
+    already holds, so small sections can read 0: measure whole steps, or use ``tracemalloc`` for Python objects.
     """
 
     device: Any = "cpu"
