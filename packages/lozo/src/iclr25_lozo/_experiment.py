@@ -322,9 +322,9 @@ def finetune(cfg: FinetuneConfig) -> int:
 
 # Learning-rate grids for the digits MLP (brief §3.3 A), per method; zeroth-order grids are in the same units.
 DIGITS_LR_GRID = {
-    "mezo": (3e-4, 1e-3, 3e-3),
-    "lozo": (3e-4, 1e-3, 3e-3),
-    "lozo-m": (3e-4, 1e-3, 3e-3),
+    "mezo": (1e-3, 3e-3, 1e-2),
+    "lozo": (1e-3, 3e-3, 1e-2),
+    "lozo-m": (1e-3, 3e-3, 1e-2),
     "adam": (1e-3, 3e-3, 1e-2),
 }
 # Learning rates for the SmolLM2 runs (chosen from the --full grid; see the package README).
