@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from iclr25_diffusion_curriculum._training import (
     save_grid,
     train_diffusion,
 )
+from iclr25_shared.results import save_figure
 
 __all__ = [
     "FeatureNet",
@@ -124,15 +123,7 @@ def _fid(
 
 
 def _atomic_savefig(fig: Any, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    save_figure(fig, path, bbox_inches="tight", close=False)
 
 
 def plot_difficulty(bin_ends: np.ndarray, curves: np.ndarray, path: Path) -> Path:

@@ -18,6 +18,7 @@ from iclr25_fl_causal._datasets import gvhd, hiv_art
 from iclr25_fl_causal._estimators import doubly_robust, g_computation, ipw
 from iclr25_fl_causal._glm import Model
 from iclr25_fl_causal._simulate import simulate, true_value
+from iclr25_shared.results import save_figure
 
 __all__ = [
     "SIM_MODELS",
@@ -275,8 +276,6 @@ def plot_curves(
     curves: dict[str, pd.DataFrame], keys: Sequence[str], path: Path, title: str, xlabel: str
 ) -> Path:
     """Risk curves (with 95% bands where available) to a PNG, written atomically."""
-    import os
-    import tempfile
 
     import matplotlib
 
@@ -296,17 +295,7 @@ def plot_curves(
     ax.set_ylim(0, None)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return save_figure(fig, path)
 
 
 def ice_statsmodels(dd, formula: str, regime_value: int = 1) -> float:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -25,6 +23,7 @@ from iclr25_infomax._scores import el2n_scores, train_scoring_model
 from iclr25_infomax._similarity import knn_similarity
 from iclr25_infomax._solver import objective, solve
 from iclr25_infomax._validate import resolve_budget
+from iclr25_shared.results import save_figure
 
 __all__ = ["METHODS", "NESTED", "bench_run", "classifier_accuracy", "reproduce_run", "select_by"]
 
@@ -147,16 +146,7 @@ def _save_plot(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    save_figure(fig, path)
 
 
 def reproduce_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from iclr25_levattention._heavy import brute_force_heavy_entries, heavy_entries
+from iclr25_shared.results import save_figure as _shared_save_figure
 
 __all__ = ["SIZES", "ReproduceSize", "bench_rows", "fashion_pca", "heavy_tailed", "smollm2_qk"]
 
@@ -448,17 +447,8 @@ def bench_rows(
 
 
 def save_figure(fig, path: Path) -> Path:
-    """Save a matplotlib figure atomically (temporary file, then rename)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=path.suffix)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    """Save a matplotlib figure atomically (temporary file, then rename); the caller closes it."""
+    return _shared_save_figure(fig, path, bbox_inches="tight", close=False)
 
 
 def plot_scaling(rows: list[dict], path: Path, title: str) -> Path:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,6 +14,7 @@ import numpy as np
 
 from iclr25_prdp._experiment import ArmResult, HeatEmulator, controller_for, make_experiment
 from iclr25_prdp._solvers import solve
+from iclr25_shared.results import save_figure
 
 __all__ = ["bench_rows", "jax_device", "reproduce_experiment", "save_plots", "summary_row"]
 
@@ -121,15 +120,7 @@ def reproduce_experiment(
 
 
 def _atomic_savefig(fig: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    save_figure(fig, path, bbox_inches="tight", close=False)
 
 
 def save_plots(name: str, arms: dict[str, ArmResult], metric_name: str, out: Path) -> list[Path]:

@@ -18,7 +18,7 @@ from iclr25_qqa._baselines import exact_mis, greedy, rrg_mis_density_rs, simulat
 from iclr25_qqa._graphs import load_graph, parse_spec
 from iclr25_qqa._problems import BinaryProblem, Problem, make_problem
 from iclr25_shared.cli import progress
-from iclr25_shared.results import RunRecord, atomic_write_text, package_versions
+from iclr25_shared.results import RunRecord, atomic_write_text, package_versions, save_figure
 
 if TYPE_CHECKING:
     from iclr25_qqa.cli import BenchConfig, ReproduceConfig, SolveConfig
@@ -393,11 +393,7 @@ def _plot(curves: dict[str, dict[str, Any]], path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(tmp, dpi=120)
-    plt.close(fig)
-    tmp.replace(path)
+    save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------------------------------------------
