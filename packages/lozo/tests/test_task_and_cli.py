@@ -38,8 +38,8 @@ def test_balanced_split_is_disjoint_and_balanced(wiki):
 
 
 def test_shots_larger_than_the_data(wiki):
-    with pytest.raises(ValueError, match="at most shots=246"):
-        balanced_split(wiki.labels, shots=500, eval_per_class=10, seed=0)
+    with pytest.raises(ValueError, match=r"smallest class \('Mathematics'\); at most shots=246"):
+        balanced_split(wiki.labels, shots=500, eval_per_class=10, seed=0, class_names=wiki.classes)
 
 
 def test_select_trims_shared_padding_and_keeps_logits(tiny, wiki):

@@ -186,7 +186,11 @@ def _wiki_task(cfg: Any, device: Any) -> tuple[Any, LabelWordTask, Batch, Batch,
 
     data = wiki_summaries()
     train_idx, eval_idx = balanced_split(
-        data.labels, shots=cfg.shots, eval_per_class=cfg.eval_per_class, seed=cfg.seed
+        data.labels,
+        shots=cfg.shots,
+        eval_per_class=cfg.eval_per_class,
+        seed=cfg.seed,
+        class_names=data.classes,
     )
     lm = load_model(
         cfg.model,

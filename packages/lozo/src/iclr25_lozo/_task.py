@@ -54,7 +54,12 @@ class Batch:
 
 
 def balanced_split(
-    labels: np.ndarray, *, shots: int, eval_per_class: int, seed: int
+    labels: np.ndarray,
+    *,
+    shots: int,
+    eval_per_class: int,
+    seed: int,
+    class_names: Sequence[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """A k-shot training set (``shots`` per class) and a disjoint balanced evaluation set.
 
@@ -73,9 +78,11 @@ def balanced_split(
     classes, counts = np.unique(labels, return_counts=True)
     smallest = int(counts.min())
     if shots + eval_per_class > smallest:
+        label = int(classes[counts.argmin()])
+        name = repr(class_names[label]) if class_names is not None else f"label {label}"
         raise ValueError(
             f"shots={shots} plus eval_per_class={eval_per_class} exceeds the {smallest} examples of the smallest "
-            f"class (label {classes[counts.argmin()]}); at most shots={smallest - eval_per_class} fits"
+            f"class ({name}); at most shots={smallest - eval_per_class} fits"
         )
     train, held = [], []
     for cls in classes:
