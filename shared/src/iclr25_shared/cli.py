@@ -146,14 +146,15 @@ def _error(prog: str, message: str) -> int:
     return 2
 
 
-def _split_config(args: list[str]) -> tuple[Path | None, list[str]]:
+def _config_path(args: list[str]) -> Path | None:
+    """The value of ``--config`` in ``args`` (tyro parses the flag itself too: it is a CommonOptions field)."""
     path = None
     for i, a in enumerate(args):
         if a == "--config" and i + 1 < len(args):
             path = Path(args[i + 1])
         elif a.startswith("--config="):
             path = Path(a.split("=", 1)[1])
-    return path, args
+    return path
 
 
 def _defaults_from_file(cls: type, path: Path) -> Any:
@@ -232,7 +233,7 @@ def run(
     cls, fn = commands[name]
     debug = bool(os.environ.get("ICLR25_DEBUG"))
     try:
-        config_path, rest = _split_config(rest)
+        config_path = _config_path(rest)
         default_cfg = _defaults_from_file(cls, config_path) if config_path is not None else None
         captured_out, captured_err = io.StringIO(), io.StringIO()
         try:

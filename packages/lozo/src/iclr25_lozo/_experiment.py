@@ -8,7 +8,7 @@ import math
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -90,10 +90,8 @@ class FinetuneConfig(CommonOptions):
         check_range("batch_size", self.batch_size, low=1)
         check_range("max_text_tokens", self.max_text_tokens, low=4)
         check_range("lora_rank", self.lora_rank, low=1)
-        if self.model != "tiny" and ("/" in self.model or self.model.startswith((".", "~"))):
-            path = Path(self.model).expanduser()
-            if self.model.startswith((".", "/", "~")) and not path.exists():
-                raise ValueError(f"model: path {self.model!r} does not exist")
+        if self.model.startswith((".", "/", "~")) and not Path(self.model).expanduser().exists():
+            raise ValueError(f"model: path {self.model!r} does not exist")
 
 
 def make_optimizer(
@@ -764,7 +762,3 @@ def bench(cfg: BenchConfig) -> int:
         ).save(cfg.out)
         log(f"results written to {cfg.out}")
     return 0
-
-
-def with_overrides(cfg: Any, **changes: Any) -> Any:
-    return replace(cfg, **changes)

@@ -89,10 +89,9 @@ def _check_number(
     kind = int if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kind):
         raise TypeError(f"{name} must be {'an int' if integer else 'a number'}, got {type(value).__name__}")
-    bad = (value <= low if low_open else value < low) or (
-        high is not None and (value >= high if high_open else value > high)
-    )
-    if bad or (isinstance(value, float) and not math.isfinite(value) and high is not None):
+    bad = not math.isfinite(value) or (value <= low if low_open else value < low)
+    bad = bad or (high is not None and (value >= high if high_open else value > high))
+    if bad:
         lo = f"{'(' if low_open else '['}{low}"
         hi = f"{high}{')' if high_open else ']'}" if high is not None else "inf)"
         raise ValueError(f"{name} must be in {lo}, {hi}, got {value!r}")
@@ -450,9 +449,8 @@ class LOZO(ZerothOrderOptimizer):
         return self._gaussian(p, (m, self.rank_of(p)), self._STREAM_DIRECTION, self.global_step, index)
 
     def _direction(self, index: int, p: torch.Tensor) -> torch.Tensor:
-        if p.ndim < 2:
-            return self._gaussian(p, tuple(p.shape), self._STREAM_DIRECTION, self.global_step, index)
-        return (self._u(index, p) @ self.state[p]["V"].T).reshape(p.shape)
+        # Only 1-D parameters take a dense direction; matrices go through _add_low_rank (U V^T is never formed).
+        return self._gaussian(p, tuple(p.shape), self._STREAM_DIRECTION, self.global_step, index)
 
     @staticmethod
     def _add_low_rank(p: torch.Tensor, left: torch.Tensor, v: torch.Tensor) -> None:

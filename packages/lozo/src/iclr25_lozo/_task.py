@@ -157,11 +157,9 @@ class LabelWordTask:
 
     @staticmethod
     def batches(batch: Batch, size: int) -> Iterator[Batch]:
+        """Consecutive slices of ``size`` rows, each trimmed like :meth:`select`."""
         for start in range(0, len(batch), size):
-            sl = slice(start, start + size)
-            mask = batch.attention_mask[sl]
-            keep = int(mask.sum(dim=1).max())  # drop columns that are padding for every row of this slice
-            yield Batch(batch.input_ids[sl, -keep:], mask[:, -keep:], batch.labels[sl])
+            yield LabelWordTask.select(batch, np.arange(start, min(start + size, len(batch))))
 
     def class_logits(self, model: Any, batch: Batch) -> torch.Tensor:
         """``(batch, num_classes)`` float32 label-word logits at the last prompt position."""
