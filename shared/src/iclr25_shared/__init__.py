@@ -7,10 +7,33 @@ Submodules (import them directly; nothing heavy runs at import):
 - :mod:`iclr25_shared.device` — device resolution, seeding, peak-memory and time measurement.
 - :mod:`iclr25_shared.metrics` — accuracy with confidence intervals, cluster accuracy, Fréchet distance.
 - :mod:`iclr25_shared.results` — one run record written atomically as results.json / results.md.
-- :mod:`iclr25_shared.cli` — the CLI contract: config dataclass → subcommand, exit codes.
+- :mod:`iclr25_shared.cli` — the CLI contract: config dataclass → subcommand, run context, results, exit codes.
+- :mod:`iclr25_shared.checks` — validators with messages that name the field, the value and what is allowed.
+- :mod:`iclr25_shared.testing` — the contract tests every package runs, and ``require`` for data-backed tests.
 """
 
 from iclr25_shared.errors import DatasetUnavailable, ModelUnavailable, SourceUnavailable
 
-__all__ = ["DatasetUnavailable", "ModelUnavailable", "SourceUnavailable", "__version__"]
-__version__ = "0.1.0"
+__all__ = [
+    "DatasetUnavailable",
+    "ModelUnavailable",
+    "SourceUnavailable",
+    "__version__",
+    "distribution_version",
+]
+
+
+def distribution_version(distribution: str) -> str:
+    """The installed version of ``distribution`` (from its metadata), or ``"0+unknown"`` when not installed.
+
+    Packages set ``__version__ = distribution_version("iclr25-<slug>")`` so the version lives in pyproject only.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+__version__ = distribution_version("iclr25-shared")

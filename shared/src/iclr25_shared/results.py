@@ -21,6 +21,7 @@ from typing import Any
 
 __all__ = [
     "RunRecord",
+    "atomic_write_bytes",
     "atomic_write_text",
     "markdown_table",
     "package_versions",
@@ -50,20 +51,36 @@ def to_jsonable(value: Any) -> Any:
     return str(value)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` via a temporary file and an atomic rename."""
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` via a temporary file in the same folder and an atomic rename.
+
+    The file gets the ordinary permissions of a new file (``0o666`` less the umask), not ``mkstemp``'s ``0o600``.
+    A failure leaves the previous file (if any) untouched and no temporary file behind.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
     return path
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically; see :func:`atomic_write_bytes`."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def save_figure(
@@ -79,6 +96,7 @@ def save_figure(
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=dpi, **kwargs)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

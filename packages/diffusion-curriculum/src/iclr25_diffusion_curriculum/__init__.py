@@ -14,7 +14,9 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from iclr25_shared import distribution_version
+
+__version__ = distribution_version("iclr25-diffusion-curriculum")
 
 _EXPORTS = {
     "TimestepClusters": "_clusters",

@@ -21,6 +21,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from iclr25_shared import distribution_version
+
 if TYPE_CHECKING:
     from iclr25_edgeprompt._backbone import BackboneConfig, GNNEncoder, load_backbone, save_backbone
     from iclr25_edgeprompt._conv import EdgePromptGCNConv, EdgePromptGINConv
@@ -79,7 +81,7 @@ def __dir__() -> list[str]:
     return sorted(__all__)
 
 
-__version__ = "0.1.0"
+__version__ = distribution_version("iclr25-edgeprompt")
 
 __all__ = [
     "BUILTIN_DATASETS",

@@ -17,6 +17,7 @@ from iclr25_fl_causal._estimators import PositivityWarning, Result, doubly_robus
 from iclr25_fl_causal._glm import ConvergenceWarning, Model
 from iclr25_fl_causal._regimes import Regime
 from iclr25_fl_causal._simulate import SimulationParams, simulate, true_value
+from iclr25_shared import distribution_version
 
 __all__ = [
     "ConvergenceWarning",
@@ -38,4 +39,4 @@ __all__ = [
     "true_value",
     "zepid_longitudinal",
 ]
-__version__ = "0.1.0"
+__version__ = distribution_version("iclr25-fl-causal")

@@ -16,6 +16,7 @@ from iclr25_hyper_connections._hyper_connection import (
     reduce_streams,
     sequential_arrangement,
 )
+from iclr25_shared import distribution_version
 
 __all__ = [
     "SUPPORTED_MODEL_TYPES",
@@ -32,4 +33,4 @@ __all__ = [
     "reduce_streams",
     "sequential_arrangement",
 ]
-__version__ = "0.1.0"
+__version__ = distribution_version("iclr25-hyper-connections")

@@ -35,6 +35,7 @@ from iclr25_infomax._scores import (
 from iclr25_infomax._similarity import knn_similarity
 from iclr25_infomax._solver import SolverResult, objective, partition_budgets, select, solve
 from iclr25_infomax._validate import resolve_budget
+from iclr25_shared import distribution_version
 
 __all__ = [
     "SolverResult",
@@ -59,4 +60,4 @@ __all__ = [
     "topk_select",
     "train_scoring_model",
 ]
-__version__ = "0.1.0"
+__version__ = distribution_version("iclr25-infomax")

@@ -27,8 +27,9 @@ from iclr25_levattention._leverage import (
     tensor_dim,
 )
 from iclr25_levattention._streaming import StreamingUniversalSet
+from iclr25_shared import distribution_version
 
-__version__ = "0.1.0"
+__version__ = distribution_version("iclr25-levattention")
 
 __all__ = [
     "HeavyEntries",

@@ -8,6 +8,7 @@ Public API:
 """
 
 from iclr25_lozo._optimizer import LOZO, MeZO, ZerothOrderOptimizer, decay_param_groups
+from iclr25_shared import distribution_version
 
 __all__ = ["LOZO", "MeZO", "ZerothOrderOptimizer", "__version__", "decay_param_groups"]
-__version__ = "0.1.0"
+__version__ = distribution_version("iclr25-lozo")

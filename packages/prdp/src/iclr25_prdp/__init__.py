@@ -16,8 +16,9 @@ from iclr25_prdp._solvers import (
     steepest_descent,
 )
 from iclr25_prdp._training import TrainingLog, train_with_prdp
+from iclr25_shared import distribution_version
 
-__version__ = "0.1.0"
+__version__ = distribution_version("iclr25-prdp")
 
 __all__ = [
     "DIFF_MODES",

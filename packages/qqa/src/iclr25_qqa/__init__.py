@@ -18,7 +18,9 @@ References:
     ICLR 2025, arXiv:2409.02135.
 """
 
-__version__ = "0.1.0"
+from iclr25_shared import distribution_version
+
+__version__ = distribution_version("iclr25-qqa")
 
 from iclr25_qqa._anneal import (
     AnnealConfig,

@@ -1,0 +1,3 @@
+from iclr25___SLUG__.cli import main
+
+raise SystemExit(main())
