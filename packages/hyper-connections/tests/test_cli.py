@@ -42,8 +42,8 @@ TINY = [
 def test_train_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "run"
     assert main(["train", "--variant", "dhc2", "--steps", "4", *TINY, "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert "DHCx2: final validation loss" in printed
+    printed = capsys.readouterr().out  # the runner prints the metrics
+    assert "final_val_loss: " in printed
     result = json.loads((out / "results.json").read_text())
     assert result["metrics"]["variant"] == "DHCx2"
     loss = result["metrics"]["final_val_loss"]
@@ -129,12 +129,12 @@ def test_bench_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         (["train", "--variant", "dhc0"], "variant must be residual"),
         (["train", "--variant", "dhc32"], "expansion rate must be in 1..16"),
         (["train", "--dim", "30", "--num-heads", "4"], "num_heads must divide dim"),
-        (["train", "--steps", "0"], "steps must be in [1, inf)"),
-        (["train", "--lr", "-1"], "lr must be in (0.0, inf)"),
+        (["train", "--steps", "0"], "steps must be an integer in [1, inf), got 0"),
+        (["train", "--lr", "-1"], "lr must be in (0.0, inf), got -1.0"),
         (["train", "--tokenizer", "gpt2"], "--tokenizer"),
         (["reproduce", "--variants", "residual", "residual"], "variants must be distinct"),
-        (["reproduce", "--num-seeds", "0"], "num_seeds must be in [1, inf)"),
-        (["bench", "--expansion-rates", "0"], "expansion_rates must be in [1, 16]"),
+        (["reproduce", "--num-seeds", "0"], "num_seeds must be an integer in [1, inf), got 0"),
+        (["bench", "--expansion-rates", "0"], "expansion_rates must be an integer in [1, 16], got 0"),
         (["bench", "--device", "tpu"], "device must be one of"),
         (["fly"], "unknown subcommand 'fly'"),
     ],

@@ -14,7 +14,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import torch
@@ -22,18 +22,36 @@ from torch import Tensor, nn
 
 from iclr25_hyper_connections._hf import apply_hyper_connections
 from iclr25_hyper_connections._hyper_connection import param_groups
+from iclr25_hyper_connections._variants import Variant
+from iclr25_shared.cli import Result, RunContext
+
+if TYPE_CHECKING:
+    from iclr25_hyper_connections.cli import BenchConfig, ReproduceConfig, TrainConfig, _TrainingOptions
 
 __all__ = [
     "Corpus",
     "ModelSpec",
     "TrainResult",
     "Variant",
+    "bench",
     "build_model",
     "consecutive_layer_similarity",
     "load_corpus",
+    "reproduce",
     "saved_activation_bytes",
+    "train",
     "train_lm",
 ]
+
+# OLMo-1B, 500B tokens: V2 eval loss (arXiv 2409.19606, the OLMo-1B results table).
+PAPER_V2_LOSS = {
+    "residual": 2.811,
+    "DHCx1": 2.819,
+    "DHCx2": 2.802,
+    "SHCx4": 2.791,
+    "DHCx4": 2.781,
+    "DHCx8": 2.778,
+}
 
 Tokenizer = Literal["bytes", "smollm2"]
 _SPLIT_SEED = 0  # the train/validation split never depends on the run seed: every run sees the same data
@@ -117,36 +135,6 @@ class ModelSpec:
     num_layers: int = 4
     num_heads: int = 4
     context: int = 64
-
-
-@dataclass(frozen=True, kw_only=True)
-class Variant:
-    """Residual connections of a run: ``expansion_rate=0`` is the residual (Pre-Norm) baseline."""
-
-    name: str
-    expansion_rate: int = 0
-    dynamic: bool = True
-    tanh: bool = True
-
-    @staticmethod
-    def parse(text: str) -> Variant:
-        """``residual``, or ``dhc<n>`` / ``shc<n>`` (e.g. ``dhc4``), optionally with ``-notanh``."""
-        key = text.strip().lower()
-        if key == "residual":
-            return Variant(name="residual")
-        tanh = not key.endswith("-notanh")
-        core = key.removesuffix("-notanh")
-        if core[:3] in ("dhc", "shc") and core[3:].isdigit() and int(core[3:]) >= 1:
-            n = int(core[3:])
-            return Variant(
-                name=f"{core[:3].upper()}x{n}{'' if tanh else ' w/o tanh'}",
-                expansion_rate=n,
-                dynamic=core[:3] == "dhc",
-                tanh=tanh,
-            )
-        raise ValueError(
-            f"variant must be residual, dhc<n>, shc<n> (n >= 1, optional -notanh suffix); got {text!r}"
-        )
 
 
 def build_model(vocab_size: int, spec: ModelSpec, variant: Variant, *, seed: int) -> nn.Module:
@@ -365,3 +353,258 @@ def summarise(results: Sequence[TrainResult]) -> dict[str, dict[str, float]]:
             "seconds_mean": statistics.fmean(r.seconds for r in runs),
         }
     return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Commands: fn(cfg, ctx) -> Result (the runner writes results.json / results.md / config.json and prints them)
+# ----------------------------------------------------------------------------------------------------------------
+def _setup(cfg: Any, ctx: RunContext) -> torch.device:
+    from iclr25_shared.device import seed_everything
+
+    device = ctx.torch_device()
+    seed_everything(cfg.seed)
+    return device
+
+
+def _spec(cfg: _TrainingOptions) -> ModelSpec:
+    return ModelSpec(dim=cfg.dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads, context=cfg.context)
+
+
+def _train_kwargs(cfg: _TrainingOptions) -> dict[str, Any]:
+    return {
+        "steps": cfg.steps,
+        "batch_size": cfg.batch_size,
+        "lr": cfg.lr,
+        "weight_decay": cfg.weight_decay,
+        "warmup": cfg.warmup,
+        "eval_every": cfg.eval_every,
+        "eval_batches": cfg.eval_batches,
+    }
+
+
+def train(cfg: TrainConfig, ctx: RunContext) -> Result:
+    """Train one variant; its loss curve and final validation loss (nats/token)."""
+    device = _setup(cfg, ctx)
+    variant = Variant.parse(cfg.variant)
+    corpus = load_corpus(cfg.tokenizer, max_docs=cfg.max_docs)
+    ctx.log.info(
+        f"{variant.name}: {len(corpus.train):,} train / {len(corpus.val):,} val tokens ({cfg.tokenizer}), {device}"
+    )
+    res = train_lm(
+        corpus,
+        _spec(cfg),
+        variant,
+        seed=cfg.seed,
+        device=device,
+        progress=lambda it: ctx.progress(it, total=cfg.steps, desc=variant.name),
+        **_train_kwargs(cfg),
+    )
+    ctx.log.info(
+        f"{variant.name}: final validation loss {res.final_val_loss:.4f} nats/token, {res.num_params:,} parameters"
+    )
+    return Result(
+        metrics={
+            "variant": variant.name,
+            "final_val_loss": res.final_val_loss,
+            "num_params": res.num_params,
+            "layer_similarity": res.layer_similarity,
+        },
+        tables={"loss curve": res.curve},
+        timings={"train": res.seconds},
+    )
+
+
+def _plot_reproduce(ctx: RunContext, results: list[TrainResult], variants: list[str]) -> list[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in variants:
+        runs = [r for r in results if r.variant == name]
+        steps = [row["step"] for row in runs[0].curve if "val_loss" in row]
+        vals = [statistics.fmean(row["val_loss"] for row in (r.curve[s - 1] for r in runs)) for s in steps]
+        ax.plot(steps, vals, marker="o", label=name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("validation loss (nats/token)")
+    ax.set_title("Wikipedia summaries: validation loss (mean over seeds)")
+    ax.legend()
+    fig.tight_layout()
+    ctx.save_figure("loss_curves.png", fig)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name in variants:
+        runs = [r for r in results if r.variant == name]
+        sims = [statistics.fmean(vals) for vals in zip(*(r.layer_similarity for r in runs))]
+        ax.plot(range(1, len(sims) + 1), sims, marker="o", label=name)
+    ax.set_xlabel("layer i (pair i-1, i)")
+    ax.set_ylabel("median cos(h0^(i-1), h0^i)")
+    ax.set_title("Consecutive-layer input similarity (paper)")
+    ax.legend()
+    fig.tight_layout()
+    ctx.save_figure("layer_similarity.png", fig)
+    return ["loss_curves.png", "layer_similarity.png"]
+
+
+def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
+    """Train every variant for every seed; validation loss, paired differences and layer similarity."""
+    device = _setup(cfg, ctx)
+    variants = [Variant.parse(v) for v in cfg.variants]
+    corpus = load_corpus(cfg.tokenizer, max_docs=cfg.max_docs)
+    seeds = [cfg.seed + i for i in range(cfg.num_seeds)]
+    ctx.log.info(
+        f"{len(variants)} variants x {len(seeds)} seeds, {cfg.steps} steps each, {corpus.tokenizer} tokens, {device}"
+    )
+    results = []
+    for seed in seeds:
+        for variant in variants:
+            res = train_lm(
+                corpus,
+                _spec(cfg),
+                variant,
+                seed=seed,
+                device=device,
+                progress=lambda it, v=variant, s=seed: ctx.progress(
+                    it, total=cfg.steps, desc=f"{v.name} seed {s}"
+                ),
+                **_train_kwargs(cfg),
+            )
+            ctx.log.info(
+                f"  {variant.name:>10} seed {seed}: val loss {res.final_val_loss:.4f} ({res.seconds:.0f} s)"
+            )
+            results.append(res)
+    summary = summarise(results)
+    ref = variants[0].name
+    rows = []
+    for v in variants:
+        s = summary[v.name]
+        paired = [
+            a.final_val_loss - b.final_val_loss
+            for a, b in zip(
+                (r for r in results if r.variant == v.name),
+                (r for r in results if r.variant == ref),
+                strict=True,
+            )
+        ]
+        rows.append(
+            {
+                "variant": v.name,
+                "params": int(s["num_params"]),
+                "val loss (mean)": s["val_loss_mean"],
+                "seed std": s["val_loss_std"],
+                f"Δ vs {ref} (paired, per seed)": ", ".join(f"{d:+.4f}" for d in paired),
+                "consecutive-layer cos": s["layer_similarity_mean"],
+                "paper OLMo-1B V2 loss": PAPER_V2_LOSS.get(v.name.replace(" w/o tanh", "")),
+            }
+        )
+    notes = [
+        "Same seed = same initial attention/FFN/embedding weights and the same batches for every variant; "
+        "differences are paired per seed.",
+        "consecutive-layer cos: median over held-out tokens of cos(h0^i, h0^(i+1)) between the inputs of consecutive "
+        "decoder layers, averaged over layers (lower = less representation collapse).",
+    ]
+    if ctx.writes:
+        notes.append("plots: " + ", ".join(_plot_reproduce(ctx, results, [v.name for v in variants])))
+    return Result(
+        metrics={"summary": summary},
+        tables={
+            "validation loss": rows,
+            "per run": [
+                {
+                    "variant": r.variant,
+                    "seed": r.seed,
+                    "final_val_loss": r.final_val_loss,
+                    "layer_similarity": ", ".join(f"{x:.3f}" for x in r.layer_similarity),
+                    "seconds": r.seconds,
+                }
+                for r in results
+            ],
+        },
+        timings={f"{r.variant} seed {r.seed}": r.seconds for r in results},
+        notes=notes,
+    )
+
+
+def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
+    """Measure HCxn against the residual baseline in one process: time, activation memory, parameters."""
+    from iclr25_shared.device import PeakMemory, Timer
+
+    device = _setup(cfg, ctx)
+    spec = ModelSpec(dim=cfg.dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads, context=cfg.context)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    batch = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.context + 1), generator=gen).to(device)
+    kind = "DHC" if cfg.dynamic else "SHC"
+    variants = [Variant(name="residual")] + [
+        Variant(name=f"{kind}x{n}", expansion_rate=n, dynamic=cfg.dynamic) for n in cfg.expansion_rates
+    ]
+    models = [build_model(cfg.vocab_size, spec, v, seed=cfg.seed).to(device).train() for v in variants]
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in models]
+
+    def loss_fn(model: nn.Module) -> Tensor:
+        logits = model(input_ids=batch[:, :-1]).logits
+        return nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+
+    def step(i: int) -> float:
+        with Timer(device) as t:
+            opts[i].zero_grad(set_to_none=True)
+            loss_fn(models[i]).backward()
+            opts[i].step()
+        return t.seconds
+
+    # Timing: rounds of one step per variant, in rotating order, so load changes hit every variant alike;
+    # the time ratio is the median over rounds of (variant step / residual step in the same round).
+    times: list[list[float]] = [[] for _ in variants]
+    for r in ctx.progress(range(cfg.warmup_steps + cfg.repeats), desc="bench"):
+        order = [(r + k) % len(variants) for k in range(len(variants))]
+        measured = {i: step(i) for i in order}
+        if r >= cfg.warmup_steps:
+            for i, sec in measured.items():
+                times[i].append(sec)
+    rows: list[dict[str, Any]] = []
+    for i, (variant, model) in enumerate(zip(variants, models)):
+        opts[i].zero_grad(set_to_none=True)
+        params = list(model.parameters())
+        act = saved_activation_bytes(lambda model=model: loss_fn(model), exclude=params)
+        peak = None
+        if device.type == "cuda":  # CPU peak RSS cannot see memory the allocator reuses: not reported there
+            with PeakMemory(device) as mem:
+                loss_fn(model).backward()
+            peak = mem.peak_bytes / 2**20
+        opts[i].zero_grad(set_to_none=True)
+        rows.append(
+            {
+                "variant": variant.name,
+                "params": sum(p.numel() for p in params),
+                "step ms": 1000 * statistics.median(times[i]),
+                "time ratio": statistics.median(a / b for a, b in zip(times[i], times[0])),
+                "saved activations MiB": act / 2**20,
+                "peak memory MiB": peak,
+            }
+        )
+    base = rows[0]
+    for row in rows:
+        row["params ratio"] = row["params"] / base["params"]
+        row["activation ratio"] = row["saved activations MiB"] / base["saved activations MiB"]
+        row["peak memory ratio"] = (
+            row["peak memory MiB"] / base["peak memory MiB"] if base["peak memory MiB"] else None
+        )
+    columns = [
+        "variant",
+        "params",
+        "params ratio",
+        "step ms",
+        "time ratio",
+        "saved activations MiB",
+        "activation ratio",
+        "peak memory MiB",
+        "peak memory ratio",
+    ]
+    return Result(
+        metrics={r["variant"]: {k: v for k, v in r.items() if k != "variant"} for r in rows},
+        tables={"bench": [{c: row[c] for c in columns} for row in rows]},
+        notes=[
+            "saved activations: bytes of distinct tensors autograd keeps for backward (exact); peak memory: "
+            "CUDA max_memory_allocated during forward+backward above the start (CUDA only).",
+            "paper (OLMo-1B, d = 2048): +0.03 % parameters, +0.2 % FLOPs, +26 % activation memory.",
+        ],
+    )

@@ -23,6 +23,7 @@ from iclr25_hyper_connections._hyper_connection import (
     NormSpec,
     _check_int,
     expand_streams,
+    hyper_connections_of,
     reduce_streams,
 )
 
@@ -116,11 +117,6 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
         raise ValueError(f"{type(model).__name__} has no non-empty `layers` ModuleList to rewire")
     return layers
-
-
-def hyper_connections_of(model: nn.Module) -> list[HyperConnection]:
-    """All :class:`HyperConnection` modules of a model, in forward order (empty when none)."""
-    return [m for m in model.modules() if isinstance(m, HyperConnection)]
 
 
 def apply_hyper_connections(

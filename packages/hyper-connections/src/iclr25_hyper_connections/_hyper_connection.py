@@ -22,11 +22,14 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from iclr25_shared.checks import check_float, check_int
+
 __all__ = [
     "HyperConnection",
     "WidthConnection",
     "expand_streams",
     "hyper_connection_num_params",
+    "hyper_connections_of",
     "parallel_arrangement",
     "param_groups",
     "reduce_streams",
@@ -38,11 +41,8 @@ _NORMS = ("layernorm", "layernorm_affine", "rmsnorm")
 
 
 def _check_int(name: str, value: Any, *, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int >= {low}, got {type(value).__name__} {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value}")
-    return value
+    """An integer >= ``low`` (bool rejected), via :func:`iclr25_shared.checks.check_int`."""
+    return check_int(name, value, low=low)
 
 
 def _check_streams(streams: Any, expansion_rate: int, dim: int | None, what: str = "streams") -> None:
@@ -472,6 +472,11 @@ class HyperConnection(nn.Module):
         return self.depth_connection(residual, branch(h0, *args, **kwargs), beta)
 
 
+def hyper_connections_of(model: nn.Module) -> list[HyperConnection]:
+    """All :class:`HyperConnection` modules of a model, in module order (empty when none)."""
+    return [m for m in model.modules() if isinstance(m, HyperConnection)]
+
+
 def param_groups(model: nn.Module, *, weight_decay: float) -> list[dict[str, Any]]:
     """AdamW parameter groups following the paper's training recipe (no weight decay on static parts).
 
@@ -482,8 +487,7 @@ def param_groups(model: nn.Module, *, weight_decay: float) -> list[dict[str, Any
     Returns:
         ``[{"params": decayed, "weight_decay": weight_decay}, {"params": others, "weight_decay": 0.0}]``.
     """
-    if not isinstance(weight_decay, (int, float)) or isinstance(weight_decay, bool) or weight_decay < 0:
-        raise ValueError(f"weight_decay must be a float >= 0, got {weight_decay!r}")
+    weight_decay = check_float("weight_decay", weight_decay, low=0.0)
     decay: list[nn.Parameter] = []
     no_decay: list[nn.Parameter] = []
     seen: set[int] = set()
