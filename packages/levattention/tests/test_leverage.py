@@ -1,4 +1,4 @@
-"""Leverage scores, tensor-power sensitivities and Lewis weights (brief §5.4 items 1-2)."""
+"""Leverage scores, tensor-power sensitivities and Lewis weights (arXiv:2410.05462 §2-3)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def test_duplicated_row_follows_sherman_morrison_and_halves_a_unique_direction()
     # Adding a copy: τ' = τ / (1 + τ) for both copies.
     assert dup[j] == pytest.approx(tau[j] / (1 + tau[j]), rel=1e-9)
     assert dup[-1] == pytest.approx(dup[j], rel=1e-12)
-    # A key alone in its direction has τ = 1; duplicating it halves both copies (the brief's statement).
+    # A key alone in its direction has τ = 1; duplicating it halves both copies (Sherman-Morrison).
     K2 = np.hstack([K, np.zeros((40, 1))])
     K2 = np.vstack([K2, [0, 0, 0, 0, 2.5]])
     assert leverage_scores(K2)[-1] == pytest.approx(1.0, abs=1e-12)
@@ -107,7 +107,7 @@ def test_p4_rank_revealing_sum_is_21_where_naive_qr_overcounts():
     lev_kron = leverage_scores(kron)
     assert lev_kron.sum() == pytest.approx(21.0, abs=1e-6)
     np.testing.assert_allclose(lev_kron, sens, rtol=1e-6, atol=1e-10)
-    q_naive = np.linalg.qr(kron)[0]  # what the brief warns against: QR without a rank threshold
+    q_naive = np.linalg.qr(kron)[0]  # QR without a rank threshold over-counts the rank
     assert np.sum(q_naive**2) == pytest.approx(36.0, abs=1e-6)
 
 
@@ -150,8 +150,8 @@ def test_lewis_weights_reject_p_outside_0_4(bad_p):
         (np.zeros((0, 3)), ValueError, "at least one row"),
         (np.zeros((3, 0)), ValueError, "at least one row"),
         (np.ones(5), ValueError, "2-D"),
-        (np.array([[1.0, np.nan]]), ValueError, "NaN or Inf"),
-        (np.array([[1.0, np.inf]]), ValueError, "NaN or Inf"),
+        (np.array([[1.0, np.nan]]), ValueError, "NaN or inf"),
+        (np.array([[1.0, np.inf]]), ValueError, "NaN or inf"),
         (np.ones((3, 2), dtype=complex), TypeError, "real numbers"),
         (np.ones((3, 2), dtype=bool), TypeError, "real numbers"),
         (np.array([["a", "b"]]), TypeError, "real numbers"),

@@ -1,4 +1,4 @@
-"""Streaming universal set: superset of the offline U for any order, bounded workspace (brief §5.4 item 5)."""
+"""Streaming universal set: superset of the offline U for any order, bounded workspace (arXiv:2410.05462, streaming)."""
 
 from __future__ import annotations
 
@@ -85,14 +85,14 @@ def test_bad_stream_input():
         StreamingUniversalSet(3, 0.1, 3)
     with pytest.raises(ValueError, match="eps"):
         StreamingUniversalSet(3, 0.0)
-    with pytest.raises(ValueError, match="d must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"d must be an integer in \[1, inf\)"):
         StreamingUniversalSet(0, 0.1)
     stream = StreamingUniversalSet(3, 0.1)
     with pytest.raises(ValueError, match="no keys have been fed"):
         stream.heavy_entries(np.ones((2, 3)))
     with pytest.raises(ValueError, match="block has 2 columns but d = 3"):
         stream.update(np.ones((4, 2)))
-    with pytest.raises(ValueError, match="NaN or Inf"):
+    with pytest.raises(ValueError, match="NaN or inf"):
         stream.update(np.array([[1.0, np.nan, 0.0]]))
     with pytest.raises(ValueError, match="distinct"):
         stream.update(np.eye(3), [0, 0, 1])

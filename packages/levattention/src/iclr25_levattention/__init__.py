@@ -18,15 +18,6 @@ Reference: Kannan, Bhattacharyya, Kacham, Woodruff, "LevAttention: Time, Space a
 for Heavy Attentions", ICLR 2025, arXiv:2410.05462.
 """
 
-from iclr25_levattention._heavy import HeavyEntries, brute_force_heavy_entries, heavy_entries, universal_set
-from iclr25_levattention._leverage import (
-    leverage_scores,
-    lewis_weights,
-    sensitivities,
-    symmetric_tensor_features,
-    tensor_dim,
-)
-from iclr25_levattention._streaming import StreamingUniversalSet
 from iclr25_shared import distribution_version
 
 __version__ = distribution_version("iclr25-levattention")
@@ -49,17 +40,33 @@ __all__ = [
     "universal_set",
 ]
 
-_TORCH = {"LevAttention", "leverage_scores_torch", "select_top_keys", "ViT"}
+# Everything is imported on first use, so `import iclr25_levattention` (and the CLI's --help) stays light and the
+# runner's --threads reaches numpy's BLAS before numpy is loaded.
+_WHERE = {
+    "HeavyEntries": "_heavy",
+    "brute_force_heavy_entries": "_heavy",
+    "heavy_entries": "_heavy",
+    "universal_set": "_heavy",
+    "leverage_scores": "_leverage",
+    "lewis_weights": "_leverage",
+    "sensitivities": "_leverage",
+    "symmetric_tensor_features": "_leverage",
+    "tensor_dim": "_leverage",
+    "StreamingUniversalSet": "_streaming",
+    "LevAttention": "_layer",
+    "leverage_scores_torch": "_layer",
+    "select_top_keys": "_layer",
+    "ViT": "_vit",
+}
 
 
 def __getattr__(name: str):
-    # torch is imported only when the layer is used, so the numpy routines import fast.
-    if name in _TORCH:
-        if name == "ViT":
-            from iclr25_levattention import _vit
+    if name in _WHERE:
+        import importlib
 
-            return _vit.ViT
-        from iclr25_levattention import _layer
-
-        return getattr(_layer, name)
+        return getattr(importlib.import_module(f"iclr25_levattention.{_WHERE[name]}"), name)
     raise AttributeError(f"module 'iclr25_levattention' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

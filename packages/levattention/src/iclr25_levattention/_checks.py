@@ -1,4 +1,5 @@
-"""Input validation shared by the exact routines: every bad input becomes a ValueError/TypeError naming the field."""
+"""Array validation for the exact routines (scalars use :mod:`iclr25_shared.checks`): every bad input becomes a
+``ValueError``/``TypeError`` naming the field, the value and what is allowed."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["as_matrix", "check_eps", "check_even_p", "check_positive_int", "check_rank_tol"]
+from iclr25_shared.checks import check_finite, check_float, check_int
+
+__all__ = ["as_matrix", "check_eps", "check_even_p", "check_int", "check_rank_tol"]
 
 _LEWIS_HINT = "for other p use lewis_weights(K, p) (approximate: no completeness guarantee)"
 
@@ -20,7 +23,10 @@ def as_matrix(name: str, value: Any, *, d: int | None = None) -> np.ndarray:
         ValueError: not 2-D, no rows or no columns, the wrong number of columns, or NaN/Inf entries.
     """
     if hasattr(value, "detach") and hasattr(value, "cpu"):  # a torch tensor
-        value = value.detach().cpu().numpy()
+        value = value.detach().cpu()
+        if str(value.dtype) == "torch.bfloat16":
+            value = value.float()
+        value = value.numpy()
     try:
         arr = np.asarray(value)
     except Exception as exc:  # ragged lists and the like
@@ -35,21 +41,13 @@ def as_matrix(name: str, value: Any, *, d: int | None = None) -> np.ndarray:
         raise ValueError(f"{name} must have at least one row and one column, got shape {arr.shape}")
     if d is not None and arr.shape[1] != d:
         raise ValueError(f"{name} has {arr.shape[1]} columns but d = {d} (queries and keys must share d)")
-    arr = np.ascontiguousarray(arr, dtype=np.float64)
-    bad = int(np.count_nonzero(~np.isfinite(arr)))
-    if bad:
-        raise ValueError(f"{name} contains {bad} NaN or Inf entries; all entries must be finite")
-    return arr
+    check_finite(name, arr)
+    return np.ascontiguousarray(arr, dtype=np.float64)
 
 
 def check_eps(eps: Any) -> float:
     """``eps`` as a float in (0, 1] (an attention weight threshold)."""
-    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
-        raise TypeError(f"eps must be a real number in (0, 1], got {type(eps).__name__} {eps!r}")
-    eps = float(eps)
-    if not (0.0 < eps <= 1.0):
-        raise ValueError(f"eps must be in (0, 1], got {eps!r}")
-    return eps
+    return check_float("eps", eps, low=0.0, high=1.0, low_inclusive=False)
 
 
 def check_even_p(p: Any, routine: str) -> int:
@@ -64,22 +62,8 @@ def check_even_p(p: Any, routine: str) -> int:
     return int(p)
 
 
-def check_positive_int(name: str, value: Any, *, low: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer >= {low}, got {type(value).__name__} {value!r}")
-    if int(value) < low:
-        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-    return int(value)
-
-
 def check_rank_tol(rank_tol: Any) -> float | None:
+    """``None`` or a float in [0, 1) (relative to the largest singular value)."""
     if rank_tol is None:
         return None
-    if isinstance(rank_tol, bool) or not isinstance(rank_tol, numbers.Real):
-        raise TypeError(f"rank_tol must be None or a float in [0, 1), got {type(rank_tol).__name__}")
-    rank_tol = float(rank_tol)
-    if not (0.0 <= rank_tol < 1.0):
-        raise ValueError(
-            f"rank_tol must be in [0, 1) (relative to the largest singular value), got {rank_tol!r}"
-        )
-    return rank_tol
+    return check_float("rank_tol", rank_tol, low=0.0, high=1.0, high_inclusive=False)

@@ -18,14 +18,27 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from iclr25_levattention._heavy import brute_force_heavy_entries, heavy_entries
-from iclr25_shared.results import save_figure as _shared_save_figure
+from iclr25_shared.cli import Result, RunContext
 
-__all__ = ["SIZES", "ReproduceSize", "bench_rows", "fashion_pca", "heavy_tailed", "smollm2_qk"]
+if TYPE_CHECKING:
+    from iclr25_levattention.cli import BenchConfig, FindConfig, ReproduceConfig
+
+__all__ = [
+    "SIZES",
+    "ReproduceSize",
+    "bench",
+    "bench_rows",
+    "fashion_pca",
+    "find",
+    "heavy_tailed",
+    "reproduce",
+    "smollm2_qk",
+]
 
 
 @dataclass(frozen=True)
@@ -220,17 +233,14 @@ def _timed(fn, *args, **kwargs):
 
 
 def _cpu_timed(fn, *args, **kwargs):
-    """``(result, wall_seconds, cpu_seconds)`` with BLAS limited to one thread.
+    """``(result, wall_seconds, cpu_seconds)``.
 
-    On a shared machine wall time mostly measures the wait for a CPU; with one BLAS thread the process CPU time
-    (``time.process_time``) is the work done, comparable between methods and runs.
+    On a shared machine wall time mostly measures the wait for a CPU; with one BLAS thread (``--threads 1``, the
+    default) the process CPU time (``time.process_time``) is the work done, comparable between methods and runs.
     """
-    from iclr25_levattention._leverage import single_threaded_lapack
-
-    with single_threaded_lapack():
-        cpu = time.process_time()
-        result, wall = _timed(fn, *args, **kwargs)
-        cpu = time.process_time() - cpu
+    cpu = time.process_time()
+    result, wall = _timed(fn, *args, **kwargs)
+    cpu = time.process_time() - cpu
     return result, wall, cpu
 
 
@@ -446,12 +456,7 @@ def bench_rows(
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def save_figure(fig, path: Path) -> Path:
-    """Save a matplotlib figure atomically (temporary file, then rename); the caller closes it."""
-    return _shared_save_figure(fig, path, bbox_inches="tight", close=False)
-
-
-def plot_scaling(rows: list[dict], path: Path, title: str) -> Path:
+def plot_scaling(rows: list[dict], title: str):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -468,13 +473,10 @@ def plot_scaling(rows: list[dict], path: Path, title: str) -> Path:
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-    try:
-        return save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    return fig
 
 
-def plot_vit(rows: list[dict], path: Path) -> Path:
+def plot_vit(rows: list[dict]):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -489,7 +491,226 @@ def plot_vit(rows: list[dict], path: Path) -> Path:
     ax.set_xlim(0, 1)
     for i, a in enumerate(acc):
         ax.text(a + 0.01, i, f"{a:.3f}", va="center")
+    return fig
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Commands (iclr25_levattention.cli.COMMANDS)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _load_npy(flag: str, path: Path) -> np.ndarray:
+    if not path.is_file():
+        raise FileNotFoundError(f"{flag}: file {str(path)!r} does not exist")
     try:
-        return save_figure(fig, path)
-    finally:
-        plt.close(fig)
+        return np.load(path, allow_pickle=False)
+    except (ValueError, EOFError, OSError) as exc:  # not .npy, truncated, 0 bytes, pickled objects
+        raise ValueError(f"{flag}: {path} is not a plain .npy array ({exc or type(exc).__name__})") from None
+
+
+def _digits_pca(d: int = 8) -> np.ndarray:
+    from sklearn.decomposition import PCA
+
+    from iclr25_shared.data import digits
+
+    images, _ = digits()
+    return PCA(n_components=d, random_state=0).fit_transform(
+        images.reshape(len(images), -1).astype(np.float64)
+    )
+
+
+def find(cfg: FindConfig, ctx: RunContext) -> Result:
+    """``find``: every A_ij >= eps of one (Q, K) pair, via the universal set."""
+    if cfg.k is None:
+        K = _digits_pca()
+        Q, source = K, "sklearn digits, PCA to d = 8 (queries = keys)"
+    else:
+        K = _load_npy("--k", cfg.k)
+        Q = K if cfg.q is None else _load_npy("--q", cfg.q)
+        source = f"q={cfg.q or cfg.k}, k={cfg.k}"
+    start = time.perf_counter()
+    result = heavy_entries(Q, K, cfg.eps, cfg.p, chunk_size=cfg.chunk_size)
+    seconds = time.perf_counter() - start
+    d = K.shape[1]
+    order = np.argsort(-result.values, kind="stable")[: cfg.show]
+    rows = [
+        {"i": int(result.rows[t]), "j": int(result.cols[t]), "A_ij": float(result.values[t])} for t in order
+    ]
+    print(f"source: {source}")
+    print(f"n_queries={Q.shape[0]} n_keys={K.shape[0]} d={d} p={cfg.p} eps={cfg.eps}")
+    print(
+        f"|U| = {result.universal_set.size} (bound rank/eps = {result.bound:.1f}, d^(p/2)/eps = "
+        f"{d ** (cfg.p / 2) / cfg.eps:.1f}); heavy entries: {len(result)}; "
+        f"degenerate rows: {result.degenerate_rows.size}; {seconds:.3f} s"
+    )
+    if ctx.writes:
+        np.savez(
+            ctx.path("heavy_entries.npz"),
+            rows=result.rows,
+            cols=result.cols,
+            values=result.values,
+            universal_set=result.universal_set,
+        )
+    return Result(
+        metrics={
+            "n_queries": Q.shape[0],
+            "n_keys": K.shape[0],
+            "d": d,
+            "universal_set_size": int(result.universal_set.size),
+            "bound_rank_over_eps": result.bound,
+            "heavy_entries": len(result),
+            "degenerate_rows": int(result.degenerate_rows.size),
+        },
+        tables={"largest entries": rows},
+        timings={"heavy_entries": seconds},
+        notes=[
+            f"source: {source}",
+            "all entries are in heavy_entries.npz (rows, cols, values, universal_set)",
+        ],
+    )
+
+
+def _acc(est) -> dict:
+    return {"accuracy": est.value, "ci low": est.low, "ci high": est.high, "n test": est.n}
+
+
+def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
+    """``reproduce``: part A (exactness and time against n) and part B (ViT on Fashion-MNIST)."""
+    import torch
+
+    from iclr25_shared.device import seed_everything
+
+    device = ctx.torch_device()
+    seed_everything(cfg.seed)
+    size = SIZES[cfg.size]
+    res = Result()
+    total = time.perf_counter()
+
+    if cfg.parts in ("all", "A"):
+        start = time.perf_counter()
+        sources: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        if cfg.lm:
+            ctx.log.info("A: loading SmolLM2-135M and capturing queries/keys ...")
+            sources.update(
+                smollm2_qk(
+                    num_tokens=size.lm_tokens,
+                    seq_len=size.lm_seq_len,
+                    layers=size.lm_layers,
+                    heads=size.lm_heads,
+                    device=device,
+                )
+            )
+        res.timings["A: data"] = time.perf_counter() - start
+        fashion = fashion_pca(size.fashion_n, d=16, seed=cfg.seed)
+        fashion_name = f"Fashion-MNIST PCA-16 (n={size.fashion_n})"
+        rows = []
+        for name, (Q, K) in sources.items():
+            ctx.log.info(f"A: {name}")
+            rows += exactness_rows(name, Q, K, 2)
+        for name, (Q, K) in sources.items():
+            ctx.log.info(f"A: {name}, one sequence of {size.lm_seq_len} tokens, p = 2 and 4")
+            for p in (2, 4):
+                rows += exactness_rows(f"{name}, one sequence", Q[: size.lm_seq_len], K[: size.lm_seq_len], p)
+        if sources and size.lm_p4_tokens:
+            name = next(iter(sources))
+            Q, K = sources[name]
+            ctx.log.info(f"A: {name}, p = 4 on the first {size.lm_p4_tokens} tokens")
+            rows += exactness_rows(name, Q[: size.lm_p4_tokens], K[: size.lm_p4_tokens], 4)
+        for p in (2, 4):
+            ctx.log.info(f"A: {fashion_name}, p = {p}")
+            rows += exactness_rows(fashion_name, fashion, fashion, p)
+        res.tables["A: exactness (universal set vs brute force)"] = rows
+        res.metrics["A: min recall"] = min(r["recall"] for r in rows)
+        res.metrics["A: total false positives"] = sum(r["false pos"] for r in rows)
+        res.metrics["A: |U| within rank/eps"] = all(r["|U|"] <= r["rank/eps"] for r in rows)
+        res.metrics["A: |U| within d^(p/2)/eps"] = all(r["|U|"] <= r["d^(p/2)/eps"] for r in rows)
+
+        ctx.log.info("A: scaling")
+        scaling = []
+        if sources:
+            name = list(sources)[-1]
+            scaling += scaling_rows(name, *sources[name], size.scaling_lm)
+        big = fashion_pca(max(size.scaling_fashion), d=16, seed=cfg.seed)
+        scaling += scaling_rows("Fashion-MNIST PCA-16", big, big, size.scaling_fashion)
+        res.tables["A: CPU time vs n (p = 2, eps = 0.05, one BLAS thread)"] = scaling
+        for src in dict.fromkeys(r["source"] for r in scaling):
+            sub = [r for r in scaling if r["source"] == src]
+            if len(sub) >= 2:
+                res.metrics[f"A: log-log slope ours [{src}]"] = round(loglog_slope(sub, "cpu ours (s)"), 2)
+                res.metrics[f"A: log-log slope brute [{src}]"] = round(loglog_slope(sub, "cpu brute (s)"), 2)
+        ctx.save_figure("scaling.png", plot_scaling(scaling, "heavy entries: time vs n (p=2, eps=0.05)"))
+        res.timings["A"] = time.perf_counter() - start
+
+    if cfg.parts in ("all", "B"):
+        start = time.perf_counter()
+        ctx.log.info("B: ViT on Fashion-MNIST")
+        xtr, ytr, xte, yte = fashion_tensors(size.vit_train, size.vit_test, cfg.seed)
+        torch.manual_seed(cfg.seed)
+        full = make_vit(top_k=None)
+        losses_full = train_vit(
+            full, xtr, ytr, epochs=size.vit_epochs, seed=cfg.seed, device=device, quiet=cfg.quiet
+        )
+        acc_full = evaluate(full, xte, yte, device=device)
+        torch.manual_seed(cfg.seed)
+        lev = make_vit(top_k=size.vit_top_k)
+        losses_lev = train_vit(
+            lev, xtr, ytr, epochs=size.vit_epochs, seed=cfg.seed, device=device, quiet=cfg.quiet
+        )
+        acc_lev = evaluate(lev, xte, yte, device=device)
+        full.set_top_k(size.vit_top_k)
+        acc_inf = evaluate(full, xte, yte, device=device)
+        full.set_top_k(None)
+        tokens = full.num_tokens
+        vit_rows = [
+            {"model": "(i) full softmax", "keys per query": tokens, **_acc(acc_full),
+             "final train loss": losses_full[-1]},
+            {"model": f"(ii) LevAttention top-{size.vit_top_k}, from scratch", "keys per query": size.vit_top_k,
+             **_acc(acc_lev), "final train loss": losses_lev[-1]},
+            {"model": f"(iii) (i) + top-{size.vit_top_k} at inference", "keys per query": size.vit_top_k,
+             **_acc(acc_inf), "final train loss": None},
+        ]  # fmt: skip
+        for r in vit_rows:
+            r["% of full"] = 100.0 * r["accuracy"] / acc_full.value
+        res.tables["B: ViT on Fashion-MNIST"] = vit_rows
+        res.metrics["B: (ii)/(i) accuracy ratio"] = acc_lev.value / acc_full.value
+        res.metrics["B: (iii)/(i) accuracy ratio"] = acc_inf.value / acc_full.value
+        res.metrics["B: paper claim (ii) >= 0.9 (i) holds"] = acc_lev.value >= 0.9 * acc_full.value
+        res.metrics["B: paper claim (iii) < (ii) holds"] = acc_inf.value < acc_lev.value
+        ctx.save_figure("vit.png", plot_vit(vit_rows))
+        res.notes.append(
+            f"B: ViT with {tokens} tokens ({', '.join(f'{k}={v}' for k, v in VIT_KW.items())}), "
+            f"{size.vit_epochs} epochs on {size.vit_train} training "
+            f"images, tested on {size.vit_test}; same seed and initialisation for (i) and (ii)."
+        )
+        res.timings["B"] = time.perf_counter() - start
+    res.timings["total"] = time.perf_counter() - total
+    return res
+
+
+def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
+    """``bench``: heavy_entries vs chunked brute force, time and peak-memory ratios in the same process."""
+    ns = [2**e for e in range(cfg.min_log_n, cfg.max_log_n + 1)]
+    rows = bench_rows(
+        ns, d=cfg.d, eps=cfg.eps, p=cfg.p, seed=cfg.seed, chunk_size=cfg.chunk_size, quiet=cfg.quiet
+    )
+    last = rows[-1]
+    metrics = {
+        "time ratio (cpu) at largest n": last["time ratio (cpu)"],
+        "time ratio (wall) at largest n": last["wall brute (s)"] / last["wall ours (s)"],
+        "memory ratio at largest n": last["mem ratio"],
+        "all entry sets equal": all(r["same entries"] for r in rows),
+    }
+    if len(rows) >= 2:
+        metrics["log-log slope ours"] = loglog_slope(rows, "cpu ours (s)")
+        metrics["log-log slope brute"] = loglog_slope(rows, "cpu brute (s)")
+    return Result(
+        metrics=metrics,
+        tables={"heavy_entries vs brute force (CPU, float64, same process)": rows},
+        notes=[
+            "keys and queries: Gaussian rows scaled by 1 + Pareto(1.5) magnitudes (seeded)",
+            "time: CPU seconds (time.process_time) with --threads BLAS threads (default 1) for both methods, best "
+            "of 3 for n <= 8192, else one run; wall seconds beside them (on a shared machine wall time is mostly "
+            "waiting)",
+            "memory: peak bytes allocated during the call (tracemalloc: Python + numpy buffers), inputs excluded",
+        ],
+    )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from iclr25_levattention._checks import as_matrix, check_eps, check_even_p, check_positive_int, check_rank_tol
+from iclr25_levattention._checks import as_matrix, check_eps, check_even_p, check_int, check_rank_tol
 from iclr25_levattention._leverage import _chunks, _factor, _features, _RFactor, _scores, tensor_dim
 
 __all__ = ["HeavyEntries", "brute_force_heavy_entries", "heavy_entries", "universal_set"]
@@ -90,7 +90,7 @@ def universal_set(
         arXiv:2410.05462 §2-3 (universal set via f-sensitivities / leverage scores).
     """
     _, K, eps, p = _validate(None, K, eps, p, "universal_set")
-    idx, _, _ = _universal(K, eps, p, check_rank_tol(rank_tol), check_positive_int("chunk_size", chunk_size))
+    idx, _, _ = _universal(K, eps, p, check_rank_tol(rank_tol), check_int("chunk_size", chunk_size, low=1))
     return idx
 
 
@@ -144,7 +144,7 @@ def heavy_entries(
     """
     Q, K, eps, p = _validate(Q, K, eps, p, "heavy_entries")
     rank_tol = check_rank_tol(rank_tol)
-    chunk_size = check_positive_int("chunk_size", chunk_size)
+    chunk_size = check_int("chunk_size", chunk_size, low=1)
     idx, rank, factor = _universal(K, eps, p, rank_tol, 4096)
     return _entries_from_factor(Q, K[idx], idx, factor, p, eps, chunk_size, rank)
 
@@ -212,7 +212,7 @@ def brute_force_heavy_entries(
     eps = check_eps(eps)
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not (float(p) > 0 and np.isfinite(p)):
         raise ValueError(f"p must be a finite real number > 0 for brute_force_heavy_entries, got {p!r}")
-    chunk_size = check_positive_int("chunk_size", chunk_size)
+    chunk_size = check_int("chunk_size", chunk_size, low=1)
     rows, cols, vals, degenerate = [], [], [], []
     normalizers = np.empty(Q.shape[0])
     for sl in _chunks(Q.shape[0], chunk_size):

@@ -15,6 +15,8 @@ from typing import Literal
 import torch
 from torch import nn
 
+from iclr25_shared.checks import check_choice, check_float, check_int
+
 __all__ = ["LevAttention", "leverage_scores_torch", "select_top_keys"]
 
 Score = Literal["leverage", "norm"]
@@ -53,10 +55,9 @@ def select_top_keys(keys: torch.Tensor, top_k: int, *, score: Score = "leverage"
     """
     if score == "leverage":
         s = leverage_scores_torch(keys)
-    elif score == "norm":
-        s = keys.float().square().sum(-1)
     else:
-        raise ValueError(f"score must be one of leverage, norm; got {score!r}")
+        check_choice("score", score, ("leverage", "norm"))
+        s = keys.float().square().sum(-1)
     k = min(int(top_k), keys.shape[-2])
     return torch.topk(s, k, dim=-1, sorted=False).indices.sort(dim=-1).values
 
@@ -105,19 +106,13 @@ class LevAttention(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        for name, value in (("dim", dim), ("num_heads", num_heads)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        dim, num_heads = check_int("dim", dim, low=1), check_int("num_heads", num_heads, low=1)
         if dim % num_heads:
             raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads})")
-        if score not in ("leverage", "norm"):
-            raise ValueError(f"score must be one of leverage, norm; got {score!r}")
-        if normalization not in ("softmax", "polynomial"):
-            raise ValueError(f"normalization must be one of softmax, polynomial; got {normalization!r}")
-        if isinstance(p, bool) or not isinstance(p, (int, float)) or not p > 0:
-            raise ValueError(f"p must be a real number > 0, got {p!r}")
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        check_choice("score", score, ("leverage", "norm"))
+        check_choice("normalization", normalization, ("softmax", "polynomial"))
+        p = check_float("p", p, low=0.0, low_inclusive=False)
+        check_float("dropout", dropout, low=0.0, high=1.0, high_inclusive=False)
         self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
         self.score, self.normalization, self.p = score, normalization, float(p)
         self.top_k = top_k

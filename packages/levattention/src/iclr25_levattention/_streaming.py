@@ -20,11 +20,11 @@ from iclr25_levattention._checks import (
     as_matrix,
     check_eps,
     check_even_p,
-    check_positive_int,
+    check_int,
     check_rank_tol,
 )
 from iclr25_levattention._heavy import SELECTION_SLACK, HeavyEntries, _entries_from_factor
-from iclr25_levattention._leverage import _features, _RFactor, _row_scores, single_threaded_lapack, tensor_dim
+from iclr25_levattention._leverage import _features, _RFactor, _row_scores, tensor_dim
 
 __all__ = ["StreamingUniversalSet"]
 
@@ -60,10 +60,10 @@ class StreamingUniversalSet:
     def __init__(
         self, d: int, eps: float, p: int = 2, *, block_size: int = 1024, rank_tol: float | None = None
     ) -> None:
-        self.d = check_positive_int("d", d)
+        self.d = check_int("d", d, low=1)
         self.eps = check_eps(eps)
         self.p = check_even_p(p, "StreamingUniversalSet")
-        self.block_size = check_positive_int("block_size", block_size)
+        self.block_size = check_int("block_size", block_size, low=1)
         self.dim = tensor_dim(self.d, self.p // 2)
         self._factor = _RFactor(self.dim, check_rank_tol(rank_tol))
         self._feats = np.zeros((0, self.dim))
@@ -140,10 +140,9 @@ class StreamingUniversalSet:
                 raise ValueError("indices must be distinct non-negative integers")
             if np.isin(indices, self._index).any():
                 raise ValueError("indices already in the stream's buffer; each key index may be fed once")
-        with single_threaded_lapack():
-            for start in range(0, block.shape[0], self.block_size):
-                sl = slice(start, start + self.block_size)
-                self._update_piece(block[sl], indices[sl])
+        for start in range(0, block.shape[0], self.block_size):
+            sl = slice(start, start + self.block_size)
+            self._update_piece(block[sl], indices[sl])
         return self
 
     def _update_piece(self, keys: np.ndarray, index: np.ndarray) -> None:
@@ -180,6 +179,6 @@ class StreamingUniversalSet:
             self._factor,
             self.p,
             self.eps,
-            check_positive_int("chunk_size", chunk_size),
+            check_int("chunk_size", chunk_size, low=1),
             self._rank,
         )
