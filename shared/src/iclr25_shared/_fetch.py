@@ -17,6 +17,7 @@ which the loaders turn into :class:`~iclr25_shared.errors.DatasetUnavailable` na
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import os
 import shutil
@@ -59,8 +60,6 @@ def log(message: str) -> None:
 
 def digest(path: str | os.PathLike[str], algorithm: str = "md5", *, gunzip: bool = False) -> str:
     """Hex digest of a file's bytes (of its decompressed bytes with ``gunzip``)."""
-    import gzip
-
     h = hashlib.new(algorithm, usedforsecurity=False)
     opener = gzip.open if gunzip else open
     with opener(path, "rb") as fh:
