@@ -60,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("slug")
     parser.add_argument("--title", required=True)
     parser.add_argument("--arxiv", required=True)
-    parser.add_argument("--verb", required=True, help="the method's own subcommand, e.g. solve, train, select")
+    parser.add_argument(
+        "--verb", required=True, help="the method's own subcommand, e.g. solve, train, select"
+    )
     parser.add_argument("--algorithm", required=True, help="the main public function or class name")
     args = parser.parse_args(argv)
     try:

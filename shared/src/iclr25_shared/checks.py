@@ -111,7 +111,9 @@ def check_float(
 
 def check_probability(name: str, value: Any, *, open_low: bool = False, open_high: bool = False) -> float:
     """A number in [0, 1] (ends excluded on request); returns it as ``float``."""
-    return check_float(name, value, low=0.0, high=1.0, low_inclusive=not open_low, high_inclusive=not open_high)
+    return check_float(
+        name, value, low=0.0, high=1.0, low_inclusive=not open_low, high_inclusive=not open_high
+    )
 
 
 def check_choice(name: str, value: Any, choices: Iterable[Any]) -> Any:
@@ -154,7 +156,9 @@ def check_finite(name: str, value: Any) -> Any:
     return value
 
 
-def check_shape(name: str, value: Any, axes: Sequence[str | int], *, bind: dict[str, int] | None = None) -> dict:
+def check_shape(
+    name: str, value: Any, axes: Sequence[str | int], *, bind: dict[str, int] | None = None
+) -> dict:
     """Check an array's shape against named axes; return the axis sizes.
 
     ``axes`` has one entry per dimension: an ``int`` pins the size, a name binds it (the same name must have the

@@ -127,7 +127,7 @@ class ContractTests:
     def test_names_agree(self) -> None:
         """folder packages/<slug> → distribution iclr25-<slug> → import iclr25_<slug> → command iclr25-<slug>."""
         assert self.package.startswith("iclr25_")
-        assert self.cli.PROG == self.distribution
+        assert self.distribution == self.cli.PROG
         assert self.cli.DEFAULT in self.cli.COMMANDS
         assert {"reproduce", "bench"} <= set(self.cli.COMMANDS), "every package has reproduce and bench"
 
@@ -147,7 +147,9 @@ class ContractTests:
         assert capsys.readouterr().out.strip() == f"{self.cli.PROG} {version(self.distribution)}"
         assert importlib.import_module(self.package).__version__ == version(self.distribution)
 
-    def test_unknown_option_exits_2_with_one_line(self, stubbed: list, capsys: pytest.CaptureFixture[str]) -> None:
+    def test_unknown_option_exits_2_with_one_line(
+        self, stubbed: list, capsys: pytest.CaptureFixture[str]
+    ) -> None:
         for name in self.cli.COMMANDS:
             assert self.cli.main([name, "--no-such-option", "1"]) == 2
             err = capsys.readouterr().err.strip()
@@ -202,4 +204,6 @@ class ContractTests:
         )
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
         loaded = set(done.stdout.split())
-        assert loaded <= set(self.heavy_allowed), f"import {self.package} loads {sorted(loaded - self.heavy_allowed)}"
+        assert loaded <= set(self.heavy_allowed), (
+            f"import {self.package} loads {sorted(loaded - self.heavy_allowed)}"
+        )

@@ -6,9 +6,8 @@ Only the public API is exported here; nothing heavy is imported at ``import iclr
 imported inside the functions that need them, or lazily through ``__getattr__``).
 """
 
-from iclr25_shared import distribution_version
-
 from iclr25___SLUG__._method import __ALGORITHM__
+from iclr25_shared import distribution_version
 
 __all__ = ["__ALGORITHM__", "__version__"]
 __version__ = distribution_version("iclr25-__DIST__")

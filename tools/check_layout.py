@@ -1,0 +1,151 @@
+"""The package-layout rules `nox -s lint` enforces (docs/package-contract.md).
+
+    python tools/check_layout.py            # checks every workspace member; exit 1 with one line per problem
+
+Rules:
+- one name, four forms: folder ``packages/<slug>`` → distribution ``iclr25-<slug>`` → import package
+  ``src/iclr25_<slug>/`` → console script ``iclr25-<slug> = "iclr25_<slug>.cli:main"``;
+- every member has README.md, tests/, a py.typed marker; every method has tests/test_contract.py;
+- ``cli.py`` holds configs and ``main`` only: top level may have a docstring, imports, assignments (``PROG``,
+  ``DEFAULT``, ``COMMANDS``, ``__all__``, type aliases), dataclass definitions and ``def main`` whose body is at
+  most 3 statements; no other functions, no loops / with / try / calls at top level, and no module-level import of
+  the package's own modules other than for validation (``iclr25_<slug>._config``-style imports are allowed only
+  when named in ``ALLOWED_CLI_IMPORTS``);
+- no "brief §" references (a document users cannot open).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MAX_MAIN_STATEMENTS = 3
+_BRIEF = re.compile(r"brief\s*§")
+
+
+def _cli_problems(path: Path, import_name: str) -> list[str]:
+    """Problems of one ``cli.py`` (empty when it holds configs and ``main`` only)."""
+    problems: list[str] = []
+    tree = ast.parse(path.read_text(), filename=str(path))
+    has_main = False
+    for node in tree.body:
+        where = f"{path}:{node.lineno}"
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
+            if module and module.startswith(f"{import_name}.") and module.split(".")[1].startswith("_"):
+                problems.append(
+                    f"{where}: cli.py imports {module} at module level; name commands as "
+                    f"'{module}:function' strings in COMMANDS so --help stays light"
+                )
+            continue
+        if isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        if isinstance(node, ast.ClassDef):
+            continue
+        if isinstance(node, ast.FunctionDef) and node.name == "main":
+            has_main = True
+            body = [
+                s for s in node.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+            ]
+            if len(body) > MAX_MAIN_STATEMENTS:
+                problems.append(
+                    f"{where}: main() has {len(body)} statements; it only calls iclr25_shared.cli.run "
+                    "(run logic belongs in _experiment.py)"
+                )
+            continue
+        if isinstance(node, ast.If) and _is_main_guard(node):
+            continue
+        kind = type(node).__name__
+        name = getattr(node, "name", "")
+        problems.append(
+            f"{where}: cli.py holds config dataclasses and main only; found {kind} {name}".rstrip()
+            + " (run logic belongs in _experiment.py)"
+        )
+    if not has_main:
+        problems.append(f"{path}: no main() function")
+    return problems
+
+
+def _is_main_guard(node: ast.If) -> bool:
+    test = node.test
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and len(node.body) == 1
+    )
+
+
+def member_problems(folder: Path, *, is_shared: bool = False) -> list[str]:
+    """Every layout problem of one workspace member folder."""
+    problems: list[str] = []
+    pyproject = folder / "pyproject.toml"
+    meta = tomllib.loads(pyproject.read_text())["project"]
+    dist = meta["name"]
+    for required in ("README.md", "tests"):
+        if not (folder / required).exists():
+            problems.append(f"{dist}: no {required}")
+    if not list(folder.glob("src/*/py.typed")):
+        problems.append(f"{dist}: no py.typed marker")
+    if is_shared:
+        return problems
+    slug = folder.name
+    import_name = "iclr25_" + slug.replace("-", "_")
+    if dist != f"iclr25-{slug}":
+        problems.append(f"{folder.name}: distribution is {dist!r}; the folder name says 'iclr25-{slug}'")
+    packages = sorted(p.name for p in (folder / "src").glob("*") if (p / "__init__.py").is_file())
+    if packages != [import_name]:
+        problems.append(f"{dist}: src/ holds {packages}; expected exactly [{import_name!r}]")
+    scripts = meta.get("scripts", {})
+    want = f"{import_name}.cli:main"
+    if scripts.get(f"iclr25-{slug}") != want:
+        problems.append(f"{dist}: console script must be 'iclr25-{slug} = \"{want}\"', found {scripts}")
+    if not (folder / "tests" / "test_contract.py").is_file():
+        problems.append(f"{dist}: no tests/test_contract.py (subclass iclr25_shared.testing.ContractTests)")
+    cli = folder / "src" / import_name / "cli.py"
+    if cli.is_file():
+        problems += _cli_problems(cli, import_name)
+    else:
+        problems.append(f"{dist}: no {cli.relative_to(folder)}")
+    return problems
+
+
+def brief_references(paths: list[Path]) -> list[str]:
+    """Files that cite 'brief §…'."""
+    found = []
+    for base in paths:
+        for path in sorted(base.rglob("*")):
+            if path.suffix in {".py", ".md", ".toml"} and path.is_file() and _BRIEF.search(path.read_text()):
+                found.append(
+                    f"{path}: cites 'brief §'; cite the paper's section/equation or the public issue"
+                )
+    return found
+
+
+def check(root: Path = ROOT) -> list[str]:
+    problems = member_problems(root / "shared", is_shared=True)
+    for pyproject in sorted(root.glob("packages/*/pyproject.toml")):
+        problems += member_problems(pyproject.parent)
+    problems += brief_references([root / "shared", root / "packages"])
+    return problems
+
+
+def main() -> int:
+    problems = check()
+    for line in problems:
+        print(line, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

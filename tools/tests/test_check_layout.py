@@ -1,0 +1,87 @@
+"""The layout lint catches a cli.py with run logic and a name-form mismatch, and passes the template."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import check_layout
+import new_method
+
+
+@pytest.fixture
+def package(tmp_path: Path) -> Path:
+    (tmp_path / "packages").mkdir()
+    return new_method.create(
+        "demo-method", title="Demo", arxiv="2401.00001", verb="solve", algorithm="demo", root=tmp_path
+    )
+
+
+def test_the_template_satisfies_every_rule(package: Path):
+    assert check_layout.member_problems(package) == []
+
+
+def test_run_logic_in_cli_is_rejected(package: Path):
+    cli = package / "src" / "iclr25_demo_method" / "cli.py"
+    cli.write_text(
+        cli.read_text()
+        + "\n\ndef _solve(cfg):\n    for _ in range(3):\n        print(cfg)\n    return 0\n"
+        + "\nfor name in COMMANDS:\n    print(name)\n"
+    )
+    problems = check_layout.member_problems(package)
+    assert any("FunctionDef _solve" in p for p in problems), problems
+    assert any("For" in p for p in problems), problems
+
+
+def test_a_fat_main_and_a_private_import_are_rejected(package: Path):
+    cli = package / "src" / "iclr25_demo_method" / "cli.py"
+    text = cli.read_text().replace(
+        '    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")',
+        "    x = 1\n    y = 2\n    z = x + y\n    print(z)\n"
+        '    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")',
+    )
+    text = text.replace(
+        "from pathlib import Path",
+        "from pathlib import Path\n\nfrom iclr25_demo_method._experiment import solve",
+    )
+    cli.write_text(text)
+    problems = check_layout.member_problems(package)
+    assert any("main() has 5 statements" in p for p in problems), problems
+    assert any("imports iclr25_demo_method._experiment" in p for p in problems), problems
+
+
+def test_name_form_mismatches_are_rejected(package: Path):
+    pyproject = package / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text()
+        .replace('name = "iclr25-demo-method"', 'name = "iclr25-demomethod"')
+        .replace(
+            'iclr25-demo-method = "iclr25_demo_method.cli:main"',
+            'iclr25-demo = "iclr25_demo_method.cli:main"',
+        )
+    )
+    problems = check_layout.member_problems(package)
+    assert any("distribution is 'iclr25-demomethod'" in p for p in problems), problems
+    assert any("console script must be 'iclr25-demo-method" in p for p in problems), problems
+
+
+def test_import_folder_mismatch_is_rejected(package: Path):
+    (package / "src" / "iclr25_demo_method").rename(package / "src" / "iclr25_demomethod")
+    problems = check_layout.member_problems(package)
+    assert any("expected exactly ['iclr25_demo_method']" in p for p in problems), problems
+
+
+def test_missing_contract_test_is_rejected(package: Path):
+    (package / "tests" / "test_contract.py").unlink()
+    assert any("test_contract.py" in p for p in check_layout.member_problems(package))
+
+
+def test_brief_references_are_found(tmp_path: Path):
+    (tmp_path / "a.py").write_text("# see brief §3.2\n")
+    (tmp_path / "b.py").write_text("# see the paper, Eq. (4)\n")
+    found = check_layout.brief_references([tmp_path])
+    assert len(found) == 1 and "a.py" in found[0]
