@@ -80,8 +80,9 @@ def test_train_end_to_end_on_digits_writes_model_samples_and_state(tmp_path, cap
 
     model = UNet2DModel.from_pretrained(out / "unet")
     assert model(torch.zeros(1, 1, 8, 8), torch.tensor([5])).sample.shape == (1, 1, 8, 8)
-    # a second run into the same folder replaces the model completely (no leftovers)
-    assert main(argv) == 0
+    # a second run into the same folder is refused without --overwrite, and replaces it completely with it
+    assert main(argv) == 2
+    assert main([*argv, "--overwrite"]) == 0
     assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == []
 
 
@@ -109,8 +110,8 @@ def test_train_on_fashion_mnist_uniform_writes_the_difficulty_analysis(tmp_path,
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["train", "--num-clusters", "0"], "num_clusters must be in [1, 1000]"),
-        (["train", "--num-clusters", "1001"], "num_clusters must be in [1, 1000]"),
+        (["train", "--num-clusters", "0"], "num_clusters must be an integer in [1, 1000]"),
+        (["train", "--num-clusters", "1001"], "num_clusters must be an integer in [1, 1000]"),
         (["train", "--patience", "0"], "patience"),
         (["train", "--ema", "1.0"], "ema"),
         (["train", "--max-steps-per-stage", "0"], "max_steps_per_stage"),
@@ -123,7 +124,10 @@ def test_train_on_fashion_mnist_uniform_writes_the_difficulty_analysis(tmp_path,
         (["train", "--timestep-range", "500", "400"], "empty or inverted"),
         (["train", "--timestep-range", "500", "500"], "empty or inverted"),
         (["train", "--timestep-range", "0", "1001"], "timestep_range end"),
-        (["train", "--timestep-range", "0", "5", "--num-clusters", "10"], "num_clusters must be in [1, 5]"),
+        (
+            ["train", "--timestep-range", "0", "5", "--num-clusters", "10"],
+            "num_clusters must be an integer in [1, 5]",
+        ),
         (["reproduce", "--num-seeds", "0"], "num_seeds"),
         (["bench", "--batch-size", "0"], "batch_size"),
         (["fly"], "unknown subcommand"),

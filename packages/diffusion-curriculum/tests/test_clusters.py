@@ -1,4 +1,4 @@
-"""TimestepClusters: exact partition (brief §2.4), no t == T (diffusers#10003), equal-mass SNR quantiles."""
+"""TimestepClusters: exact partition (arXiv:2403.10348 §4.1), no t == T (diffusers#10003), equal-mass SNR quantiles."""
 
 import math
 
@@ -86,7 +86,7 @@ def test_cluster_of_rejects_T_and_outside_values():
         (
             dict(num_train_timesteps=1000, num_clusters=1001),
             ValueError,
-            r"num_clusters must be in \[1, 1000\]",
+            r"num_clusters must be an integer in \[1, 1000\]",
         ),
         (dict(num_train_timesteps=100, num_clusters=11, timestep_range=(0, 10)), ValueError, r"\[1, 10\]"),
         (dict(num_train_timesteps=0, num_clusters=1), ValueError, "num_train_timesteps"),

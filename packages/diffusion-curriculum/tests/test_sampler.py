@@ -142,7 +142,7 @@ def test_bad_sampler_arguments():
     s = CurriculumSampler(clusters, PatiencePacer())
     with pytest.raises(ValueError, match="batch_size"):
         s.sample(0)
-    with pytest.raises(ValueError, match=r"stage must be an int in \[1, 4\]"):
+    with pytest.raises(ValueError, match=r"stage must be an integer in \[1, 4\]"):
         s.allowed_clusters(5)
     with pytest.raises(ValueError, match="bound to num_stages=4"):
         CurriculumSampler(TimestepClusters(100, 5), s.pacer)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from iclr25_diffusion_curriculum._clusters import TimestepClusters
+from iclr25_shared.checks import check_float, check_int
 
 __all__ = ["cluster_loss_curves", "convergence_steps"]
 
@@ -41,8 +42,7 @@ def cluster_loss_curves(
         )
     if steps.size == 0:
         raise ValueError("no samples given")
-    if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 1:
-        raise ValueError(f"num_bins must be an int >= 1, got {num_bins!r}")
+    check_int("num_bins", num_bins, low=1)
     import torch
 
     cluster = clusters.cluster_of(torch.as_tensor(values)).numpy()
@@ -80,8 +80,7 @@ def convergence_steps(bin_ends: np.ndarray, curves: np.ndarray, fraction: float 
     bin_ends, curves = np.asarray(bin_ends), np.asarray(curves, dtype=np.float64)
     if curves.ndim != 2 or curves.shape[0] != bin_ends.shape[0]:
         raise ValueError(f"curves {curves.shape} must be (len(bin_ends)={bin_ends.shape[0]}, N)")
-    if not 0 < fraction <= 1:
-        raise ValueError(f"fraction must be in (0, 1], got {fraction!r}")
+    check_float("fraction", fraction, low=0.0, high=1.0, low_inclusive=False)
     out = np.full(curves.shape[1], np.nan)
     for i in range(curves.shape[1]):
         c = curves[:, i]

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import torch
+
+from iclr25_shared.checks import check_choice, check_float, check_int
 
 __all__ = ["SCHEMES", "TimestepClusters"]
 
 SCHEMES = ("uniform", "snr_quantile")
 Scheme = Literal["uniform", "snr_quantile"]
-
-
-def _check_int(name: str, value: object, low: int, high: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-    if value < low or (high is not None and value > high):
-        allowed = f"[{low}, {high}]" if high is not None else f">= {low}"
-        raise ValueError(f"{name} must be in {allowed}, got {value}")
-    return value
 
 
 class TimestepClusters:
@@ -70,24 +62,23 @@ class TimestepClusters:
         p_mean: float = -1.2,
         p_std: float = 1.2,
     ) -> None:
-        self.num_train_timesteps = _check_int("num_train_timesteps", num_train_timesteps, 1)
-        if scheme not in SCHEMES:
-            raise ValueError(f"scheme must be one of {', '.join(SCHEMES)}; got {scheme!r}")
+        self.num_train_timesteps = check_int("num_train_timesteps", num_train_timesteps, low=1)
+        check_choice("scheme", scheme, SCHEMES)
         self.scheme: Scheme = scheme
         if scheme == "uniform":
             if timestep_range is None:
                 timestep_range = (0, num_train_timesteps)
             if not isinstance(timestep_range, (tuple, list)) or len(timestep_range) != 2:
                 raise ValueError(f"timestep_range must be a (begin, end) pair, got {timestep_range!r}")
-            begin = _check_int("timestep_range begin", timestep_range[0], 0, num_train_timesteps)
-            end = _check_int("timestep_range end", timestep_range[1], 0, num_train_timesteps)
+            begin = check_int("timestep_range begin", timestep_range[0], low=0, high=num_train_timesteps)
+            end = check_int("timestep_range end", timestep_range[1], low=0, high=num_train_timesteps)
             if end <= begin:
                 raise ValueError(
                     f"timestep_range ({begin}, {end}) is empty or inverted: need 0 <= begin < end <= "
                     f"num_train_timesteps={num_train_timesteps} (end is exclusive)"
                 )
             self.timestep_range = (begin, end)
-            self.num_clusters = _check_int("num_clusters", num_clusters, 1, end - begin)
+            self.num_clusters = check_int("num_clusters", num_clusters, low=1, high=end - begin)
             width = end - begin
             self.boundaries = torch.tensor(
                 [begin + (i * width) // self.num_clusters for i in range(self.num_clusters + 1)],
@@ -99,11 +90,9 @@ class TimestepClusters:
                 raise ValueError(
                     "timestep_range applies to scheme='uniform' only (snr_quantile clusters are σ ranges)"
                 )
-            self.num_clusters = _check_int("num_clusters", num_clusters, 1)
-            if not math.isfinite(p_mean):
-                raise ValueError(f"p_mean must be finite, got {p_mean!r}")
-            if not (math.isfinite(p_std) and p_std > 0):
-                raise ValueError(f"p_std must be a finite number > 0, got {p_std!r}")
+            self.num_clusters = check_int("num_clusters", num_clusters, low=1)
+            check_float("p_mean", p_mean)
+            check_float("p_std", p_std, low=0.0, low_inclusive=False)
             self.p_mean, self.p_std = float(p_mean), float(p_std)
             self.timestep_range = (0, num_train_timesteps)
             q = torch.arange(self.num_clusters + 1, dtype=torch.float64) / self.num_clusters
@@ -133,7 +122,7 @@ class TimestepClusters:
     def members(self, cluster: int) -> torch.Tensor:
         """The int64 timesteps of cluster ``cluster`` (0-based), ascending (``"uniform"`` only)."""
         self._need_discrete("members")
-        _check_int("cluster", cluster, 0, self.num_clusters - 1)
+        check_int("cluster", cluster, low=0, high=self.num_clusters - 1)
         return torch.arange(
             int(self.boundaries[cluster]), int(self.boundaries[cluster + 1]), dtype=torch.int64
         )
@@ -191,9 +180,9 @@ class TimestepClusters:
         Raises:
             ValueError: an empty or out-of-range cluster span, or ``batch_size < 1``.
         """
-        _check_int("batch_size", batch_size, 1)
-        _check_int("first", first, 0, self.num_clusters - 1)
-        _check_int("stop", stop, first + 1, self.num_clusters)
+        check_int("batch_size", batch_size, low=1)
+        check_int("first", first, low=0, high=self.num_clusters - 1)
+        check_int("stop", stop, low=first + 1, high=self.num_clusters)
         gen_device = generator.device if generator is not None else torch.device("cpu")
         if self.discrete:
             low, high = int(self.boundaries[first]), int(self.boundaries[stop])

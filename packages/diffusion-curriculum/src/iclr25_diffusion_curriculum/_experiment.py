@@ -22,14 +22,17 @@ from iclr25_diffusion_curriculum._training import (
     save_grid,
     train_diffusion,
 )
+from iclr25_shared.cli import Result, RunContext
+from iclr25_shared.device import seed_everything
 from iclr25_shared.results import save_figure
 
 __all__ = [
     "FeatureNet",
-    "bench_sampler",
+    "bench",
     "make_sampler",
     "plot_difficulty",
-    "reproduce_experiment",
+    "reproduce",
+    "train",
     "train_feature_net",
 ]
 
@@ -53,6 +56,95 @@ def make_sampler(
         return CurriculumSampler(clusters, order="uniform")
     pacer = PatiencePacer(patience=patience, max_steps_per_stage=max_steps_per_stage, ema=ema)
     return CurriculumSampler(clusters, pacer, order=order)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# train
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def train(cfg: Any, ctx: RunContext) -> Result:
+    """``train``: fit a small UNet2DModel + DDPMScheduler with the chosen timestep sampler.
+
+    With ``--out``: ``unet/`` and ``scheduler/`` (diffusers ``from_pretrained`` folders), ``sampler_state.json``, a
+    DDIM ``samples.png`` grid, and for ``--sampler uniform`` the difficulty analysis (``difficulty.png`` + table).
+    """
+    from diffusers import DDPMScheduler
+
+    device = ctx.torch_device()
+    seed_everything(cfg.seed)
+    images, _ = load_images(cfg.dataset, "train", cfg.size)
+    model = make_unet(cfg.size, cfg.channels)
+    scheduler = DDPMScheduler(num_train_timesteps=cfg.num_train_timesteps)
+    sampler = make_sampler(
+        cfg.sampler,
+        num_train_timesteps=cfg.num_train_timesteps,
+        num_clusters=cfg.num_clusters,
+        patience=cfg.patience,
+        max_steps_per_stage=cfg.max_steps_per_stage,
+        ema=cfg.ema,
+        timestep_range=cfg.timestep_range,
+    )
+    ctx.log.info(f"{cfg.dataset}: {images.shape[0]} images at {cfg.size}px; {sampler!r}; device {device}")
+    start = time.perf_counter()
+    tlog = train_diffusion(
+        model,
+        scheduler,
+        images,
+        sampler,
+        steps=cfg.steps,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
+        generator=torch.Generator().manual_seed(cfg.seed),
+        device=device,
+        snr_gamma=cfg.snr_gamma,
+        progress=lambda it: ctx.progress(it, total=cfg.steps, desc=f"train ({cfg.sampler})"),
+    )
+    seconds = time.perf_counter() - start
+    tail = max(1, cfg.steps // 10)
+    metrics = {
+        "final_loss_last10pct": float(np.mean(tlog.losses[-tail:])),
+        "first_loss": float(tlog.losses[0]),
+        "final_stage": sampler.stage,
+        "num_stages": sampler.num_stages,
+        "skipped_nonfinite_steps": tlog.skipped,
+        "stage_schedule": [list(r) for r in sampler.stage_schedule()],
+    }
+    tables: dict[str, list[dict[str, Any]]] = {}
+    if cfg.sampler == "uniform":  # the paper's difficulty analysis needs every cluster throughout the run
+        bins = min(12, cfg.steps)
+        ends, curves = cluster_loss_curves(
+            tlog.sample_steps, tlog.sample_timesteps, tlog.sample_losses, sampler.clusters, num_bins=bins
+        )
+        conv = convergence_steps(ends, curves)
+        b = sampler.clusters.boundaries.tolist()
+        tables["Difficulty analysis (per timestep cluster)"] = [
+            {
+                "cluster": f"C{i + 1} t∈[{b[i]},{b[i + 1] - 1}]",
+                "first-window loss": float(curves[0, i]),
+                "last-window loss": float(curves[-1, i]),
+                "steps to 90% of drop": float(conv[i]),
+            }
+            for i in range(sampler.num_stages)
+        ]
+        if ctx.writes:
+            plot_difficulty(ends, curves, ctx.path("difficulty.png"))
+    notes = []
+    if ctx.writes:
+        samples = generate(
+            model,
+            scheduler,
+            cfg.num_samples,
+            num_inference_steps=cfg.num_inference_steps,
+            seed=cfg.seed,
+            device=device,
+        )
+        model.save_pretrained(ctx.path("unet"))
+        scheduler.save_pretrained(ctx.path("scheduler"))
+        ctx.save_json("sampler_state.json", sampler.state_dict())
+        save_grid(samples, ctx.path("samples.png"))
+        notes.append("model: unet/ (diffusers UNet2DModel), scheduler/, sampler_state.json, samples.png")
+    return Result(metrics=metrics, tables=tables, timings={"train_s": seconds}, notes=notes)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -122,10 +214,6 @@ def _fid(
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def _atomic_savefig(fig: Any, path: Path) -> None:
-    save_figure(fig, path, bbox_inches="tight", close=False)
-
-
 def plot_difficulty(bin_ends: np.ndarray, curves: np.ndarray, path: Path) -> Path:
     """Plot per-cluster loss curves (raw, log scale) and normalised ones (1 at the first window, 0 at the last)."""
     import matplotlib
@@ -155,15 +243,19 @@ def plot_difficulty(bin_ends: np.ndarray, curves: np.ndarray, path: Path) -> Pat
     )
     ax[0].legend(fontsize=6, ncol=2)
     fig.tight_layout()
-    _atomic_savefig(fig, path)
-    plt.close(fig)
+    save_figure(fig, path, bbox_inches="tight")
     return path
 
 
-def reproduce_experiment(cfg: Any, *, device: torch.device, progress: Any, log: Any) -> dict[str, Any]:
-    """Run the comparison; return ``{"metrics", "tables", "notes", "artifacts"}`` (artifacts: name → callable
-    writing the file into a folder, so nothing is written before the whole run has finished)."""
+def reproduce(cfg: Any, ctx: RunContext) -> Result:
+    """``reproduce``: uniform vs curriculum vs reverse on Fashion-MNIST at equal steps (see the package README)."""
     from diffusers import DDPMScheduler
+
+    device = ctx.torch_device()
+    seed_everything(cfg.seed)
+    start_all = time.perf_counter()
+    cfg = cfg.effective()
+    log = ctx.log.info
 
     train_x, train_y = load_images("fashion-mnist", "train", cfg.image_size)
     test_x, _ = load_images("fashion-mnist", "test", cfg.image_size)
@@ -259,7 +351,7 @@ def reproduce_experiment(cfg: Any, *, device: torch.device, progress: Any, log: 
                 device=device,
                 snr_gamma=cfg.snr_gamma,
                 on_step=on_step,
-                progress=lambda it, m=method, s=seed: progress(it, total=cfg.steps, desc=f"{m} seed {s}"),
+                progress=lambda it, m=method, s=seed: ctx.progress(it, total=cfg.steps, desc=f"{m} seed {s}"),
             )
             elapsed = time.perf_counter() - t1
             final = curve[-1]
@@ -294,7 +386,11 @@ def reproduce_experiment(cfg: Any, *, device: torch.device, progress: Any, log: 
                     seed=30_000,
                     device=device,
                 )
-    return _summarise(cfg, runs, grids, uniform_logs, eval_clusters, checkpoints, acc, fid_floor, timings)
+    res = _summarise(cfg, runs, grids, uniform_logs, eval_clusters, checkpoints, acc, fid_floor, timings)
+    written = res["write_artifacts"](ctx) if ctx.writes else []
+    res["timings"]["total_s"] = time.perf_counter() - start_all
+    notes = res["notes"] + ([f"plots: {', '.join(written)}"] if written else [])
+    return Result(metrics=res["metrics"], tables=res["tables"], timings=res["timings"], notes=notes)
 
 
 def tlog_stage_starts(stages: np.ndarray) -> list[tuple[int, int]]:
@@ -381,14 +477,14 @@ def _summarise(
         rho = spearmanr(np.arange(clusters.num_clusters)[valid], conv[valid]).statistic
         metrics["difficulty_spearman_cluster_vs_convergence_step"] = float(rho)
 
-    def write_plots(folder: Path) -> list[str]:
+    def write_plots(ctx: RunContext) -> list[str]:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
         written = []
-        plot_difficulty(bin_ends, curves, folder / "difficulty.png")
+        plot_difficulty(bin_ends, curves, ctx.path("difficulty.png"))
         written.append("difficulty.png")
         fig, ax = plt.subplots(figsize=(5, 3.8))
         for method in METHODS:
@@ -399,11 +495,10 @@ def _summarise(
         )
         ax.legend()
         fig.tight_layout()
-        _atomic_savefig(fig, folder / "fid_curve.png")
-        plt.close(fig)
+        ctx.save_figure("fid_curve.png", fig, bbox_inches="tight")
         written.append("fid_curve.png")
         for method, imgs in grids.items():
-            save_grid(imgs, folder / f"samples_{method}.png")
+            save_grid(imgs, ctx.path(f"samples_{method}.png"))
             written.append(f"samples_{method}.png")
         return written
 
@@ -434,11 +529,15 @@ def _summarise(
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def bench_sampler(cfg: Any, *, device: torch.device, log: Any) -> dict[str, Any]:
-    """Time a training step and the curriculum sampler's per-step work (sample + update) in the same run."""
+def bench(cfg: Any, ctx: RunContext) -> Result:
+    """``bench``: time a training step and the curriculum sampler's per-step work (sample + update) in one run."""
     from diffusers import DDPMScheduler
 
     from iclr25_shared.device import Timer
+
+    device = ctx.torch_device()
+    seed_everything(cfg.seed)
+    log = ctx.log.info
 
     x = torch.randn(
         cfg.batch_size, 1, cfg.image_size, cfg.image_size, generator=torch.Generator().manual_seed(cfg.seed)
@@ -506,8 +605,8 @@ def bench_sampler(cfg: Any, *, device: torch.device, log: Any) -> dict[str, Any]
             "fraction of a step": cur_s / step_s,
         },
     ]
-    return {
-        "metrics": {
+    return Result(
+        metrics={
             "step_ms": step_s * 1e3,
             "curriculum_sampler_us": cur_s * 1e6,
             "uniform_randint_us": base_s * 1e6,
@@ -516,5 +615,5 @@ def bench_sampler(cfg: Any, *, device: torch.device, log: Any) -> dict[str, Any]
             "sampler_fraction_of_step": cur_s / step_s,
             "below_1_percent": bool(cur_s / step_s < 0.01),
         },
-        "tables": {"Per-step cost": rows},
-    }
+        tables={"Per-step cost": rows},
+    )

@@ -7,6 +7,8 @@ import math
 import warnings
 from typing import Any
 
+from iclr25_shared.checks import check_float, check_int
+
 __all__ = ["FixedPacer", "PatiencePacer"]
 
 
@@ -62,18 +64,11 @@ class PatiencePacer:
         min_delta: float = 0.0,
         num_stages: int | None = None,
     ) -> None:
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
-            raise ValueError(f"patience must be an int >= 1, got {patience!r}")
-        if max_steps_per_stage is not None and (
-            isinstance(max_steps_per_stage, bool)
-            or not isinstance(max_steps_per_stage, int)
-            or max_steps_per_stage < 1
-        ):
-            raise ValueError(f"max_steps_per_stage must be an int >= 1 or None, got {max_steps_per_stage!r}")
-        if not isinstance(ema, (int, float)) or not 0.0 <= ema < 1.0:
-            raise ValueError(f"ema must be in [0, 1), got {ema!r}")
-        if not isinstance(min_delta, (int, float)) or not math.isfinite(min_delta) or min_delta < 0:
-            raise ValueError(f"min_delta must be a finite number >= 0, got {min_delta!r}")
+        check_int("patience", patience, low=1)
+        if max_steps_per_stage is not None:
+            check_int("max_steps_per_stage", max_steps_per_stage, low=1)
+        check_float("ema", ema, low=0.0, high=1.0, high_inclusive=False)
+        check_float("min_delta", min_delta, low=0.0)
         self.patience = patience
         self.max_steps_per_stage = max_steps_per_stage
         self.ema = float(ema)
@@ -89,8 +84,7 @@ class PatiencePacer:
         Raises:
             ValueError: ``num_stages < 1``, or the pacer is already bound to a different ``N``.
         """
-        if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
-            raise ValueError(f"num_stages must be an int >= 1, got {num_stages!r}")
+        check_int("num_stages", num_stages, low=1)
         if self.num_stages is not None and self.num_stages != num_stages:
             raise ValueError(f"this pacer is bound to num_stages={self.num_stages}, not {num_stages}")
         self.num_stages = num_stages
@@ -224,8 +218,8 @@ class FixedPacer:
 
     def __init__(self, stage_starts: list[int] | tuple[int, ...], *, num_stages: int | None = None) -> None:
         starts = list(stage_starts)
-        if any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in starts):
-            raise ValueError(f"stage_starts must be ints >= 1, got {starts!r}")
+        for i, s in enumerate(starts):
+            check_int(f"stage_starts[{i}]", s, low=1)
         if any(b <= a for a, b in itertools.pairwise(starts)):
             raise ValueError(f"stage_starts must be strictly increasing, got {starts!r}")
         self.stage_starts = starts
@@ -236,8 +230,7 @@ class FixedPacer:
 
     def bind(self, num_stages: int) -> None:
         """Set ``N``; the schedule may name at most ``N − 1`` stage starts."""
-        if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
-            raise ValueError(f"num_stages must be an int >= 1, got {num_stages!r}")
+        check_int("num_stages", num_stages, low=1)
         if len(self.stage_starts) > num_stages - 1:
             raise ValueError(
                 f"{len(self.stage_starts)} stage starts given but only {num_stages - 1} advances exist"

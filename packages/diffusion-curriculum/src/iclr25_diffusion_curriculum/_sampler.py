@@ -8,6 +8,7 @@ import torch
 
 from iclr25_diffusion_curriculum._clusters import TimestepClusters
 from iclr25_diffusion_curriculum._pacer import FixedPacer, PatiencePacer
+from iclr25_shared.checks import check_choice, check_int
 
 __all__ = ["ORDERS", "CurriculumSampler"]
 
@@ -77,8 +78,7 @@ class CurriculumSampler:
     ) -> None:
         if not isinstance(clusters, TimestepClusters):
             raise TypeError(f"clusters must be a TimestepClusters, got {type(clusters).__name__}")
-        if order not in ORDERS:
-            raise ValueError(f"order must be one of {', '.join(ORDERS)}; got {order!r}")
+        check_choice("order", order, ORDERS)
         if pacer is None and order != "uniform":
             raise ValueError(
                 f"order={order!r} needs a pacer (e.g. PatiencePacer(patience=200)); only 'uniform' works without"
@@ -111,8 +111,7 @@ class CurriculumSampler:
             ValueError: ``stage`` outside ``[1, N]``.
         """
         n = self.stage if stage is None else stage
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= self.num_stages:
-            raise ValueError(f"stage must be an int in [1, {self.num_stages}], got {stage!r}")
+        check_int("stage", n, low=1, high=self.num_stages)
         if self.order == "uniform":
             return range(0, self.num_stages)
         if self.order == "curriculum":

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -258,7 +257,7 @@ def generate(
 
 
 def save_grid(images: torch.Tensor, path: str | os.PathLike[str], *, nrow: int = 8, scale: int = 2) -> Path:
-    """Save ``(n, 1, H, W)`` images in ``[-1, 1]`` as a PNG grid (atomically: temp file + rename)."""
+    """Save ``(n, 1, H, W)`` images in ``[-1, 1]`` as a PNG grid (``iclr25_shared.results.atomic_write_bytes``)."""
     from PIL import Image
 
     x = ((images.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8).numpy()[:, 0]
@@ -271,15 +270,10 @@ def save_grid(images: torch.Tensor, path: str | os.PathLike[str], *, nrow: int =
     img = Image.fromarray(grid).resize(
         (grid.shape[1] * scale, grid.shape[0] * scale), Image.Resampling.NEAREST
     )
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
-    try:
-        img.save(tmp, format="PNG")
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    import io
+
+    from iclr25_shared.results import atomic_write_bytes
+
+    buffer = io.BytesIO()
+    img.save(buffer, format="PNG")
+    return atomic_write_bytes(path, buffer.getvalue())

@@ -6,6 +6,8 @@ from typing import Literal
 
 import torch
 
+from iclr25_shared.checks import check_choice, check_float
+
 __all__ = ["PREDICTION_TYPES", "min_snr_weights", "snr_from_alphas_cumprod"]
 
 PREDICTION_TYPES = ("epsilon", "v_prediction", "sample")
@@ -56,12 +58,8 @@ def min_snr_weights(
         Hang et al., "Efficient Diffusion Training via Min-SNR Weighting Strategy", ICCV 2023, arXiv:2303.09556,
         Eq. 6 and §3.4. Kim et al., arXiv:2403.10348, §5 (curriculum combined with loss weightings).
     """
-    if not isinstance(gamma, (int, float)) or not gamma > 0:
-        raise ValueError(f"gamma must be > 0, got {gamma!r}")
-    if prediction_type not in PREDICTION_TYPES:
-        raise ValueError(
-            f"prediction_type must be one of {', '.join(PREDICTION_TYPES)}; got {prediction_type!r}"
-        )
+    check_float("gamma", gamma, low=0.0, low_inclusive=False)
+    check_choice("prediction_type", prediction_type, PREDICTION_TYPES)
     snr = torch.as_tensor(snr, dtype=torch.float32)
     if snr.numel() and not bool(torch.all(snr > 0)):
         raise ValueError("snr must be positive (and not NaN)")

@@ -1,37 +1,21 @@
-"""``iclr25-diffusion-curriculum``: train with a curriculum sampler, reproduce the paper's comparison, bench."""
+"""``iclr25-diffusion-curriculum``: easy-to-hard timestep curriculum for diffusion training (Kim et al., ICLR 2025,
+arXiv:2403.10348): train a small diffusers UNet with uniform / curriculum / reverse timestep sampling, reproduce the
+comparison on Fashion-MNIST, and measure the sampler's overhead. Config dataclasses and ``main`` only; the work is
+in ``_experiment.py``."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
-import shutil
-import sys
-import tempfile
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
-from iclr25_diffusion_curriculum import __version__
-from iclr25_shared.cli import CommonOptions, check_choice, check_range, progress, run
+from iclr25_shared.checks import check_choice, check_float, check_int
+from iclr25_shared.cli import CommonOptions, run
+
+__all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "ReproduceConfig", "TrainConfig", "main"]
 
 PROG = "iclr25-diffusion-curriculum"
-DESCRIPTION = (
-    "Easy-to-hard timestep curriculum for diffusion training (Kim et al., ICLR 2025, arXiv:2403.10348): "
-    "train a small diffusers UNet with uniform / curriculum / reverse timestep sampling, reproduce the comparison "
-    "on Fashion-MNIST, and measure the sampler's overhead."
-)
-
-
-def _check_channels(channels: tuple[int, ...], image_size: int) -> None:
-    if not channels or any(c < 8 or c % 8 for c in channels):
-        raise ValueError(f"channels must be positive multiples of 8, got {channels}")
-    factor = 2 ** (len(channels) - 1)
-    if image_size % factor:
-        raise ValueError(
-            f"image_size must be divisible by {factor} for {len(channels)} UNet levels, got {image_size}"
-        )
+DEFAULT = "train"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,19 +30,31 @@ class _CurriculumOptions(CommonOptions):
     """Cap on training steps per stage (None: no cap)."""
     ema: float = 0.9
     """Smoothing of the loss the pacer watches, in [0, 1)."""
-    threads: int | None = None
-    """torch intra-op CPU threads (None: torch's default). 1 is much faster on a busy machine."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_range("num_train_timesteps", self.num_train_timesteps, low=1)
-        check_range("num_clusters", self.num_clusters, low=1, high=self.num_train_timesteps)
-        check_range("patience", self.patience, low=1)
+        # A --config JSON file gives lists; tyro needs the declared tuples (iclr25_shared.cli does not convert).
+        for name in ("channels", "timestep_range"):
+            value = getattr(self, name, None)
+            if isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
+        check_int("num_train_timesteps", self.num_train_timesteps, low=1)
+        check_int("num_clusters", self.num_clusters, low=1, high=self.num_train_timesteps)
+        check_int("patience", self.patience, low=1)
         if self.max_steps_per_stage is not None:
-            check_range("max_steps_per_stage", self.max_steps_per_stage, low=1)
-        check_range("ema", self.ema, low=0.0, high=1.0, high_inclusive=False)
-        if self.threads is not None:
-            check_range("threads", self.threads, low=1)
+            check_int("max_steps_per_stage", self.max_steps_per_stage, low=1)
+        check_float("ema", self.ema, low=0.0, high=1.0, high_inclusive=False)
+
+    @staticmethod
+    def _check_unet(channels: tuple[int, ...], image_size: int) -> None:
+        """UNet widths are positive multiples of 8 (GroupNorm, 8 groups); the side divides by the down-sampling."""
+        if not channels or any(c < 8 or c % 8 for c in channels):
+            raise ValueError(f"channels must be positive multiples of 8, got {channels}")
+        factor = 2 ** (len(channels) - 1)
+        if image_size % factor:
+            raise ValueError(
+                f"image_size must be divisible by {factor} for {len(channels)} UNet levels, got {image_size}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,20 +88,20 @@ class TrainConfig(_CurriculumOptions):
         super().__post_init__()
         check_choice("dataset", self.dataset, ("fashion-mnist", "digits"))
         check_choice("sampler", self.sampler, ("uniform", "curriculum", "reverse"))
-        check_range("steps", self.steps, low=1)
-        check_range("batch_size", self.batch_size, low=1)
-        check_range("lr", self.lr, low=0.0, low_inclusive=False)
+        check_int("steps", self.steps, low=1)
+        check_int("batch_size", self.batch_size, low=1)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
         if self.image_size is not None:
-            check_range("image_size", self.image_size, low=4, high=64)
-        _check_channels(self.channels, self.size)
+            check_int("image_size", self.image_size, low=4, high=64)
+        self._check_unet(self.channels, self.size)
         if self.snr_gamma is not None:
-            check_range("snr_gamma", self.snr_gamma, low=0.0, low_inclusive=False)
+            check_float("snr_gamma", self.snr_gamma, low=0.0, low_inclusive=False)
         if self.timestep_range is not None:
             from iclr25_diffusion_curriculum._clusters import TimestepClusters
 
             TimestepClusters(self.num_train_timesteps, self.num_clusters, timestep_range=self.timestep_range)
-        check_range("num_samples", self.num_samples, low=1, high=1024)
-        check_range("num_inference_steps", self.num_inference_steps, low=1, high=self.num_train_timesteps)
+        check_int("num_samples", self.num_samples, low=1, high=1024)
+        check_int("num_inference_steps", self.num_inference_steps, low=1, high=self.num_train_timesteps)
 
     @property
     def size(self) -> int:
@@ -150,19 +146,19 @@ class ReproduceConfig(_CurriculumOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_range("steps", self.steps, low=1)
-        check_range("num_seeds", self.num_seeds, low=1)
-        check_range("batch_size", self.batch_size, low=1)
-        check_range("lr", self.lr, low=0.0, low_inclusive=False)
-        check_range("image_size", self.image_size, low=4, high=64)
-        _check_channels(self.channels, self.image_size)
+        check_int("steps", self.steps, low=1)
+        check_int("num_seeds", self.num_seeds, low=1)
+        check_int("batch_size", self.batch_size, low=1)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_int("image_size", self.image_size, low=4, high=64)
+        self._check_unet(self.channels, self.image_size)
         if self.snr_gamma is not None:
-            check_range("snr_gamma", self.snr_gamma, low=0.0, low_inclusive=False)
-        check_range("num_checkpoints", self.num_checkpoints, low=1, high=self.steps)
-        check_range("num_fid_samples", self.num_fid_samples, low=10)
-        check_range("num_inference_steps", self.num_inference_steps, low=1, high=self.num_train_timesteps)
-        check_range("heldout_images", self.heldout_images, low=1, high=10_000)
-        check_range("analysis_bins", self.analysis_bins, low=2, high=self.steps)
+            check_float("snr_gamma", self.snr_gamma, low=0.0, low_inclusive=False)
+        check_int("num_checkpoints", self.num_checkpoints, low=1, high=self.steps)
+        check_int("num_fid_samples", self.num_fid_samples, low=10)
+        check_int("num_inference_steps", self.num_inference_steps, low=1, high=self.num_train_timesteps)
+        check_int("heldout_images", self.heldout_images, low=1, high=10_000)
+        check_int("analysis_bins", self.analysis_bins, low=2, high=self.steps)
 
     def effective(self) -> ReproduceConfig:
         """The config actually run: ``--full`` swaps in the full-size values."""
@@ -203,248 +199,21 @@ class BenchConfig(_CurriculumOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_range("steps", self.steps, low=1)
-        check_range("warmup", self.warmup, low=0)
-        check_range("sampler_calls", self.sampler_calls, low=1)
-        check_range("batch_size", self.batch_size, low=1)
-        check_range("image_size", self.image_size, low=4, high=64)
-        _check_channels(self.channels, self.image_size)
+        check_int("steps", self.steps, low=1)
+        check_int("warmup", self.warmup, low=0)
+        check_int("sampler_calls", self.sampler_calls, low=1)
+        check_int("batch_size", self.batch_size, low=1)
+        check_int("image_size", self.image_size, low=4, high=64)
+        self._check_unet(self.channels, self.image_size)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _set_threads(threads: int | None) -> None:
-    if threads is not None:
-        import torch
-
-        torch.set_num_threads(threads)
-
-
-def _log(cfg: CommonOptions):
-    def log(msg: str) -> None:
-        if not cfg.quiet:
-            print(msg, file=sys.stderr)
-
-    return log
-
-
-def _bar(cfg: CommonOptions):
-    def bar(it, *, total=None, desc=""):
-        return progress(it, total=total, desc=desc, quiet=cfg.quiet)
-
-    return bar
-
-
-def _record(command: str, cfg, device, metrics, tables=None, timings=None, notes=None):
-    from iclr25_shared.results import RunRecord, package_versions
-
-    return RunRecord(
-        command=f"{PROG} {command}",
-        config=cfg,
-        metrics=metrics,
-        tables=tables or {},
-        timings=timings or {},
-        notes=notes or [],
-        device=str(device),
-        versions=package_versions(["torch", "diffusers", "iclr25-diffusion-curriculum"]),
-    )
-
-
-def _print_metrics(metrics: dict) -> None:
-    for k, v in metrics.items():
-        print(f"{k}: {v:.6g}" if isinstance(v, float) else f"{k}: {v}")
-
-
-def train(cfg: TrainConfig) -> int:
-    import numpy as np
-    import torch
-    from diffusers import DDPMScheduler
-
-    from iclr25_diffusion_curriculum._experiment import make_sampler
-    from iclr25_diffusion_curriculum._training import (
-        generate,
-        load_images,
-        make_unet,
-        save_grid,
-        train_diffusion,
-    )
-    from iclr25_shared.device import resolve_device, seed_everything
-
-    device = resolve_device(cfg.device)
-    _set_threads(cfg.threads)
-    log = _log(cfg)
-    seed_everything(cfg.seed)
-    images, _ = load_images(cfg.dataset, "train", cfg.size)
-    model = make_unet(cfg.size, cfg.channels)
-    scheduler = DDPMScheduler(num_train_timesteps=cfg.num_train_timesteps)
-    sampler = make_sampler(
-        cfg.sampler,
-        num_train_timesteps=cfg.num_train_timesteps,
-        num_clusters=cfg.num_clusters,
-        patience=cfg.patience,
-        max_steps_per_stage=cfg.max_steps_per_stage,
-        ema=cfg.ema,
-        timestep_range=cfg.timestep_range,
-    )
-    log(f"{cfg.dataset}: {images.shape[0]} images at {cfg.size}px; {sampler!r}; device {device}")
-    start = time.perf_counter()
-    tlog = train_diffusion(
-        model,
-        scheduler,
-        images,
-        sampler,
-        steps=cfg.steps,
-        batch_size=cfg.batch_size,
-        lr=cfg.lr,
-        generator=torch.Generator().manual_seed(cfg.seed),
-        device=device,
-        snr_gamma=cfg.snr_gamma,
-        progress=lambda it: progress(it, total=cfg.steps, desc=f"train ({cfg.sampler})", quiet=cfg.quiet),
-    )
-    seconds = time.perf_counter() - start
-    tail = max(1, cfg.steps // 10)
-    metrics = {
-        "final_loss_last10pct": float(np.mean(tlog.losses[-tail:])),
-        "first_loss": float(tlog.losses[0]),
-        "final_stage": sampler.stage,
-        "num_stages": sampler.num_stages,
-        "skipped_nonfinite_steps": tlog.skipped,
-        "stage_schedule": [list(r) for r in sampler.stage_schedule()],
-    }
-    _print_metrics({k: v for k, v in metrics.items() if k != "stage_schedule"})
-    if cfg.out is None:
-        return 0
-    samples = generate(
-        model,
-        scheduler,
-        cfg.num_samples,
-        num_inference_steps=cfg.num_inference_steps,
-        seed=cfg.seed,
-        device=device,
-    )
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix=".model."))
-    try:
-        model.save_pretrained(tmp / "unet")
-        scheduler.save_pretrained(tmp / "scheduler")
-        (tmp / "sampler_state.json").write_text(
-            json.dumps(sampler.state_dict(), indent=2, default=_json_default)
-        )
-        for name in ("unet", "scheduler", "sampler_state.json"):
-            target = out / name
-            old = out / f".{name}.old"
-            if target.exists():
-                target.rename(old)
-            (tmp / name).rename(target)
-            if old.is_dir():
-                shutil.rmtree(old)
-            elif old.exists():
-                old.unlink()
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    save_grid(samples, out / "samples.png")
-    tables = {}
-    if cfg.sampler == "uniform":  # the paper's difficulty analysis needs every cluster throughout the run
-        from iclr25_diffusion_curriculum._analysis import cluster_loss_curves, convergence_steps
-        from iclr25_diffusion_curriculum._experiment import plot_difficulty
-
-        bins = min(12, cfg.steps)
-        ends, curves = cluster_loss_curves(
-            tlog.sample_steps, tlog.sample_timesteps, tlog.sample_losses, sampler.clusters, num_bins=bins
-        )
-        conv = convergence_steps(ends, curves)
-        b = sampler.clusters.boundaries.tolist()
-        tables["Difficulty analysis (per timestep cluster)"] = [
-            {
-                "cluster": f"C{i + 1} t∈[{b[i]},{b[i + 1] - 1}]",
-                "first-window loss": float(curves[0, i]),
-                "last-window loss": float(curves[-1, i]),
-                "steps to 90% of drop": float(conv[i]),
-            }
-            for i in range(sampler.num_stages)
-        ]
-        plot_difficulty(ends, curves, out / "difficulty.png")
-    rec = _record(
-        "train",
-        cfg,
-        device,
-        metrics,
-        tables,
-        timings={"train_s": seconds},
-        notes=["model: unet/ (diffusers UNet2DModel), scheduler/, sampler_state.json, samples.png"],
-    )
-    rec.save(out)
-    log(f"wrote {out}/unet, scheduler, sampler_state.json, samples.png, results.json")
-    return 0
-
-
-def _json_default(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    raise TypeError(type(v).__name__)
-
-
-def reproduce(cfg: ReproduceConfig) -> int:
-    from iclr25_diffusion_curriculum._experiment import reproduce_experiment
-    from iclr25_shared.device import resolve_device, seed_everything
-
-    device = resolve_device(cfg.device)
-    _set_threads(cfg.threads)
-    seed_everything(cfg.seed)
-    eff = cfg.effective()
-    start = time.perf_counter()
-    res = reproduce_experiment(eff, device=device, progress=_bar(cfg), log=_log(cfg))
-    res["timings"]["total_s"] = time.perf_counter() - start
-    from iclr25_shared.results import markdown_table
-
-    for name, rows in res["tables"].items():
-        print(f"\n## {name}\n\n{markdown_table(rows)}")
-    print()
-    _print_metrics(res["metrics"])
-    if cfg.out is not None:
-        out = Path(cfg.out)
-        out.mkdir(parents=True, exist_ok=True)
-        written = res["write_artifacts"](out)
-        rec = _record(
-            "reproduce",
-            eff,
-            device,
-            res["metrics"],
-            res["tables"],
-            res["timings"],
-            res["notes"] + [f"plots: {', '.join(written)}"],
-        )
-        rec.save(out)
-    return 0
-
-
-def bench(cfg: BenchConfig) -> int:
-    from iclr25_diffusion_curriculum._experiment import bench_sampler
-    from iclr25_shared.device import resolve_device, seed_everything
-
-    device = resolve_device(cfg.device)
-    _set_threads(cfg.threads)
-    seed_everything(cfg.seed)
-    res = bench_sampler(cfg, device=device, log=_log(cfg))
-    _print_metrics(res["metrics"])
-    if cfg.out is not None:
-        _record("bench", cfg, device, res["metrics"], res["tables"]).save(cfg.out)
-    return 0
+COMMANDS = {
+    "train": (TrainConfig, "iclr25_diffusion_curriculum._experiment:train"),
+    "reproduce": (ReproduceConfig, "iclr25_diffusion_curriculum._experiment:reproduce"),
+    "bench": (BenchConfig, "iclr25_diffusion_curriculum._experiment:bench"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``iclr25-diffusion-curriculum``; returns the exit code."""
-    return run(
-        PROG,
-        {
-            "train": (TrainConfig, train),
-            "reproduce": (ReproduceConfig, reproduce),
-            "bench": (BenchConfig, bench),
-        },
-        argv,
-        default="train",
-        description=DESCRIPTION,
-        version=__version__,
-    )
+    """Console entry point of ``iclr25-diffusion-curriculum``; returns the exit code (0 ok, 1 failure, 2 bad input)."""
+    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
