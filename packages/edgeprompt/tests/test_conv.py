@@ -78,7 +78,7 @@ def test_gcn_per_edge_prompts_match_the_dense_reference(graph):
 
 
 def test_gcn_prompt_is_per_message_not_scattered_onto_nodes(graph):
-    """Regression (brief §5.6 2a, ProG): scatter-adding edge prompts onto source nodes is a different model."""
+    """Regression (github.com/sheldonresearch/ProG, prompt_graph/prompt/EdgePrompt.py): scatter-adding edge prompts onto source nodes is a different model."""
     x, edge_index = graph
     conv = EdgePromptGCNConv(5, 7).double()
     x = x.double()

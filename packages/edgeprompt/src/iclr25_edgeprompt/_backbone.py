@@ -6,6 +6,7 @@ A checkpoint is two files: ``<stem>.pt``, the backbone's plain ``state_dict`` (l
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from torch_geometric.nn import global_mean_pool
 
 from iclr25_edgeprompt._conv import EdgePromptGCNConv, EdgePromptGINConv
 from iclr25_edgeprompt._prompt import NodePrompt, PromptModule
+from iclr25_shared.checks import check_choice, check_float, check_int
 
 __all__ = ["BackboneConfig", "GNNEncoder", "load_backbone", "save_backbone"]
 
@@ -44,14 +46,10 @@ class BackboneConfig:
     relu_messages: bool = True
 
     def __post_init__(self) -> None:
-        if self.conv not in CONVS:
-            raise ValueError(f"conv must be one of {', '.join(CONVS)}; got {self.conv!r}")
+        check_choice("conv", self.conv, CONVS)
         for name in ("in_channels", "hidden_channels", "num_layers"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+            check_int(name, getattr(self, name), low=1)
+        check_float("dropout", self.dropout, low=0.0, high=1.0, high_inclusive=False)
 
 
 class GNNEncoder(nn.Module):
@@ -145,15 +143,16 @@ class _LayerPrompt:
 def save_backbone(model: GNNEncoder, path: str | Path, **metadata: Any) -> Path:
     """Write ``<stem>.pt`` (plain state dict) and ``<stem>.json`` (config + ``metadata``); return the .pt path.
 
-    Both are written to temporary names and renamed, so an interrupted save leaves the old files intact.
+    Both go through :func:`iclr25_shared.results.atomic_write_bytes` / ``atomic_write_text`` (a unique temporary
+    file renamed into place), so an interrupted save leaves the old files intact.
     """
-    from iclr25_shared.results import atomic_write_text, to_jsonable
+    from iclr25_shared.results import atomic_write_bytes, atomic_write_text, to_jsonable
 
     pt = Path(path).with_suffix(".pt")
     pt.parent.mkdir(parents=True, exist_ok=True)
-    tmp = pt.with_name(f".{pt.name}.tmp")
-    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp)
-    tmp.replace(pt)
+    buffer = io.BytesIO()
+    torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, buffer)
+    atomic_write_bytes(pt, buffer.getvalue())
     meta = {"backbone": asdict(model.config), "metadata": to_jsonable(metadata)}
     atomic_write_text(pt.with_suffix(".json"), json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return pt

@@ -1,6 +1,7 @@
 """Downstream data: datasets as lists of PyG graphs, k-hop node subgraphs, and the few-shot split.
 
-Protocols (stated because peers' results differ by protocol, brief §5.6 items 3-4):
+Protocols (stated because peers' results differ by protocol, e.g.
+https://github.com/Starlien95/GraphPrompt/issues/5 and https://github.com/Starlien95/GraphPrompt/issues/15):
 
 - **Node classification** is done on subgraphs: every target node becomes its ``num_hops``-hop *induced* subgraph
   (relabelled, target index kept in ``center``), labelled with the node's label; the classifier sees the mean-pooled
@@ -25,6 +26,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import k_hop_subgraph, to_undirected
 
+from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.errors import DatasetUnavailable
 
 __all__ = [
@@ -122,10 +124,8 @@ def few_shot_split(
     )
     if y.dtype.is_floating_point or y.dtype == torch.bool or y.numel() == 0 or int(y.min()) < 0:
         raise ValueError("labels must be a non-empty 1-D array of non-negative integer class ids")
-    if isinstance(shots, bool) or not isinstance(shots, int) or shots < 1:
-        raise ValueError(f"shots must be an int >= 1, got {shots!r}")
-    if not 0.0 < test_fraction <= 1.0:
-        raise ValueError(f"test_fraction must be in (0, 1], got {test_fraction!r}")
+    check_int("shots", shots, low=1)
+    check_float("test_fraction", test_fraction, low=0.0, high=1.0, low_inclusive=False)
     gen = torch.Generator().manual_seed(seed)
     train: list[Tensor] = []
     for c in torch.unique(y).tolist():
@@ -168,8 +168,7 @@ def node_subgraphs(data: Data, num_hops: int = 2, nodes: Sequence[int] | Tensor 
         raise ValueError(f"node classification needs one label per node: y has shape {tuple(data.y.shape)}")
     if data.edge_index is None or data.edge_index.numel() == 0:
         raise ValueError("the graph has no edges; edge prompts (and message passing) need at least one edge")
-    if isinstance(num_hops, bool) or not isinstance(num_hops, int) or num_hops < 1:
-        raise ValueError(f"num_hops must be an int >= 1, got {num_hops!r}")
+    check_int("num_hops", num_hops, low=1)
     targets = range(data.num_nodes) if nodes is None else [int(n) for n in nodes]
     out = []
     for node in targets:

@@ -27,6 +27,7 @@ from torch_geometric.loader import DataLoader
 from torch_geometric.nn import global_mean_pool
 
 from iclr25_edgeprompt._backbone import GNNEncoder
+from iclr25_shared.checks import check_choice, check_float, check_int
 
 __all__ = ["STRATEGIES", "PretrainSettings", "nt_xent", "pretrain"]
 
@@ -56,22 +57,15 @@ class PretrainSettings:
     eta: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {self.strategy!r}")
+        check_choice("strategy", self.strategy, STRATEGIES)
         for name in ("epochs", "batch_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+            check_int(name, getattr(self, name), low=1)
         if self.strategy != "edgepred" and self.batch_size < 2:
             raise ValueError(f"batch_size must be >= 2 for contrastive pre-training, got {self.batch_size}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
-        if not self.tau > 0:
-            raise ValueError(f"tau must be > 0, got {self.tau!r}")
-        if not 0.0 <= self.aug_ratio < 1.0:
-            raise ValueError(f"aug_ratio must be in [0, 1), got {self.aug_ratio!r}")
-        if not self.eta >= 0:
-            raise ValueError(f"eta must be >= 0, got {self.eta!r}")
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_float("tau", self.tau, low=0.0, low_inclusive=False)
+        check_float("aug_ratio", self.aug_ratio, low=0.0, high=1.0, high_inclusive=False)
+        check_float("eta", self.eta, low=0.0)
 
 
 def nt_xent(z1: Tensor, z2: Tensor, tau: float) -> Tensor:

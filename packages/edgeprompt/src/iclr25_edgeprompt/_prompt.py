@@ -19,12 +19,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from iclr25_shared.checks import check_int
+
 __all__ = ["GPF", "EdgePrompt", "EdgePromptPlus", "GPFPlus", "NodePrompt", "PromptModule"]
 
 
 def _dims(num_layers: int, dims: int | Sequence[int], owner: str) -> list[int]:
-    if isinstance(num_layers, bool) or not isinstance(num_layers, int) or num_layers < 1:
-        raise ValueError(f"{owner}: num_layers must be a positive int, got {num_layers!r}")
+    check_int(f"{owner}: num_layers", num_layers, low=1)
     if isinstance(dims, int) and not isinstance(dims, bool):
         dims = [dims] * num_layers
     dims = [int(d) for d in dims]
@@ -121,8 +122,7 @@ class EdgePromptPlus(PromptModule):
     def __init__(self, num_layers: int, dims: int | Sequence[int], num_anchors: int = 5) -> None:
         super().__init__()
         self.dims = _dims(num_layers, dims, "EdgePromptPlus")
-        if isinstance(num_anchors, bool) or not isinstance(num_anchors, int) or num_anchors < 1:
-            raise ValueError(f"EdgePromptPlus: num_anchors must be an int >= 1, got {num_anchors!r}")
+        check_int("EdgePromptPlus: num_anchors", num_anchors, low=1)
         self.num_anchors = num_anchors
         self.anchors = nn.ParameterList([nn.Parameter(torch.empty(num_anchors, d)) for d in self.dims])
         self.scores = nn.ModuleList([nn.Linear(2 * d, num_anchors) for d in self.dims])
@@ -175,8 +175,7 @@ class GPF(NodePrompt):
 
     def __init__(self, in_channels: int) -> None:
         super().__init__()
-        if isinstance(in_channels, bool) or not isinstance(in_channels, int) or in_channels < 1:
-            raise ValueError(f"GPF: in_channels must be an int >= 1, got {in_channels!r}")
+        check_int("GPF: in_channels", in_channels, low=1)
         self.in_channels = in_channels
         self.global_emb = nn.Parameter(torch.empty(1, in_channels))
         nn.init.xavier_uniform_(self.global_emb)
@@ -200,10 +199,8 @@ class GPFPlus(NodePrompt):
 
     def __init__(self, in_channels: int, num_basis: int = 10) -> None:
         super().__init__()
-        if isinstance(in_channels, bool) or not isinstance(in_channels, int) or in_channels < 1:
-            raise ValueError(f"GPFPlus: in_channels must be an int >= 1, got {in_channels!r}")
-        if isinstance(num_basis, bool) or not isinstance(num_basis, int) or num_basis < 1:
-            raise ValueError(f"GPFPlus: num_basis must be an int >= 1, got {num_basis!r}")
+        check_int("GPFPlus: in_channels", in_channels, low=1)
+        check_int("GPFPlus: num_basis", num_basis, low=1)
         self.in_channels = in_channels
         self.basis = nn.Parameter(torch.empty(num_basis, in_channels))
         self.attention = nn.Linear(in_channels, num_basis, bias=False)

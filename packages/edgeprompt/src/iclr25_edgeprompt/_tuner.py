@@ -2,9 +2,9 @@
 
 :class:`PromptTuner` keeps the backbone in ``eval()`` mode with ``requires_grad=False`` for the whole run (dropout
 off, BatchNorm running statistics untouched), and optimises only the prompt and the linear head with Adam on the
-cross-entropy of the head's *logits*. The official code leaves the backbone in train mode (brief §5.2), so its
+cross-entropy of the head's *logits*. The official code (github.com/xbfu/EdgePrompt, ``downstream_task.py``) leaves the backbone in train mode, so its
 "frozen" GNN drifts; ProG's port also puts the GNN's parameters in the optimiser and ends the head in a Softmax
-(brief §5.6 item 2). Neither happens here.
+(github.com/sheldonresearch/ProG, ``prompt_graph/prompt/EdgePrompt.py`` and its tasker). Neither happens here.
 
 References:
     arXiv:2503.00750 §5.1 (only prompts and a linear classifier are trained; Adam, lr 1e-3).
@@ -23,6 +23,7 @@ from torch_geometric.loader import DataLoader
 
 from iclr25_edgeprompt._backbone import GNNEncoder
 from iclr25_edgeprompt._prompt import GPF, EdgePrompt, EdgePromptPlus, GPFPlus, NodePrompt, PromptModule
+from iclr25_shared.checks import check_float, check_int
 
 __all__ = ["PROMPTS", "PromptTuner", "TuneSettings", "make_prompt"]
 
@@ -73,14 +74,10 @@ class TuneSettings:
     batch_size: int = 32
 
     def __post_init__(self) -> None:
-        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
-            raise ValueError(f"epochs must be an int >= 1, got {self.epochs!r}")
-        if not self.lr > 0:
-            raise ValueError(f"lr must be > 0, got {self.lr!r}")
-        if not self.weight_decay >= 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {self.batch_size!r}")
+        check_int("epochs", self.epochs, low=1)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_float("weight_decay", self.weight_decay, low=0.0)
+        check_int("batch_size", self.batch_size, low=1)
 
 
 class PromptTuner(nn.Module):

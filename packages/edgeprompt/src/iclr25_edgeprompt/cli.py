@@ -1,44 +1,37 @@
-"""``iclr25-edgeprompt``: pretrain, tune, reproduce, bench.
+"""``iclr25-edgeprompt``: EdgePrompt / EdgePrompt+ graph prompt tuning for frozen pre-trained GNNs (Fu et al., ICLR 2025).
 
-Every verb writes config.json, results.json and results.md into ``--out`` (``pretrain`` also the checkpoint
-``backbone.pt`` + ``backbone.json``). With no verb, ``tune`` runs EdgePrompt+ on KarateClub.
+Verbs: tune (default: EdgePrompt+ on KarateClub), pretrain (writes ``backbone.pt`` + ``backbone.json`` into
+``--out``), reproduce, bench. Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from iclr25_shared.cli import CommonOptions, check_choice, check_range, progress, run
+from iclr25_shared.checks import check_choice, check_float, check_int
+from iclr25_shared.cli import CommonOptions, run
 
-__all__ = ["BenchConfig", "PretrainConfig", "ReproduceConfig", "TuneConfig", "main"]
+__all__ = [
+    "COMMANDS",
+    "DEFAULT",
+    "PROG",
+    "BenchConfig",
+    "PretrainConfig",
+    "ReproduceConfig",
+    "TuneConfig",
+    "main",
+]
 
 PROG = "iclr25-edgeprompt"
+DEFAULT = "tune"
 _PROMPTS = ("none", "gpf", "gpf-plus", "edgeprompt", "edgeprompt+")
 _STRATEGIES = ("graphcl", "simgrace", "edgepred")
 _CONVS = ("auto", "gcn", "gin")
-_NODE_DATASETS = ("karate", "cora", "citeseer", "pubmed")
-
-
-def _check_int(name: str, value: int, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    check_range(name, value, low=low)
 
 
 @dataclass(frozen=True, kw_only=True)
-class _Options(CommonOptions):
-    num_threads: int = 1
-    """torch CPU threads (these small sparse ops gain little from more, and lose a lot on a busy machine)."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check_int("num_threads", self.num_threads, 1)
-
-
-@dataclass(frozen=True, kw_only=True)
-class _DataOptions(_Options):
+class _DataOptions(CommonOptions):
     dataset: str = "karate"
     """karate (node task), fashion-superpixels, digits-grid (graph tasks), or a PyG name with --root: Cora,
     CiteSeer, PubMed, ENZYMES, MUTAG, PROTEINS, ... or tu:<any TUDataset name>."""
@@ -51,7 +44,7 @@ class _DataOptions(_Options):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        _check_int("num_graphs", self.num_graphs, 10)
+        check_int("num_graphs", self.num_graphs, low=10)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,24 +70,19 @@ class _BackboneOptions(_DataOptions):
         super().__post_init__()
         check_choice("conv", self.conv, _CONVS)
         check_choice("strategy", self.strategy, _STRATEGIES)
-        _check_int("hidden_channels", self.hidden_channels, 1)
-        _check_int("num_layers", self.num_layers, 0)
-        check_range("dropout", self.dropout, low=0.0, high=1.0, high_inclusive=False)
-        _check_int("pretrain_epochs", self.pretrain_epochs, 1)
-        check_range("pretrain_lr", self.pretrain_lr, low=0.0, low_inclusive=False)
-        _check_int("pretrain_batch_size", self.pretrain_batch_size, 2)
+        check_int("hidden_channels", self.hidden_channels, low=1)
+        check_int("num_layers", self.num_layers, low=0)
+        check_float("dropout", self.dropout, low=0.0, high=1.0, high_inclusive=False)
+        check_int("pretrain_epochs", self.pretrain_epochs, low=1)
+        check_float("pretrain_lr", self.pretrain_lr, low=0.0, low_inclusive=False)
+        check_int("pretrain_batch_size", self.pretrain_batch_size, low=2)
 
 
 @dataclass(frozen=True, kw_only=True)
 class PretrainConfig(_BackboneOptions):
-    """Pre-train a GCN/GIN backbone with GraphCL, SimGRACE or edge prediction; save it as a plain state dict."""
+    """Pre-train a GCN/GIN backbone with GraphCL, SimGRACE or edge prediction; save it as a plain state dict.
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.out is None:
-            raise ValueError(
-                "out: pretrain writes the checkpoint (backbone.pt, backbone.json) there; pass --out DIR"
-            )
+    Needs --out: the checkpoint (backbone.pt, backbone.json) is written there."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,28 +115,28 @@ class TuneConfig(_BackboneOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("prompt", self.prompt, _PROMPTS)
-        _check_int("shots", self.shots, 1)
-        _check_int("epochs", self.epochs, 1)
-        check_range("lr", self.lr, low=0.0, low_inclusive=False)
-        check_range("weight_decay", self.weight_decay, low=0.0)
-        _check_int("batch_size", self.batch_size, 1)
-        _check_int("num_anchors", self.num_anchors, 0)
-        check_range("test_fraction", self.test_fraction, low=0.0, high=1.0, low_inclusive=False)
-        _check_int("seeds", self.seeds, 1)
+        check_int("shots", self.shots, low=1)
+        check_int("epochs", self.epochs, low=1)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_float("weight_decay", self.weight_decay, low=0.0)
+        check_int("batch_size", self.batch_size, low=1)
+        check_int("num_anchors", self.num_anchors, low=0)
+        check_float("test_fraction", self.test_fraction, low=0.0, high=1.0, low_inclusive=False)
+        check_int("seeds", self.seeds, low=1)
         if self.backbone is not None and not Path(self.backbone).with_suffix(".pt").is_file():
             raise ValueError(f"backbone: checkpoint {str(self.backbone)!r} does not exist")
 
 
 @dataclass(frozen=True, kw_only=True)
-class ReproduceConfig(_Options):
+class ReproduceConfig(CommonOptions):
     """The paper's comparison at small scale: every prompt under each pre-training strategy, several seeds.
 
     Graph task: Fashion-MNIST superpixel graphs (GIN). Node task: KarateClub 2-hop subgraphs (GCN).
     """
 
-    strategies: tuple[str, ...] = ("graphcl", "edgepred")
+    strategies: list[str] = field(default_factory=lambda: ["graphcl", "edgepred"])
     """Pre-training strategies to compare under (graphcl, simgrace, edgepred)."""
-    prompts: tuple[str, ...] = _PROMPTS
+    prompts: list[str] = field(default_factory=lambda: list(_PROMPTS))
     """Prompt methods to compare."""
     graph_seeds: int = 3
     """Seeds for the graph task."""
@@ -194,17 +182,17 @@ class ReproduceConfig(_Options):
             "pretrain_epochs",
             "batch_size",
         ):
-            _check_int(name, getattr(self, name), 1)
-        _check_int("num_graphs", self.num_graphs, 20)
-        _check_int("pretrain_graphs", self.pretrain_graphs, 2)
-        _check_int("graph_hidden", self.graph_hidden, 1)
-        _check_int("graph_layers", self.graph_layers, 1)
-        _check_int("node_hidden", self.node_hidden, 1)
-        check_range("lr", self.lr, low=0.0, low_inclusive=False)
+            check_int(name, getattr(self, name), low=1)
+        check_int("num_graphs", self.num_graphs, low=20)
+        check_int("pretrain_graphs", self.pretrain_graphs, low=2)
+        check_int("graph_hidden", self.graph_hidden, low=1)
+        check_int("graph_layers", self.graph_layers, low=1)
+        check_int("node_hidden", self.node_hidden, low=1)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
 
 
 @dataclass(frozen=True, kw_only=True)
-class BenchConfig(_Options):
+class BenchConfig(CommonOptions):
     """Tuning-step time and activation memory of each prompt method relative to classifier-only, in one run."""
 
     dataset: str = "fashion-superpixels"
@@ -227,381 +215,20 @@ class BenchConfig(_Options):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("dataset", self.dataset, ("fashion-superpixels", "digits-grid"))
-        _check_int("num_graphs", self.num_graphs, 10)
+        check_int("num_graphs", self.num_graphs, low=10)
         for name in ("batch_size", "steps", "hidden_channels", "num_layers", "num_anchors"):
-            _check_int(name, getattr(self, name), 1)
-        _check_int("warmup", self.warmup, 0)
+            check_int(name, getattr(self, name), low=1)
+        check_int("warmup", self.warmup, low=0)
 
 
-# ----------------------------------------------------------------------------------------------------------------
-
-
-def _setup(cfg: _Options):
-    import torch
-
-    from iclr25_shared.device import resolve_device, seed_everything
-
-    device = resolve_device(cfg.device)
-    torch.set_num_threads(cfg.num_threads)
-    seed_everything(cfg.seed)
-    return device
-
-
-def _log(cfg: _Options, message: str) -> None:
-    if not cfg.quiet:
-        import sys
-
-        print(message, file=sys.stderr, flush=True)
-
-
-def _backbone_config(cfg: _BackboneOptions, data) -> object:
-    from iclr25_edgeprompt._backbone import BackboneConfig
-
-    conv = cfg.conv if cfg.conv != "auto" else ("gcn" if data.task == "node" else "gin")
-    layers = cfg.num_layers or (2 if conv == "gcn" else 3)
-    return BackboneConfig(
-        conv=conv,
-        in_channels=data.in_channels,
-        hidden_channels=cfg.hidden_channels,
-        num_layers=layers,
-        dropout=cfg.dropout,
-    )
-
-
-def _load(cfg: _DataOptions, *, split: str = "test"):
-    from iclr25_edgeprompt._data import load_dataset
-
-    return load_dataset(
-        cfg.dataset,
-        root=cfg.root,
-        download=cfg.download,
-        num_graphs=cfg.num_graphs,
-        split=split,
-        seed=cfg.seed,
-    )
-
-
-def _pretrain_settings(cfg: _BackboneOptions):
-    from iclr25_edgeprompt._pretrain import PretrainSettings
-
-    return PretrainSettings(
-        strategy=cfg.strategy,
-        epochs=cfg.pretrain_epochs,
-        lr=cfg.pretrain_lr,
-        batch_size=cfg.pretrain_batch_size,
-    )
-
-
-def _versions() -> dict[str, str]:
-    from iclr25_shared.results import package_versions
-
-    return package_versions(["torch", "torch-geometric", "scikit-image", "iclr25-edgeprompt"])
-
-
-def cmd_pretrain(cfg: PretrainConfig) -> int:
-    from iclr25_edgeprompt._backbone import save_backbone
-    from iclr25_edgeprompt._experiment import pretrain_backbone, pretraining_graphs
-    from iclr25_shared.results import RunRecord
-
-    device = _setup(cfg)
-    data = _load(cfg, split="train")
-    graphs = pretraining_graphs(data, cfg.strategy)
-    _log(
-        cfg, f"pre-training a {cfg.conv} backbone with {cfg.strategy} on {len(graphs)} graphs of {data.name}"
-    )
-    backbone, history = pretrain_backbone(
-        graphs, _backbone_config(cfg, data), _pretrain_settings(cfg), seed=cfg.seed, device=device
-    )
-    assert cfg.out is not None
-    path = save_backbone(
-        backbone,
-        cfg.out / "backbone.pt",
-        dataset=data.name,
-        strategy=cfg.strategy,
-        epochs=cfg.pretrain_epochs,
-        seed=cfg.seed,
-        final_loss=history[-1],
-    )
-    record = RunRecord(command=f"{PROG} pretrain", config=cfg, device=str(device), versions=_versions())
-    record.metrics = {"final_loss": history[-1], "first_loss": history[0], "checkpoint": str(path)}
-    record.tables["loss"] = [{"epoch": i, "loss": v} for i, v in enumerate(history)]
-    record.save(cfg.out)
-    _log(cfg, f"loss {history[0]:.4f} -> {history[-1]:.4f}; checkpoint {path}")
-    return 0
-
-
-def cmd_tune(cfg: TuneConfig) -> int:
-    from iclr25_edgeprompt._backbone import load_backbone
-    from iclr25_edgeprompt._data import few_shot_split
-    from iclr25_edgeprompt._experiment import pretrain_backbone, pretraining_graphs, summarise, tune_once
-    from iclr25_edgeprompt._tuner import TuneSettings
-    from iclr25_shared.results import RunRecord
-
-    device = _setup(cfg)
-    data = _load(cfg)
-    # Check the split for every seed first: a bad --shots must fail before minutes of pre-training.
-    for seed in range(cfg.seed, cfg.seed + cfg.seeds):
-        few_shot_split(
-            data.labels, cfg.shots, test_fraction=cfg.test_fraction, seed=seed, allow_fewer=cfg.allow_fewer
-        )
-    notes = []
-    if cfg.backbone is not None:
-        backbone = load_backbone(cfg.backbone).to(device)
-        if backbone.config.in_channels != data.in_channels:
-            raise ValueError(
-                f"backbone: checkpoint expects {backbone.config.in_channels}-dim node features but {data.name} has "
-                f"{data.in_channels}"
-            )
-        notes.append(f"backbone loaded from {cfg.backbone}")
-    else:
-        _log(cfg, f"no --backbone: pre-training one with {cfg.strategy} on {data.name} (labels unused)")
-        backbone, _ = pretrain_backbone(
-            pretraining_graphs(data, cfg.strategy),
-            _backbone_config(cfg, data),
-            _pretrain_settings(cfg),
-            seed=cfg.seed,
-            device=device,
-        )
-        notes.append(f"backbone pre-trained here with {cfg.strategy} for {cfg.pretrain_epochs} epochs")
-    anchors = cfg.num_anchors or (10 if data.task == "node" else 5)
-    settings = TuneSettings(
-        epochs=cfg.epochs, lr=cfg.lr, weight_decay=cfg.weight_decay, batch_size=cfg.batch_size
-    )
-    results = []
-    for seed in progress(
-        range(cfg.seed, cfg.seed + cfg.seeds), total=cfg.seeds, desc="seeds", quiet=cfg.quiet
-    ):
-        res = tune_once(
-            data,
-            backbone,
-            cfg.prompt,
-            shots=cfg.shots,
-            seed=seed,
-            settings=settings,
-            test_fraction=cfg.test_fraction,
-            num_anchors=anchors,
-            allow_fewer=cfg.allow_fewer,
-        )
-        results.append(res)
-        _log(cfg, f"seed {seed}: accuracy {res.accuracy:.4f} ({res.num_train} train / {res.num_test} test)")
-    summary = summarise(results)
-    print(
-        f"{data.name} {cfg.prompt} {cfg.shots}-shot: accuracy {summary['mean']:.4f} ± {summary['sd']:.4f} "
-        f"over {summary['seeds']} seed(s)"
-    )
-    if cfg.out is not None:
-        record = RunRecord(
-            command=f"{PROG} tune", config=cfg, device=str(device), versions=_versions(), notes=notes
-        )
-        record.metrics = {
-            "accuracy_mean": summary["mean"],
-            "accuracy_sd": summary["sd"],
-            "seeds": summary["seeds"],
-            "task": data.task,
-            "num_anchors": anchors,
-        }
-        record.tables["runs"] = [dataclasses.asdict(r) for r in results]
-        record.save(cfg.out)
-    return 0
-
-
-def cmd_reproduce(cfg: ReproduceConfig) -> int:
-    from iclr25_edgeprompt._backbone import BackboneConfig
-    from iclr25_edgeprompt._data import load_dataset
-    from iclr25_edgeprompt._experiment import pretrain_backbone, pretraining_graphs, summarise, tune_once
-    from iclr25_edgeprompt._pretrain import PretrainSettings
-    from iclr25_edgeprompt._tuner import TuneSettings
-    from iclr25_shared.results import RunRecord, markdown_table
-
-    device = _setup(cfg)
-    import time
-
-    start = time.perf_counter()
-    graph_data = load_dataset("fashion-superpixels", num_graphs=cfg.num_graphs, split="test", seed=cfg.seed)
-    pre_data = load_dataset(
-        "fashion-superpixels", num_graphs=cfg.pretrain_graphs, split="train", seed=cfg.seed
-    )
-    node_data = load_dataset("karate")
-    tasks = [
-        (
-            "graph",
-            graph_data,
-            pre_data,
-            BackboneConfig(
-                conv="gin",
-                in_channels=graph_data.in_channels,
-                hidden_channels=cfg.graph_hidden,
-                num_layers=cfg.graph_layers,
-            ),
-            cfg.graph_shots,
-            cfg.graph_seeds,
-            5,
-            cfg.pretrain_epochs,
-            128,
-        ),
-        (
-            "node",
-            node_data,
-            node_data,
-            BackboneConfig(
-                conv="gcn", in_channels=node_data.in_channels, hidden_channels=cfg.node_hidden, num_layers=2
-            ),
-            cfg.node_shots,
-            cfg.node_seeds,
-            10,
-            5 * cfg.pretrain_epochs,
-            16,
-        ),
-    ]
-    settings = TuneSettings(epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size)
-    rows, runs = [], []
-    total = sum(len(cfg.strategies) * len(cfg.prompts) * t[5] for t in tasks)
-    bar = progress(range(total), total=total, desc="reproduce", quiet=cfg.quiet)
-    ticks = iter(bar)
-    for task, data, pre, bb_cfg, shots, n_seeds, anchors, pre_epochs, pre_batch in tasks:
-        for strategy in cfg.strategies:
-            pre_settings = PretrainSettings(strategy=strategy, epochs=pre_epochs, batch_size=pre_batch)
-            backbone, _history = pretrain_backbone(
-                pretraining_graphs(pre, strategy), bb_cfg, pre_settings, seed=cfg.seed, device=device
-            )
-            for prompt in cfg.prompts:
-                results = []
-                for seed in range(cfg.seed, cfg.seed + n_seeds):
-                    results.append(
-                        tune_once(
-                            data,
-                            backbone,
-                            prompt,
-                            shots=shots,
-                            seed=seed,
-                            settings=settings,
-                            num_anchors=anchors,
-                        )
-                    )
-                    next(ticks, None)
-                s = summarise(results)
-                rows.append(
-                    {
-                        "task": f"{task} ({data.name})",
-                        "strategy": strategy,
-                        "prompt": prompt,
-                        "accuracy": f"{100 * s['mean']:.1f} ± {100 * s['sd']:.1f}",
-                        "mean": s["mean"],
-                        "sd": s["sd"],
-                        "seeds": s["seeds"],
-                        "train/test": f"{results[0].num_train}/{results[0].num_test}",
-                        "params": results[0].trainable_params,
-                    }
-                )
-                runs += [{"task": task, "strategy": strategy, **dataclasses.asdict(r)} for r in results]
-                _log(cfg, f"{task:5s} {strategy:8s} {prompt:11s} {100 * s['mean']:.1f} ± {100 * s['sd']:.1f}")
-    claims = _claims(rows)
-    elapsed = time.perf_counter() - start
-    print(markdown_table(rows, ["task", "strategy", "prompt", "accuracy", "seeds", "train/test", "params"]))
-    print()
-    print(markdown_table(claims))
-    if cfg.out is not None:
-        record = RunRecord(command=f"{PROG} reproduce", config=cfg, device=str(device), versions=_versions())
-        record.metrics = {"wall_seconds": elapsed}
-        record.tables["accuracy (mean ± SD over seeds, %)"] = rows
-        record.tables["paper's claims, checked on these means"] = claims
-        record.tables["runs"] = runs
-        record.notes = [
-            "Paper (Tables 2-3, full-size datasets): EdgePrompt+ >= EdgePrompt >= classifier-only and both above "
-            "GPF/GPF-plus, under every pre-training strategy.",
-            "Graph task: Fashion-MNIST test-split superpixel graphs, GIN; node task: KarateClub 2-hop subgraphs, GCN.",
-        ]
-        record.timings = {"total": elapsed}
-        record.save(cfg.out)
-    return 0
-
-
-def _compare(means: dict[str, float], a: str, b: str, *, strict: bool) -> str:
-    if a not in means or b not in means:
-        return "n/a"
-    better = means[a] > means[b] if strict else means[a] >= means[b]
-    return "yes" if better else "no"
-
-
-def _claims(rows: list[dict]) -> list[dict]:
-    """The paper's orderings, checked on the mean accuracies of each (task, strategy)."""
-    groups: dict[tuple[str, str], dict[str, float]] = {}
-    for r in rows:
-        groups.setdefault((r["task"], r["strategy"]), {})[r["prompt"]] = r["mean"]
-    return [
-        {
-            "task": task,
-            "strategy": strategy,
-            "EP+ >= EP": _compare(m, "edgeprompt+", "edgeprompt", strict=False),
-            "EP >= none": _compare(m, "edgeprompt", "none", strict=False),
-            "EP+ >= none": _compare(m, "edgeprompt+", "none", strict=False),
-            "EP > GPF": _compare(m, "edgeprompt", "gpf", strict=True),
-            "EP+ > GPF-plus": _compare(m, "edgeprompt+", "gpf-plus", strict=True),
-        }
-        for (task, strategy), m in groups.items()
-    ]
-
-
-def cmd_bench(cfg: BenchConfig) -> int:
-    from iclr25_edgeprompt._backbone import BackboneConfig
-    from iclr25_edgeprompt._data import load_dataset
-    from iclr25_edgeprompt._experiment import bench_prompts
-    from iclr25_shared.results import RunRecord, markdown_table
-
-    device = _setup(cfg)
-    data = load_dataset(cfg.dataset, num_graphs=cfg.num_graphs, seed=cfg.seed)
-    graphs = data.graphs[: cfg.num_graphs]
-    bb_cfg = BackboneConfig(
-        conv="gin",
-        in_channels=data.in_channels,
-        hidden_channels=cfg.hidden_channels,
-        num_layers=cfg.num_layers,
-    )
-    rows = bench_prompts(
-        graphs,
-        bb_cfg,
-        data.num_classes,
-        device=device,
-        batch_size=cfg.batch_size,
-        steps=cfg.steps,
-        warmup=cfg.warmup,
-        num_anchors=cfg.num_anchors,
-        seed=cfg.seed,
-    )
-    print(markdown_table(rows, floatfmt=".3g"))
-    if cfg.out is not None:
-        record = RunRecord(command=f"{PROG} bench", config=cfg, device=str(device), versions=_versions())
-        record.tables["tuning step vs classifier-only"] = rows
-        record.metrics = {
-            r["prompt"]: {"time_ratio": r["time_ratio"], "saved_mem_ratio": r["saved_mem_ratio"]}
-            for r in rows
-        }
-        record.notes = [
-            f"median over {cfg.steps} steps after {cfg.warmup} warm-up steps; batch {cfg.batch_size} "
-            f"graphs; GIN {cfg.num_layers}x{cfg.hidden_channels}; torch threads {cfg.num_threads}"
-        ]
-        record.save(cfg.out)
-    return 0
+COMMANDS = {
+    "tune": (TuneConfig, "iclr25_edgeprompt._experiment:tune"),
+    "pretrain": (PretrainConfig, "iclr25_edgeprompt._experiment:pretrain_command"),
+    "reproduce": (ReproduceConfig, "iclr25_edgeprompt._experiment:reproduce"),
+    "bench": (BenchConfig, "iclr25_edgeprompt._experiment:bench"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``iclr25-edgeprompt``; returns the exit code."""
-    import warnings
-
-    # torch warns about its own deprecated torch.jit.script when torch_geometric is imported; not actionable here.
-    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script", category=FutureWarning)
-    from iclr25_edgeprompt import __version__
-
-    return run(
-        PROG,
-        {
-            "tune": (TuneConfig, cmd_tune),
-            "pretrain": (PretrainConfig, cmd_pretrain),
-            "reproduce": (ReproduceConfig, cmd_reproduce),
-            "bench": (BenchConfig, cmd_bench),
-        },
-        argv,
-        default="tune",
-        description="EdgePrompt / EdgePrompt+ graph prompt tuning for frozen pre-trained GNNs (Fu et al., ICLR 2025).",
-        version=__version__,
-    )
+    """Console entry point of ``iclr25-edgeprompt``; returns the exit code (0 ok, 1 failure, 2 bad input)."""
+    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
