@@ -5,6 +5,28 @@ import pandas as pd
 import pytest
 
 from iclr25_fl_causal import LongitudinalData, simulate
+from iclr25_shared import DatasetUnavailable
+
+ZEPID_INSTALL = 'pip install zepid "setuptools<82"  (or: uv sync --group test in the iclr25 workspace)'
+
+
+def zepid_attr(module: str, name: str):
+    """``name`` from zEpid's ``module`` (a loader for ``iclr25_shared.testing.require``).
+
+    Raises DatasetUnavailable with the install command when zepid, or the ``pkg_resources`` it imports at
+    ``import zepid`` (setuptools < 82), is missing.
+    """
+    import importlib
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # setuptools 81 warns that pkg_resources is deprecated
+            warnings.filterwarnings("ignore", message="pkg_resources is deprecated", category=UserWarning)
+            return getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("zepid", "pkg_resources"):
+            raise
+        raise DatasetUnavailable(f"zEpid's {module}.{name} needs {exc.name!r}: {ZEPID_INSTALL}") from None
 
 
 def pytest_configure(config):
@@ -49,3 +71,11 @@ def make_point():
 @pytest.fixture(scope="session")
 def sim_small():
     return simulate(3000, n_fine=10, seed=11)
+
+
+@pytest.fixture(scope="session")
+def zepid_ice():
+    """zEpid's IterativeCondGFormula class (skips with the install command when zepid is missing)."""
+    from iclr25_shared.testing import require
+
+    return require(zepid_attr, "zepid.causal.gformula", "IterativeCondGFormula")

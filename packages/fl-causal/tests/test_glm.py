@@ -85,7 +85,7 @@ def test_design_names_unknown_columns():
         ({"formula": 3}, TypeError, "formula must be a string"),
         ({"formula": "  ~ "}, ValueError, "at least one term"),
         ({"formula": "L", "link": "probit"}, ValueError, "link must be one of logit, cloglog, identity"),
-        ({"formula": "L", "penalty": -1.0}, ValueError, "penalty must be a number >= 0"),
+        ({"formula": "L", "penalty": -1.0}, ValueError, r"penalty must be in \[0.0, inf\), got -1.0"),
     ],
 )
 def test_model_validation(kwargs, err, match):

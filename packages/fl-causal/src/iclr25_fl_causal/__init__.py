@@ -11,13 +11,44 @@ partition of long-format data and shows them settle as the partition refines (:f
     ...                     treatment_model="first + L + first:L + A_lag + A_lag:L")
 """
 
-from iclr25_fl_causal._data import DiscreteData, LongitudinalData
-from iclr25_fl_causal._datasets import gvhd, hiv_art, zepid_longitudinal
-from iclr25_fl_causal._estimators import PositivityWarning, Result, doubly_robust, g_computation, ipw, refine
-from iclr25_fl_causal._glm import ConvergenceWarning, Model
-from iclr25_fl_causal._regimes import Regime
-from iclr25_fl_causal._simulate import SimulationParams, simulate, true_value
+from typing import TYPE_CHECKING, Any
+
 from iclr25_shared import distribution_version
+
+if TYPE_CHECKING:
+    from iclr25_fl_causal._data import DiscreteData, LongitudinalData
+    from iclr25_fl_causal._datasets import gvhd, hiv_art, zepid_longitudinal
+    from iclr25_fl_causal._estimators import (
+        PositivityWarning,
+        Result,
+        doubly_robust,
+        g_computation,
+        ipw,
+        refine,
+    )
+    from iclr25_fl_causal._glm import ConvergenceWarning, Model
+    from iclr25_fl_causal._regimes import Regime
+    from iclr25_fl_causal._simulate import SimulationParams, simulate, true_value
+
+_WHERE = {
+    "DiscreteData": "_data",
+    "LongitudinalData": "_data",
+    "gvhd": "_datasets",
+    "hiv_art": "_datasets",
+    "zepid_longitudinal": "_datasets",
+    "PositivityWarning": "_estimators",
+    "Result": "_estimators",
+    "doubly_robust": "_estimators",
+    "g_computation": "_estimators",
+    "ipw": "_estimators",
+    "refine": "_estimators",
+    "ConvergenceWarning": "_glm",
+    "Model": "_glm",
+    "Regime": "_regimes",
+    "SimulationParams": "_simulate",
+    "simulate": "_simulate",
+    "true_value": "_simulate",
+}
 
 __all__ = [
     "ConvergenceWarning",
@@ -40,3 +71,19 @@ __all__ = [
     "zepid_longitudinal",
 ]
 __version__ = distribution_version("iclr25-fl-causal")
+
+
+def __getattr__(name: str) -> Any:
+    """The public API, imported on first use (``import iclr25_fl_causal`` stays light: no pandas/scipy)."""
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'iclr25_fl_causal' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"iclr25_fl_causal.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

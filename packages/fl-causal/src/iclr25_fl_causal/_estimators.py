@@ -33,6 +33,7 @@ from scipy import stats
 from iclr25_fl_causal._data import DiscreteData, LongitudinalData
 from iclr25_fl_causal._glm import ConvergenceWarning, FittedModel, Model, design
 from iclr25_fl_causal._regimes import Regime
+from iclr25_shared.checks import check_choice, check_float, check_int, check_probability
 
 __all__ = ["PositivityWarning", "Result", "doubly_robust", "g_computation", "ipw", "refine"]
 
@@ -452,14 +453,11 @@ def _check_common(regime: Any, se: str, n_boot: int, level: float, truncate: flo
         regime = Regime.parse(regime)
     if not isinstance(regime, Regime):
         raise TypeError(f"regime must be a Regime or a string such as 'always'; got {type(regime).__name__}")
-    if se not in ("bootstrap", "influence", "none"):
-        raise ValueError(f"se must be one of bootstrap, influence, none; got {se!r}")
-    if not isinstance(n_boot, int) or n_boot < 2:
-        raise ValueError(f"n_boot must be an integer >= 2, got {n_boot!r}")
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level!r}")
-    if truncate is not None and not 0.5 < truncate < 1:
-        raise ValueError(f"truncate must be a quantile in (0.5, 1) (e.g. 0.99) or None, got {truncate!r}")
+    check_choice("se", se, ("bootstrap", "influence", "none"))
+    check_int("n_boot", n_boot, low=2)
+    check_probability("level", level, open_low=True, open_high=True)
+    if truncate is not None:
+        check_float("truncate", truncate, low=0.5, high=1.0, low_inclusive=False, high_inclusive=False)
     return regime
 
 
@@ -486,14 +484,11 @@ def _estimate(
     quiet: bool = True,
 ) -> Result:
     regime = _check_common(regime, se, n_boot, level, truncate)
-    if risk_method not in ("increments", "direct"):
-        raise ValueError(f"risk_method must be increments or direct; got {risk_method!r}")
-    if estimand not in _ESTIMANDS:
-        raise ValueError(f"estimand must be one of {', '.join(_ESTIMANDS)}; got {estimand!r}")
-    if outcome_family not in ("auto", "gaussian", "binomial"):
-        raise ValueError(f"outcome_family must be auto, gaussian or binomial; got {outcome_family!r}")
-    if not np.isfinite(cemetery):
-        raise ValueError(f"cemetery must be a finite number, got {cemetery!r}")
+    check_choice("risk_method", risk_method, ("increments", "direct"))
+    check_choice("estimand", estimand, _ESTIMANDS)
+    check_choice("outcome_family", outcome_family, ("auto", "gaussian", "binomial"))
+    cemetery = check_float("cemetery", cemetery)
+    positivity_bound = check_probability("positivity_bound", positivity_bound)
     dd = _as_discrete(data, grid)
     has_outcome = bool(np.isfinite(dd.outcome).any())
     if estimand == "auto":

@@ -1,4 +1,9 @@
-"""The reproduction (simulation with a closed-form truth, double robustness, two real cohorts) and the bench."""
+"""What the CLI runs (estimate, simulate, reproduce, bench) and the studies behind them: a simulation with a
+closed-form truth, double robustness, two real cohorts, and the benchmark.
+
+Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Result`; the runner writes
+results.json / results.md into ``--out`` and prints the tables. Files of its own a command writes through ``ctx``.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,7 @@ import math
 import time
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -18,19 +22,26 @@ from iclr25_fl_causal._datasets import gvhd, hiv_art
 from iclr25_fl_causal._estimators import doubly_robust, g_computation, ipw
 from iclr25_fl_causal._glm import Model
 from iclr25_fl_causal._simulate import simulate, true_value
-from iclr25_shared.results import save_figure
+from iclr25_shared.cli import Result, RunContext, UsageError
+
+if TYPE_CHECKING:
+    from iclr25_fl_causal.cli import BenchConfig, EstimateConfig, ReproduceConfig, SimulateConfig
 
 __all__ = [
     "SIM_MODELS",
+    "bench",
     "bench_rows",
     "dr_table",
+    "estimate",
     "gvhd_study",
     "hiv_study",
     "ice_statsmodels",
+    "reproduce",
+    "simulate_cmd",
     "simulation_study",
 ]
 
-# Correct models for the §3.3(b) simulation on the finest grid (see _simulate): the outcome regressions are
+# Correct models for the simulation on the finest grid (see _simulate): the outcome regressions are
 # linear in (∫L, ∫A, L, A); the per-step treatment switching is logistic within (first step, A_lag) strata.
 SIM_MODELS = {
     "outcome": "cum_L + cum_A + L + A",
@@ -272,10 +283,8 @@ def gvhd_study(
     )
 
 
-def plot_curves(
-    curves: dict[str, pd.DataFrame], keys: Sequence[str], path: Path, title: str, xlabel: str
-) -> Path:
-    """Risk curves (with 95% bands where available) to a PNG, written atomically."""
+def plot_curves(curves: dict[str, pd.DataFrame], keys: Sequence[str], title: str, xlabel: str) -> Any:
+    """Risk curves (with 95% bands where available) as a matplotlib figure."""
 
     import matplotlib
 
@@ -295,7 +304,7 @@ def plot_curves(
     ax.set_ylim(0, None)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    return save_figure(fig, path)
+    return fig
 
 
 def ice_statsmodels(dd, formula: str, regime_value: int = 1) -> float:
@@ -425,3 +434,164 @@ class StudySizes:
     dr_n: int = 2000
     dr_reps: int = 40
     real_boot: int = 50
+
+
+# ---------------------------------------------------------------------------------------------- commands
+def _load(cfg: EstimateConfig) -> tuple[LongitudinalData, str]:
+    if cfg.data is None:
+        return hiv_art(cfg.horizon or 45.0), "zEpid HIV/ART cohort"
+    if not cfg.data.is_file():
+        raise UsageError(f"--data: file {str(cfg.data)!r} does not exist")
+    try:
+        frame = pd.read_csv(cfg.data)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
+        raise UsageError(f"--data: {cfg.data} is not a readable CSV ({exc})") from None
+    horizon = cfg.horizon or None
+    kw: dict[str, Any] = dict(
+        id=cfg.id,
+        time=cfg.time,
+        treatment=cfg.treatment,
+        covariates=cfg.covariate_list(),
+        outcome=cfg.outcome or None,
+        death=cfg.death or None,
+        censor=cfg.censor or None,
+    )
+    if horizon is not None and cfg.time in frame.columns and (frame[cfg.time] > horizon).any():
+        return LongitudinalData(frame, **kw).truncate(horizon), str(cfg.data)
+    return LongitudinalData(frame, horizon=horizon, **kw), str(cfg.data)
+
+
+_ESTIMATE_COLUMNS = (
+    "width",
+    "intervals",
+    "estimator",
+    "regime",
+    "estimand",
+    "estimate",
+    "se",
+    "ci_low",
+    "ci_high",
+    "se_method",
+    "max_weight",
+    "ess",
+)
+
+
+def estimate(cfg: EstimateConfig, ctx: RunContext) -> Result:
+    """The chosen estimator under one regime on each grid width of ``--grid``."""
+    data, source = _load(cfg)
+    ctx.log.info(f"{source}: {data!r}")
+    covs = " + ".join(data.covariates) or "1"
+    a = data.treatment
+    om = Model(cfg.outcome_model or f"{a} + {covs}", penalty=cfg.penalty)
+    tm = Model(
+        cfg.treatment_model or (covs if cfg.absorbing else f"{a}_lag + {covs}"), absorbing=cfg.absorbing
+    )
+    cm = cfg.censoring_model or f"{a} + {covs}"
+    se = cfg.se if cfg.se != "auto" else ("influence" if cfg.estimator == "dr" else "bootstrap")
+    fn = {"gcomp": g_computation, "ipw": ipw, "dr": doubly_robust}[cfg.estimator]
+    kw: dict[str, Any] = {
+        "se": se,
+        "n_boot": cfg.n_boot,
+        "seed": cfg.seed,
+        "quiet": cfg.quiet,
+    }
+    if cfg.estimator in ("gcomp", "dr"):
+        kw["outcome_model"] = om
+    if cfg.estimator == "gcomp" and cfg.regime.strip().startswith("incremental:"):
+        kw["treatment_model"] = tm
+    if cfg.estimator in ("ipw", "dr"):
+        kw.update(treatment_model=tm, censoring_model=cm, truncate=cfg.truncate or None)
+    rows, notes = [], []
+    t0 = time.perf_counter()
+    for w in cfg.widths():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = fn(data, cfg.regime, grid=w, **kw)
+        notes += [f"width {w:g}: {c.category.__name__}: {c.message}" for c in caught]
+        d = res.to_dict()
+        d["max_weight"] = res.diagnostics.get("max_weight")
+        d["ess"] = res.diagnostics.get("effective_sample_size")
+        d["width"] = w
+        rows.append({c: d.get(c) for c in _ESTIMATE_COLUMNS})
+    return Result(
+        metrics={"source": source, "data": repr(data)},
+        tables={"estimates": rows},
+        timings={"total": time.perf_counter() - t0},
+        notes=notes,
+    )
+
+
+def simulate_cmd(cfg: SimulateConfig, ctx: RunContext) -> Result:
+    """Simulated long-format data (``simulated.csv`` in ``--out``) and its closed-form truths."""
+    from iclr25_fl_causal._simulate import SimulationParams
+
+    params = SimulationParams(eta0=-1.0) if cfg.death else SimulationParams()
+    data = simulate(cfg.n, params, horizon=cfg.horizon, n_fine=cfg.n_fine, seed=cfg.seed)
+    notes = []
+    if ctx.writes:
+        ctx.save_text("simulated.csv", data.frame.to_csv(index=False))
+    else:
+        notes.append("no --out given: simulated.csv was not written")
+    metrics: dict[str, Any] = {"data": repr(data)}
+    if not cfg.death:
+        for a in (1, 0):
+            metrics[f"E[Y^{a}] (closed form)"] = true_value(a, params, horizon=cfg.horizon, n_fine=cfg.n_fine)
+    return Result(metrics=metrics, notes=notes)
+
+
+def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
+    """The simulation study, the double-robustness table and the two real cohorts."""
+    parts = cfg.part_list()
+    res = Result()
+    curves: dict = {}
+    if "simulation" in parts:
+        t0 = time.perf_counter()
+        res.tables["simulation: E[Y^1], bias / SD / mean SE / coverage by grid and n"] = simulation_study(
+            reps=cfg.reps, n_boot=cfg.n_boot, seed=cfg.seed, quiet=cfg.quiet
+        )
+        res.timings["simulation"] = time.perf_counter() - t0
+    if "dr" in parts:
+        t0 = time.perf_counter()
+        res.tables["double robustness (n=2000, finest grid): bias and bias / Monte Carlo SE"] = dr_table(
+            reps=cfg.reps, seed=cfg.seed + 1, quiet=cfg.quiet
+        )
+        res.timings["dr"] = time.perf_counter() - t0
+    for part, fn, title in (
+        ("hiv", hiv_study, "HIV/ART: 45-week risk of death, always vs never ART"),
+        ("gvhd", gvhd_study, "BMT: 5-year risk of death, never GvHD vs natural course"),
+    ):
+        if part not in parts:
+            continue
+        t0 = time.perf_counter()
+        rows, cv, notes = fn(n_boot=int(2.5 * cfg.n_boot), seed=cfg.seed, quiet=cfg.quiet)
+        res.tables[title] = rows
+        res.notes += notes
+        curves.update(cv)
+        res.timings[part] = time.perf_counter() - t0
+        for r in rows:
+            res.metrics[f"{part}:{r['regime']}:{r['estimator']}:w{r['width']:g}"] = round(r["risk"], 4)
+    if ctx.writes:
+        if "hiv" in parts:
+            keys = [k for k in curves if k.startswith("hiv|1|")]
+            ctx.save_figure("hiv_risk_curves.png", plot_curves(curves, keys, "HIV/ART, weekly grid", "week"))
+        if "gvhd" in parts:
+            finest = min(float(k.split("|")[1]) for k in curves if k.startswith("gvhd|"))
+            keys = [k for k in curves if k.startswith(f"gvhd|{finest:g}|")]
+            fig = plot_curves(curves, keys, f"BMT, {finest:g}-day grid", "day")
+            ctx.save_figure("gvhd_risk_curves.png", fig)
+    return res
+
+
+def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
+    """Scaling in n and K (ratios to the smallest cell) and the same-run comparison with zEpid's ICE."""
+    t0 = time.perf_counter()
+    rows = bench_rows(
+        ns=cfg.integers("ns"),
+        intervals=cfg.integers("intervals"),
+        repeats=cfg.repeats,
+        seed=cfg.seed,
+        quiet=cfg.quiet,
+    )
+    res = Result(tables={"scaling": rows}, timings={"scaling": time.perf_counter() - t0})
+    return res

@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from iclr25_shared.checks import check_choice, check_float
+
 __all__ = ["ConvergenceWarning", "Model"]
 
 _LINKS = ("logit", "cloglog", "identity")
@@ -71,10 +73,8 @@ class Model:
                 raise ValueError(
                     f"formula must name at least one term (use '1' for intercept only), got {f!r}"
                 )
-        if not (isinstance(self.penalty, (int, float)) and self.penalty >= 0):
-            raise ValueError(f"penalty must be a number >= 0, got {self.penalty!r}")
-        if self.link not in _LINKS:
-            raise ValueError(f"link must be one of {', '.join(_LINKS)}; got {self.link!r}")
+        check_float("penalty", self.penalty, low=0.0)
+        check_choice("link", self.link, _LINKS)
 
     @classmethod
     def coerce(cls, spec: Model | str | Sequence[str], name: str) -> Model:

@@ -5,10 +5,14 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
+
+from iclr25_shared.checks import check_choice, check_float, check_int
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["Regime"]
 
@@ -38,8 +42,7 @@ class Regime:
     @classmethod
     def static(cls, value: int) -> Regime:
         """Treat (1) or do not treat (0) at every time."""
-        if value not in (0, 1) or isinstance(value, bool):
-            raise ValueError(f"static regime value must be 0 or 1, got {value!r}")
+        check_choice("static regime value", check_int("static regime value", value, low=0, high=1), (0, 1))
         return cls("always" if value == 1 else "never", lambda f: np.full(len(f), float(value)), True)
 
     @classmethod
@@ -53,9 +56,8 @@ class Regime:
     @classmethod
     def threshold(cls, variable: str, cut: float, op: str = "<") -> Regime:
         """Dynamic rule: treat while ``variable op cut`` holds at t_k (e.g. ``cd4 < 200``)."""
-        if op not in _OPS:
-            raise ValueError(f"threshold op must be one of {', '.join(_OPS)}; got {op!r}")
-        cut = float(cut)
+        check_choice("threshold op", op, _OPS)
+        cut = check_float("threshold cut", cut)
 
         def rule(frame: pd.DataFrame) -> np.ndarray:
             if variable not in frame.columns:
@@ -81,8 +83,7 @@ class Regime:
         ``P_G(A_k = 1 | H_k) = δ p / (δ p + 1 − p)`` with p the fitted propensity, so every estimator needs a
         treatment model; the weights ``dG/dP`` are bounded (by max(δ, 1/δ)), and positivity always holds.
         """
-        if not (isinstance(delta, (int, float)) and np.isfinite(delta) and delta > 0):
-            raise ValueError(f"incremental shift delta must be a positive finite number, got {delta!r}")
+        check_float("incremental shift delta", delta, low=0.0, low_inclusive=False)
         return cls(
             f"incremental:{delta:g}", lambda f: np.full(len(f), np.nan), False, incremental=float(delta)
         )
@@ -107,7 +108,9 @@ class Regime:
             try:
                 delta = float(s.split(":", 1)[1])
             except ValueError:
-                delta = -1.0
+                raise ValueError(
+                    f"regime {text!r}: incremental:DELTA needs a positive number DELTA"
+                ) from None
             return cls.incremental_shift(delta)
         m = _THRESHOLD.match(s)
         if m:

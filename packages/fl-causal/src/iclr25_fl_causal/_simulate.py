@@ -1,4 +1,7 @@
-"""The data-generating process of brief §3.3(b): an OU-type confounder with treatment switching feedback.
+"""A simulation with a closed-form truth: an OU-type confounder with treatment switching feedback.
+
+Our own design (the paper's Monte Carlo study, arXiv:2206.12525, does not give a data-generating process we could
+reproduce): continuous-time treatment-confounder feedback whose effect under a static regime has a closed form.
 
 On [0, τ] with n_fine Euler steps of size δ = τ/n_fine:
 
@@ -33,7 +36,7 @@ def _expit(x: np.ndarray) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class SimulationParams:
-    """Parameters of the simulation (defaults: brief §3.3(b), θ = β = 1, γ = 0.5, no death or censoring).
+    """Parameters of the simulation (defaults: θ = β = 1, γ = 0.5, no death or censoring).
 
     ``eta0``/``kappa0`` = ``None`` switch death/censoring off. ``a1 = c1 = d1 = 0`` makes treatment randomised.
     """
@@ -123,7 +126,7 @@ def simulate(
     n_fine: int = 200,
     seed: int | np.random.Generator = 0,
 ) -> LongitudinalData:
-    """Simulate the §3.3(b) process and return it in long format.
+    """Simulate the process of the module docstring and return it in long format.
 
     Rows: one per fine step while at risk (``time = m δ``; columns ``L``, ``A``), and a last row at τ with the
     outcome ``Y`` for survivors, at the death time (``death = 1``), or the censoring step (``censor = 1``).

@@ -1,36 +1,31 @@
-"""``iclr25-fl-causal``: estimate, simulate, reproduce, bench."""
+"""``iclr25-fl-causal``: causal effects of time-varying treatment regimes on functional longitudinal data (Ying,
+ICLR 2025, arXiv:2206.12525): g-computation, IPW and doubly robust estimators on refining time grids, with death
+and censoring. Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
 
 from __future__ import annotations
 
-import dataclasses
-import time
-import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
-from iclr25_shared.cli import CommonOptions, UsageError, check_choice, check_range, run
-from iclr25_shared.results import RunRecord, markdown_table, package_versions
+from iclr25_shared.checks import check_choice, check_float, check_int
+from iclr25_shared.cli import CommonOptions, run
 
-__all__ = ["main"]
+__all__ = [
+    "COMMANDS",
+    "DEFAULT",
+    "PROG",
+    "BenchConfig",
+    "EstimateConfig",
+    "ReproduceConfig",
+    "SimulateConfig",
+    "main",
+]
 
-_PROG = "iclr25-fl-causal"
-_VERSIONS = ("iclr25-fl-causal", "pandas", "statsmodels", "formulaic", "scipy")
-
-
-def _split(text: str) -> list[str]:
-    return [s.strip() for s in text.split(",") if s.strip()] if text else []
-
-
-def _widths(text: str) -> list[float]:
-    try:
-        out = [float(s) for s in _split(text)]
-    except ValueError:
-        raise ValueError(f"grid must be comma-separated widths such as 1,2,4; got {text!r}") from None
-    if not out or any(w <= 0 for w in out):
-        raise ValueError(f"grid must be comma-separated positive widths such as 1,2,4; got {text!r}")
-    return out
+PROG = "iclr25-fl-causal"
+DEFAULT = "estimate"
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class EstimateConfig(CommonOptions):
     """Estimate a regime's effect on long-format data, on each grid width (default: zEpid's HIV/ART cohort)."""
 
@@ -72,7 +67,7 @@ class EstimateConfig(CommonOptions):
     se: str = "auto"
     """auto (bootstrap for gcomp/ipw, influence for dr) | bootstrap | influence | none."""
     n_boot: int = 100
-    """Bootstrap replicates."""
+    """Bootstrap replicates (>= 2)."""
     truncate: float = 0.0
     """Cap the weights at this quantile (e.g. 0.99); 0: no truncation."""
 
@@ -80,214 +75,79 @@ class EstimateConfig(CommonOptions):
         super().__post_init__()
         check_choice("estimator", self.estimator, ("gcomp", "ipw", "dr"))
         check_choice("se", self.se, ("auto", "bootstrap", "influence", "none"))
-        check_range("n_boot", self.n_boot, low=2)
-        check_range("penalty", self.penalty, low=0)
-        check_range("horizon", self.horizon, low=0)
+        check_int("n_boot", self.n_boot, low=2)
+        check_float("penalty", self.penalty, low=0.0)
+        check_float("horizon", self.horizon, low=0.0)
         if self.truncate != 0:
-            check_range("truncate", self.truncate, low=0.5, high=1, low_inclusive=False, high_inclusive=False)
-        _widths(self.grid)
+            check_float(
+                "truncate", self.truncate, low=0.5, high=1.0, low_inclusive=False, high_inclusive=False
+            )
+        self.widths()
         from iclr25_fl_causal._regimes import Regime
 
         Regime.parse(self.regime)
 
+    def widths(self) -> list[float]:
+        """The grid widths, coarse to fine (raises ValueError naming ``grid``)."""
+        try:
+            out = [float(s) for s in self.grid.split(",") if s.strip()]
+        except ValueError:
+            raise ValueError(
+                f"grid must be comma-separated widths such as 1,2,4; got {self.grid!r}"
+            ) from None
+        if not out or any(not w > 0 or w == float("inf") for w in out):
+            raise ValueError(
+                f"grid must be comma-separated positive finite widths such as 1,2,4; got {self.grid!r}"
+            )
+        return out
 
-def _load(cfg: EstimateConfig):
-    import pandas as pd
-
-    from iclr25_fl_causal._data import LongitudinalData
-    from iclr25_fl_causal._datasets import hiv_art
-
-    if cfg.data is None:
-        return hiv_art(cfg.horizon or 45.0), "zEpid HIV/ART cohort"
-    if not cfg.data.is_file():
-        raise UsageError(f"--data: file {str(cfg.data)!r} does not exist")
-    try:
-        frame = pd.read_csv(cfg.data)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise UsageError(f"--data: {cfg.data} is not a readable CSV ({exc})") from None
-    covs = _split(cfg.covariates)
-    horizon = cfg.horizon or None
-    kw = dict(
-        id=cfg.id,
-        time=cfg.time,
-        treatment=cfg.treatment,
-        covariates=covs,
-        outcome=cfg.outcome or None,
-        death=cfg.death or None,
-        censor=cfg.censor or None,
-    )
-    if horizon is not None and cfg.time in frame.columns and (frame[cfg.time] > horizon).any():
-        return LongitudinalData(frame, **kw).truncate(horizon), str(cfg.data)
-    return LongitudinalData(frame, horizon=horizon, **kw), str(cfg.data)
+    def covariate_list(self) -> list[str]:
+        return [s.strip() for s in self.covariates.split(",") if s.strip()]
 
 
-def estimate(cfg: EstimateConfig) -> int:
-    from iclr25_fl_causal._estimators import doubly_robust, g_computation, ipw
-    from iclr25_fl_causal._glm import Model
-
-    data, source = _load(cfg)
-    covs = " + ".join(data.covariates) or "1"
-    a = data.treatment
-    om = Model(cfg.outcome_model or f"{a} + {covs}", penalty=cfg.penalty)
-    tm = Model(
-        cfg.treatment_model or (covs if cfg.absorbing else f"{a}_lag + {covs}"), absorbing=cfg.absorbing
-    )
-    cm = cfg.censoring_model or f"{a} + {covs}"
-    se = cfg.se if cfg.se != "auto" else ("influence" if cfg.estimator == "dr" else "bootstrap")
-    fn = {"gcomp": g_computation, "ipw": ipw, "dr": doubly_robust}[cfg.estimator]
-    kw: dict = {"se": se, "n_boot": cfg.n_boot, "seed": cfg.seed, "quiet": cfg.quiet}
-    if cfg.estimator in ("gcomp", "dr"):
-        kw["outcome_model"] = om
-    if cfg.estimator == "gcomp" and cfg.regime.strip().startswith("incremental:"):
-        kw["treatment_model"] = tm
-    if cfg.estimator in ("ipw", "dr"):
-        kw.update(treatment_model=tm, censoring_model=cm, truncate=cfg.truncate or None)
-    rows, notes = [], []
-    t0 = time.perf_counter()
-    for w in _widths(cfg.grid):
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            res = fn(data, cfg.regime, grid=w, **kw)
-        notes += [f"width {w:g}: {c.message}" for c in caught]
-        row = {"width": w, **{k: v for k, v in res.to_dict().items() if k not in ("diagnostics", "width")}}
-        row["max_weight"] = res.diagnostics.get("max_weight")
-        row["ess"] = res.diagnostics.get("effective_sample_size")
-        rows.append(row)
-    cols = [
-        "width",
-        "intervals",
-        "estimator",
-        "regime",
-        "estimand",
-        "estimate",
-        "se",
-        "ci_low",
-        "ci_high",
-        "se_method",
-        "max_weight",
-        "ess",
-    ]
-    print(f"{source}: {data!r}")
-    print(markdown_table(rows, cols))
-    for n in notes:
-        print(f"warning: {n}")
-    if cfg.out is not None:
-        RunRecord(
-            command=f"{_PROG} estimate",
-            config=cfg,
-            metrics={"source": source},
-            tables={"estimates": rows},
-            timings={"total": time.perf_counter() - t0},
-            notes=notes,
-            versions=package_versions(_VERSIONS),
-        ).save(cfg.out)
-    return 0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class SimulateConfig(CommonOptions):
-    """Write a simulated long-format CSV (brief §3.3(b)) and print its closed-form truths."""
+    """Simulate long-format data with a closed-form truth; writes simulated.csv into --out and prints the truths."""
 
     n: int = 1000
-    """Subjects."""
+    """Subjects (>= 1)."""
     n_fine: int = 40
-    """Euler steps on [0, horizon]."""
+    """Euler steps on [0, horizon] (>= 1)."""
     horizon: float = 1.0
-    """τ."""
+    """τ (> 0)."""
     death: bool = False
     """Add a death hazard exp(-1 + 0.5 L)."""
-    csv: Path = Path("simulated.csv")
-    """Where to write the rows (written atomically)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_range("n", self.n, low=1)
-        check_range("n_fine", self.n_fine, low=1)
-        check_range("horizon", self.horizon, low=0, low_inclusive=False)
+        check_int("n", self.n, low=1)
+        check_int("n_fine", self.n_fine, low=1)
+        check_float("horizon", self.horizon, low=0.0, low_inclusive=False)
 
 
-def simulate_cmd(cfg: SimulateConfig) -> int:
-    from iclr25_fl_causal._simulate import SimulationParams, simulate, true_value
-    from iclr25_shared.results import atomic_write_text
-
-    params = SimulationParams(eta0=-1.0) if cfg.death else SimulationParams()
-    data = simulate(cfg.n, params, horizon=cfg.horizon, n_fine=cfg.n_fine, seed=cfg.seed)
-    atomic_write_text(cfg.csv, data.frame.to_csv(index=False))
-    print(f"wrote {cfg.csv}: {data!r}")
-    if not cfg.death:
-        for a in (1, 0):
-            print(
-                f"E[Y^{a}] = {true_value(a, params, horizon=cfg.horizon, n_fine=cfg.n_fine):.6f} (closed form)"
-            )
-    return 0
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(CommonOptions):
     """Simulation (bias/SE/coverage by grid and n, double robustness) and the HIV and BMT cohorts."""
 
     reps: int = 40
-    """Monte Carlo replicates per simulation cell."""
+    """Monte Carlo replicates per simulation cell (>= 2)."""
     n_boot: int = 20
     """Bootstrap replicates for g-computation SEs in the simulation (real data: 2.5x this)."""
     parts: str = "simulation,dr,hiv,gvhd"
-    """Comma-separated parts to run."""
+    """Comma-separated parts to run: simulation, dr, hiv, gvhd."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_range("reps", self.reps, low=2)
-        check_range("n_boot", self.n_boot, low=2)
-        for p in _split(self.parts):
+        check_int("reps", self.reps, low=2)
+        check_int("n_boot", self.n_boot, low=2)
+        for p in self.part_list():
             check_choice("parts", p, ("simulation", "dr", "hiv", "gvhd"))
 
-
-def reproduce(cfg: ReproduceConfig) -> int:
-    from iclr25_fl_causal import _experiment as ex
-
-    parts = _split(cfg.parts)
-    rec = RunRecord(command=f"{_PROG} reproduce", config=cfg, versions=package_versions(_VERSIONS))
-    curves: dict = {}
-    if "simulation" in parts:
-        t0 = time.perf_counter()
-        rec.tables["simulation: E[Y^1], bias / SD / mean SE / coverage by grid and n"] = ex.simulation_study(
-            reps=cfg.reps, n_boot=cfg.n_boot, seed=cfg.seed, quiet=cfg.quiet
-        )
-        rec.timings["simulation"] = time.perf_counter() - t0
-    if "dr" in parts:
-        t0 = time.perf_counter()
-        rec.tables["double robustness (n=2000, finest grid): bias and bias / Monte Carlo SE"] = ex.dr_table(
-            reps=cfg.reps, seed=cfg.seed + 1, quiet=cfg.quiet
-        )
-        rec.timings["dr"] = time.perf_counter() - t0
-    for part, fn, title in (
-        ("hiv", ex.hiv_study, "HIV/ART: 45-week risk of death, always vs never ART"),
-        ("gvhd", ex.gvhd_study, "BMT: 5-year risk of death, no GvHD vs natural course"),
-    ):
-        if part not in parts:
-            continue
-        t0 = time.perf_counter()
-        rows, cv, notes = fn(n_boot=int(2.5 * cfg.n_boot), seed=cfg.seed, quiet=cfg.quiet)
-        rec.tables[title] = rows
-        rec.notes += notes
-        curves.update(cv)
-        rec.timings[part] = time.perf_counter() - t0
-        for r in rows:
-            rec.metrics[f"{part}:{r['regime']}:{r['estimator']}:w{r['width']:g}"] = round(r["risk"], 4)
-    for name, rows in rec.tables.items():
-        print(f"## {name}\n\n{markdown_table(rows)}\n")
-    if cfg.out is not None:
-        if "hiv" in parts:
-            keys = [k for k in curves if k.startswith("hiv|1|")]
-            ex.plot_curves(curves, keys, cfg.out / "hiv_risk_curves.png", "HIV/ART, weekly grid", "week")
-        if "gvhd" in parts:
-            finest = min(float(k.split("|")[1]) for k in curves if k.startswith("gvhd|"))
-            keys = [k for k in curves if k.startswith(f"gvhd|{finest:g}|")]
-            ex.plot_curves(curves, keys, cfg.out / "gvhd_risk_curves.png", f"BMT, {finest:g}-day grid", "day")
-        rec.save(cfg.out)
-    return 0
+    def part_list(self) -> list[str]:
+        return [s.strip() for s in self.parts.split(",") if s.strip()]
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
     """Time and peak memory vs n and grid size (ratios to the smallest cell; linear means ratio/size ≈ 1)."""
 
@@ -296,60 +156,37 @@ class BenchConfig(CommonOptions):
     intervals: str = "10,20,40"
     """Comma-separated numbers of grid intervals (must divide 40)."""
     repeats: int = 3
-    """Timing repeats (median)."""
+    """Timing repeats (median; >= 1)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_range("repeats", self.repeats, low=1)
-        for name, text in (("ns", self.ns), ("intervals", self.intervals)):
-            try:
-                vals = [int(s) for s in _split(text)]
-            except ValueError:
-                raise ValueError(f"{name} must be comma-separated integers, got {text!r}") from None
-            if not vals or min(vals) < 1:
-                raise ValueError(f"{name} must be comma-separated positive integers, got {text!r}")
-        for k in _split(self.intervals):
-            if 40 % int(k):
+        check_int("repeats", self.repeats, low=1)
+        for name in ("ns", "intervals"):
+            self.integers(name)
+        for k in self.integers("intervals"):
+            if 40 % k:
                 raise ValueError(f"intervals must divide 40 (the simulation's fine steps); got {k}")
 
+    def integers(self, name: str) -> list[int]:
+        """``ns`` or ``intervals`` as positive integers (raises ValueError naming the option)."""
+        text = getattr(self, name)
+        try:
+            vals = [int(s) for s in text.split(",") if s.strip()]
+        except ValueError:
+            raise ValueError(f"{name} must be comma-separated positive integers, got {text!r}") from None
+        if not vals or min(vals) < 1:
+            raise ValueError(f"{name} must be comma-separated positive integers, got {text!r}")
+        return vals
 
-def bench(cfg: BenchConfig) -> int:
-    from iclr25_fl_causal._experiment import bench_rows
 
-    rows = bench_rows(
-        ns=[int(s) for s in _split(cfg.ns)],
-        intervals=[int(s) for s in _split(cfg.intervals)],
-        repeats=cfg.repeats,
-        seed=cfg.seed,
-        quiet=cfg.quiet,
-    )
-    print(markdown_table(rows))
-    if cfg.out is not None:
-        RunRecord(
-            command=f"{_PROG} bench",
-            config=cfg,
-            tables={"scaling": rows},
-            versions=package_versions(_VERSIONS),
-        ).save(cfg.out)
-    return 0
+COMMANDS = {
+    "estimate": (EstimateConfig, "iclr25_fl_causal._experiment:estimate"),
+    "simulate": (SimulateConfig, "iclr25_fl_causal._experiment:simulate_cmd"),
+    "reproduce": (ReproduceConfig, "iclr25_fl_causal._experiment:reproduce"),
+    "bench": (BenchConfig, "iclr25_fl_causal._experiment:bench"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    from iclr25_fl_causal import __version__
-
-    return run(
-        _PROG,
-        {
-            "estimate": (EstimateConfig, estimate),
-            "simulate": (SimulateConfig, simulate_cmd),
-            "reproduce": (ReproduceConfig, reproduce),
-            "bench": (BenchConfig, bench),
-        },
-        argv,
-        default="estimate",
-        description=(
-            "Causal effects of time-varying treatment regimes on functional longitudinal data (Ying, ICLR 2025): "
-            "g-computation, IPW and doubly robust estimators on refining time grids, with death and censoring."
-        ),
-        version=__version__,
-    )
+    """Console entry point of ``iclr25-fl-causal``; returns the exit code (0 ok, 1 failure, 2 bad input)."""
+    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
