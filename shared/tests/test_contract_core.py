@@ -364,3 +364,38 @@ def test_the_template_package_reads_its_version_from_metadata():
     assert iclr25_shared.__version__ == version("iclr25-shared")
     assert iclr25_shared.distribution_version("no-such-distribution-xyz") == "0+unknown"
     assert Path(iclr25_shared.__file__).is_file()
+
+
+# tyro's error panel as tyro 0.9.1 - 1.0.9 print it into a captured stream (boxed) and as 1.0.10+ do (plain).
+_BOXED = (
+    "╭─ Unrecognized options ────────────╮\n│ Unrecognized options: --stepz     │\n"
+    "│ ───────────────────────────────── │\n│ Perhaps you meant:                │\n"
+    "│     --steps INT                   │\n│         (default: 3)              │\n"
+    "│ ───────────────────────────────── │\n│ For full helptext, run p a --help │\n"
+    "╰───────────────────────────────────╯\n"
+)
+_PLAIN = (
+    " Unrecognized options                \n ----------------------------------- \n"
+    "  Unrecognized options: --stepz   \n  -----------------------------------\n"
+    "  Perhaps you meant:                 \n      --steps INT                    \n"
+    "          (default: 3)               \n  -----------------------------------\n"
+    "  For full helptext, run p a --help  \n                                     \n"
+)
+
+
+@pytest.mark.parametrize("panel", [_BOXED, _PLAIN], ids=["boxed", "plain"])
+def test_tyro_error_panels_of_every_supported_version_become_one_line(panel):
+    from iclr25_shared.cli import _one_line
+
+    assert _one_line(panel) == "Unrecognized options: --stepz Perhaps you meant: --steps INT (default: 3)"
+
+
+def test_tyro_value_error_panel_names_the_option():
+    from iclr25_shared.cli import _one_line
+
+    panel = (
+        "╭─ Value error ─────────╮\n│ Error parsing --steps: invalid literal for int() with base 10: 'x' │\n"
+        "│ ─────────── │\n│ Argument helptext: │\n│ --steps INT │\n│ ─────────── │\n"
+        "│ For full helptext, see p a --help │\n╰──────────╯\n"
+    )
+    assert _one_line(panel) == "--steps: invalid literal for int() with base 10: 'x'"

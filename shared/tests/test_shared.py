@@ -69,7 +69,7 @@ def _commands(calls):
         (["go", "--steps", "x"], 2, "--steps"),
         (["go", "--stepz", "1"], 2, "Unrecognized options"),
         (["go", "--device", "tpu"], 2, "device must be one of"),
-        (["go", "--seed", "-1"], 2, "seed must be a non-negative integer"),
+        (["go", "--seed", "-1"], 2, "seed must be an integer in [0, inf), got -1"),
         (["nope"], 2, "unknown subcommand 'nope'"),
         (["go", "--steps", "99"], 1, "failed: RuntimeError: kaput"),
         (["go", "--steps", "98"], 2, "bad file"),

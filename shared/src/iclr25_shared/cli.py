@@ -300,25 +300,36 @@ Command = tuple[type, "Callable[..., Any] | str"]
 _BOX = re.compile(r"[╭╮╰╯│─━┃┏┓┗┛]")
 
 
+_SEPARATOR = re.compile(r"^[\s│┃|]*[-─━]{3,}[\s│┃|]*$")
+
+
 def _one_line(text: str) -> str:
-    """Condense tyro's error panel (title, message, help sections) into one line: the message."""
-    lines = [_BOX.sub("", raw).strip() for raw in text.splitlines()]
-    lines = [ln for ln in lines if ln]
-    if len(lines) > 1 and not set(lines[1]) <= {"-", " "}:
-        title_skipped = lines  # no title line
-    else:
-        title_skipped = lines[1:]
+    """Condense tyro's error panel into one line: the message (plus "Perhaps you meant ..." when present).
+
+    tyro prints a panel with a title, sections separated by rules, and a "For full helptext" footer; as a boxed
+    panel (tyro < 1.0.10, or on a terminal) or as plain text with dashed rules. Both forms are handled, and the
+    supported range (tyro>=0.9.1) is tested by the lowest-direct CI job.
+    """
+    raw = [line for line in text.splitlines() if line.strip()]
+    if not raw:
+        return "invalid arguments"
+    if raw[0].lstrip().startswith(("╭", "┏")):  # boxed: the title sits in the top border
+        raw = raw[1:]
+    elif len(raw) > 1 and _SEPARATOR.match(raw[1]):  # plain: title, then a rule
+        raw = raw[2:]
     sections: list[list[str]] = [[]]
-    for line in title_skipped:
-        if set(line) <= {"-", " "}:
+    for line in raw:
+        if _SEPARATOR.match(line) or line.lstrip().startswith(("╰", "┗")):
             sections.append([])
-        else:
-            sections[-1].append(line)
-    sections = [s for s in sections if s]
+            continue
+        cleaned = " ".join(_BOX.sub(" ", line).split())
+        if cleaned:
+            sections[-1].append(cleaned)
+    sections = [sec for sec in sections if sec and not sec[0].startswith("For full helptext")]
     if not sections:
         return "invalid arguments"
     parts = [" ".join(sections[0])]
-    parts += [" ".join(s) for s in sections[1:] if s[0].startswith("Perhaps you meant")]
+    parts += [" ".join(sec) for sec in sections[1:] if sec[0].startswith("Perhaps you meant")]
     message = " ".join(parts)
     message = re.sub(r"^Error parsing (--[\w.-]+): ", r"\1: ", message)
     return re.sub(r"^Error parsing [\w.]+: ", "", message)

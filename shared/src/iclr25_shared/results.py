@@ -79,7 +79,13 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically; see :func:`atomic_write_bytes`."""
+    """Write ``text`` (UTF-8) to ``path`` atomically; see :func:`atomic_write_bytes`.
+
+    Raises:
+        TypeError: ``text`` is not a ``str`` (nothing is written).
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
     return atomic_write_bytes(path, text.encode("utf-8"))
 
 
