@@ -103,6 +103,21 @@ def test_bad_arrays_exit_2_with_one_line(tmp_path, capsys, q, k, needle):
     assert needle in _one_error_line(capsys)
 
 
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"", "is not a plain .npy array"),
+        (b"\x93NUMPY\x01", "is not a plain .npy array"),
+        (b"hello", "not a plain"),
+    ],
+)
+def test_empty_truncated_or_foreign_npy_exits_2(tmp_path, capsys, content, needle):
+    """Issue 14: a 0-byte .npy gave exit 1 (EOFError)."""
+    (tmp_path / "k.npy").write_bytes(content)
+    assert main(["find", "--k", str(tmp_path / "k.npy")]) == 2
+    assert needle in _one_error_line(capsys)
+
+
 def test_missing_file_and_q_without_k_exit_2(tmp_path, capsys):
     assert main(["find", "--k", str(tmp_path / "nope.npy")]) == 2
     assert "does not exist" in _one_error_line(capsys)

@@ -145,7 +145,8 @@ def test_norm_score_baseline_selects_longest_keys():
         ({"top_k": True}, "top_k must be an integer >= 1 or None"),
         ({"score": "random"}, "score must be one of leverage, norm"),
         ({"normalization": "exp"}, "normalization must be one of softmax, polynomial"),
-        ({"p": 0}, r"p must be in \(0.0, inf\)"),
+        ({"normalization": "polynomial", "p": 0}, r"p must be an integer in \[2, inf\)"),
+        ({"normalization": "polynomial", "p": 3}, "p must be a positive even integer"),
         ({"dropout": 1.0}, "dropout"),
     ],
 )
@@ -194,3 +195,52 @@ def test_cuda_matches_cpu():
     expected = layer(x)
     got = layer.cuda()(x.cuda()).cpu()
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(("d", "p"), [(4, 4), (3, 6)])
+def test_torch_sensitivities_match_numpy_for_higher_p(d, p):
+    from iclr25_levattention import sensitivities
+
+    torch.manual_seed(8)
+    K = torch.randn(2, 60, d, dtype=torch.float64) * torch.logspace(0, -3, d, dtype=torch.float64)
+    tau = leverage_scores_torch(K, p=p)
+    for b in range(2):
+        np.testing.assert_allclose(tau[b].numpy(), sensitivities(K[b].numpy(), p), rtol=1e-7, atol=1e-10)
+
+
+def test_layer_ranks_keys_by_the_sensitivities_of_its_own_p():
+    """Issue 14: with |x|^4 attention the universal set U_4 must lie inside the layer's top-|U_4| keys (the p = 2
+    ranking missed it in 50 of 50 trials)."""
+    from iclr25_levattention import universal_set
+    from iclr25_levattention._layer import select_top_keys
+
+    rng = np.random.default_rng(9)
+    eps, inside = 0.2, 0
+    for _ in range(50):
+        K = rng.standard_normal((80, 3)) * (1 + rng.pareto(1.5, size=(80, 1)))
+        u4 = universal_set(K, eps, 4)
+        if u4.size == 0:
+            continue
+        chosen = select_top_keys(torch.from_numpy(K), u4.size, p=4).numpy()
+        inside += set(u4.tolist()) <= set(chosen.tolist())
+        assert set(u4.tolist()) <= set(chosen.tolist())
+    assert inside >= 40  # the draw gives a non-empty U_4 in most trials
+
+
+def test_polynomial_p4_layer_keeps_every_heavy_key_of_full_attention():
+    torch.manual_seed(10)
+    n, eps = 120, 0.2
+    x = torch.randn(2, n, 8, dtype=torch.float64)
+    x *= 1 + torch.distributions.Pareto(1.0, 1.2).sample((2, n, 1)).double()
+    layer = make(None, dim=8, heads=2, seed=10, normalization="polynomial", p=4)
+    _, full = layer(x, return_weights=True)
+    _, k, _ = split_heads(layer, x)
+    from iclr25_levattention import universal_set
+
+    size = max(universal_set(k[b, h].detach().numpy(), eps, 4).size for b in range(2) for h in range(2))
+    assert 0 < size < n
+    layer.top_k = size
+    _, sparse = layer(x, return_weights=True)
+    heavy = full >= eps
+    assert heavy.any()
+    assert torch.all(sparse[heavy] > 0)

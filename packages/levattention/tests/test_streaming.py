@@ -57,13 +57,43 @@ def test_workspace_is_bounded_independently_of_n(p):
         assert stream.peak_buffer_rows <= stream.capacity + block
         assert stream.capacity == int(dim / eps)
         assert len(stream.indices) <= stream.capacity
-        assert stream.workspace_floats <= dim * dim + stream.capacity * (dim + d)
+        # the buffer holds raw keys (d floats), not their D tensor features
+        assert stream.keys.shape[1] == d
+        assert stream.workspace_floats <= dim * dim + 2 * d * d + 3 * d + stream.capacity * (d + 2)
         peaks.append(stream.peak_buffer_rows)
         workspaces.append(stream.workspace_floats)
     # 40x more keys, same bound: the workspace does not grow with n.
-    bound = dim * dim + (stream.capacity + block) * (dim + d)
-    assert max(workspaces) <= bound
+    bound = dim * dim + 2 * d * d + 3 * d + (stream.capacity + block) * (d + 2)
+    assert max(workspaces) <= bound <= stream.workspace_bound_floats
     assert max(peaks) <= stream.capacity + block
+
+
+def test_peak_memory_of_a_pass_does_not_grow_with_n():
+    """tracemalloc peak of feeding 2 000 vs 40 000 keys (p = 4) in blocks: the same, up to one block's arrays."""
+    import tracemalloc
+
+    peaks = []
+    for n in (2_000, 40_000):
+        K = keys(n, 4, 5)
+        stream = StreamingUniversalSet(4, 0.1, 4, block_size=256)
+        tracemalloc.start()
+        for block in np.array_split(K, n // 256):
+            stream.update(block)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert peaks[-1] <= 8 * stream.workspace_bound_floats + 2**20
+    assert peaks[1] <= 1.5 * peaks[0] + 2**16
+
+
+def test_stated_workspace_for_head_dim_64_p4():
+    """Issue 14: the stream stored φ (D = 2 080 floats) per buffered key, ~0.7 GB at p = 4, d = 64, eps = 0.05; with
+    raw keys buffered the whole bound is D² + (D/eps + block)(d + 2) + chunk·D floats, under 80 MiB."""
+    stream = StreamingUniversalSet(64, 0.05, 4, block_size=1024)
+    D = tensor_dim(64, 2)
+    assert stream.capacity == 41_600
+    expected = D * D + 2 * 64 * 64 + 3 * 64 + (41_600 + 1024) * 66 + 1024 * D
+    assert stream.workspace_bound_floats == expected
+    assert 8 * expected < 80 * 2**20
 
 
 @pytest.mark.parametrize("p", [2, 4])

@@ -13,7 +13,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from iclr25_levattention._checks import as_matrix, check_eps, check_even_p, check_int, check_rank_tol
-from iclr25_levattention._leverage import _chunks, _factor, _features, _RFactor, _scores, tensor_dim
+from iclr25_levattention._leverage import (
+    _chunks,
+    _factor_keys,
+    _features,
+    _FixedBasis,
+    _KeyFactor,
+    _RFactor,
+    _Whitening,
+    tensor_dim,
+)
 
 __all__ = ["HeavyEntries", "brute_force_heavy_entries", "heavy_entries", "universal_set"]
 
@@ -90,16 +99,15 @@ def universal_set(
         arXiv:2410.05462 §2-3 (universal set via f-sensitivities / leverage scores).
     """
     _, K, eps, p = _validate(None, K, eps, p, "universal_set")
-    idx, _, _ = _universal(K, eps, p, check_rank_tol(rank_tol), check_int("chunk_size", chunk_size, low=1))
+    idx, _ = _universal(K, eps, p, check_rank_tol(rank_tol), check_int("chunk_size", chunk_size, low=1))
     return idx
 
 
-def _universal(K, eps, p, rank_tol, chunk_size) -> tuple[np.ndarray, int, _RFactor]:
-    factor = _factor(K, p // 2, rank_tol, chunk_size)
-    tau, rank = _scores(K, p // 2, factor, chunk_size)
-    idx = np.flatnonzero(tau >= eps * (1.0 - SELECTION_SLACK)).astype(np.int64)
-    _check_bound(idx.size, rank, eps, K.shape[1], p)
-    return idx, rank, factor
+def _universal(K, eps, p, rank_tol, chunk_size) -> tuple[np.ndarray, _KeyFactor]:
+    factor = _factor_keys(K, p // 2, rank_tol, chunk_size)
+    idx = np.flatnonzero(factor.scores >= eps * (1.0 - SELECTION_SLACK)).astype(np.int64)
+    _check_bound(idx.size, factor.rank, eps, K.shape[1], p)
+    return idx, factor
 
 
 def _check_bound(size: int, rank: int, eps: float, d: int, p: int) -> None:
@@ -145,31 +153,41 @@ def heavy_entries(
     Q, K, eps, p = _validate(Q, K, eps, p, "heavy_entries")
     rank_tol = check_rank_tol(rank_tol)
     chunk_size = check_int("chunk_size", chunk_size, low=1)
-    idx, rank, factor = _universal(K, eps, p, rank_tol, 4096)
-    return _entries_from_factor(Q, K[idx], idx, factor, p, eps, chunk_size, rank)
+    idx, factor = _universal(K, eps, p, rank_tol, 4096)
+    white = factor.whitening
+    return _entries_from_factor(Q, K[idx], idx, white, white, factor.tensor, p, eps, chunk_size)
 
 
 def _entries_from_factor(
     Q: np.ndarray,
     keys_u: np.ndarray,
     idx: np.ndarray,
-    factor: _RFactor,
+    whitening: _Whitening,
+    lift: _Whitening | _FixedBasis,
+    tensor: _RFactor,
     p: int,
     eps: float,
     chunk_size: int,
-    rank: int,
 ) -> HeavyEntries:
+    """Entries ≥ eps in the columns ``idx`` (keys ``keys_u``), with normalisers from the whitened tensor factor.
+
+    ``tensor`` is the R factor of φ(lifted keys) for the change of basis ``lift`` (any invertible whitening of the
+    keys gives the same normalisers in exact arithmetic); ``whitening`` (the rank-revealing one of all keys) decides
+    which queries are orthogonal to every key. The weights' numerators |⟨q_i, k_j⟩|^p are computed from
+    the raw vectors, exactly as the brute force does; only Z_i uses the factor.
+    """
     n_q = Q.shape[0]
-    _, _, rel, s_max = factor.whitener()
+    rank = tensor.whitener()[1]
     rows, cols, vals, degenerate = [], [], [], []
-    normalizers = np.empty(n_q)
+    normalizers = np.zeros(n_q)
     for sl in _chunks(n_q, chunk_size):
-        feats = _features(Q[sl], p // 2)
-        z = factor.gram_norms(feats)
+        bad = whitening.orthogonal_to_keys(Q[sl])
+        z = np.zeros(bad.size)
+        if whitening.rank:
+            z = tensor.gram_norms(_features(lift.queries(Q[sl]), p // 2))
+        bad |= ~(z > 0.0)  # Z underflowed to 0: report the row as 0/0 rather than divide
+        z[bad] = 0.0
         normalizers[sl] = z
-        # φ(q) numerically in the null space of φ(K): every f(⟨q, k_l⟩) is rounding noise, the row is 0/0.
-        floor = (rel * s_max) ** 2 * np.einsum("ij,ij->i", feats, feats)
-        bad = (z <= floor) | (z <= 0.0)
         degenerate.append(np.flatnonzero(bad) + sl.start)
         if idx.size == 0:
             continue

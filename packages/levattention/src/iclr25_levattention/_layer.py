@@ -23,41 +23,71 @@ Score = Literal["leverage", "norm"]
 Normalization = Literal["softmax", "polynomial"]
 
 
+def _rank_revealing_left(x: torch.Tensor, rank_tol: float | None) -> torch.Tensor:
+    """Left singular vectors of the column-equilibrated ``x`` (``(..., n, c)``), zeroed beyond the numerical rank."""
+    norms = x.norm(dim=-2, keepdim=True)
+    x = x / torch.where(norms > 0, norms, torch.ones_like(norms))  # a change of basis: scores are unchanged
+    u, s, _ = torch.linalg.svd(x, full_matrices=False)
+    rel = max(x.shape[-2], x.shape[-1]) * torch.finfo(x.dtype).eps if rank_tol is None else rank_tol
+    keep = s > rel * s[..., :1]
+    return u * keep.unsqueeze(-2)
+
+
+def _symmetric_features_torch(x: torch.Tensor, degree: int) -> torch.Tensor:
+    """φ(x) with ⟨φ(x), φ(y)⟩ = ⟨x, y⟩^degree (the torch twin of ``symmetric_tensor_features``)."""
+    from iclr25_levattention._leverage import _monomials
+
+    combos, weights = _monomials(x.shape[-1], degree)
+    combos_t = torch.as_tensor(combos, device=x.device)
+    out = x[..., combos_t[:, 0]] * torch.as_tensor(weights, dtype=x.dtype, device=x.device)
+    for t in range(1, degree):
+        out = out * x[..., combos_t[:, t]]
+    return out
+
+
 @torch.no_grad()
-def leverage_scores_torch(keys: torch.Tensor, *, rank_tol: float | None = None) -> torch.Tensor:
-    """Batched leverage scores of the rows of ``keys`` (rank-revealing SVD), no gradient.
+def leverage_scores_torch(keys: torch.Tensor, *, p: int = 2, rank_tol: float | None = None) -> torch.Tensor:
+    """Batched f-sensitivity bounds of the rows of ``keys`` for f(x) = |x|^p, p even (leverage scores at p = 2).
+
+    p = 2: τ_j = k_jᵀ(KᵀK)⁺k_j. p = 2m: the leverage scores of φ(U), φ the symmetric m-th tensor power and U the
+    orthonormal (whitened) keys, an upper bound on sup_q |⟨q, k_j⟩|^p / Σ_l |⟨q, k_l⟩|^p (arXiv:2410.05462 §2-3).
+    Computed with two rank-revealing SVDs on column-equilibrated matrices, no gradient; fp16/bf16 in float32.
 
     Args:
         keys: ``(..., n, d)`` real tensor (a batch of key matrices).
-        rank_tol: singular values ≤ ``rank_tol · s_max`` count as zero; default ``max(n, d) · eps(dtype)``.
+        p: positive even integer.
+        rank_tol: singular values ≤ ``rank_tol · s_max`` count as zero; default ``max(rows, cols) · eps(dtype)``.
 
     Returns:
-        ``(..., n)`` scores in [0, 1], summing to the numerical rank of each key matrix.
+        ``(..., n)`` scores in [0, 1], summing to the numerical rank of each (tensor) key matrix.
+
+    Raises:
+        ValueError: ``keys`` has fewer than 2 dimensions; ``p`` not a positive even integer.
 
     References:
-        arXiv:2410.05462 §2 (leverage scores), §5 (per-head selection).
+        arXiv:2410.05462 §2 (leverage scores, f-sensitivities), §5 (per-head selection).
     """
     if keys.ndim < 2:
         raise ValueError(f"keys must have shape (..., n, d), got {tuple(keys.shape)}")
+    p = check_int("p", p, low=2)
+    if p % 2:
+        raise ValueError(f"p must be a positive even integer for leverage_scores_torch, got {p}")
     work = keys.float() if keys.dtype in (torch.float16, torch.bfloat16) else keys
-    u, s, _ = torch.linalg.svd(work, full_matrices=False)
-    rel = max(work.shape[-2], work.shape[-1]) * torch.finfo(work.dtype).eps if rank_tol is None else rank_tol
-    keep = s > rel * s[..., :1]
-    return (u.square() * keep.unsqueeze(-2)).sum(-1)
+    u = _rank_revealing_left(work, rank_tol)
+    if p > 2:
+        u = _rank_revealing_left(_symmetric_features_torch(u, p // 2), rank_tol)
+    return u.square().sum(-1).clamp(0.0, 1.0)
 
 
 @torch.no_grad()
-def select_top_keys(keys: torch.Tensor, top_k: int, *, score: Score = "leverage") -> torch.Tensor:
+def select_top_keys(keys: torch.Tensor, top_k: int, *, score: Score = "leverage", p: int = 2) -> torch.Tensor:
     """Indices ``(..., min(top_k, n))`` of the keys with the largest scores (sorted by index).
 
-    ``score="leverage"``: leverage scores (the paper). ``score="norm"``: squared row norms (a cheap baseline,
-    not the paper's).
+    ``score="leverage"``: the f-sensitivity bounds of |x|^p (:func:`leverage_scores_torch`; the paper's leverage
+    scores at p = 2). ``score="norm"``: squared row norms (a cheap baseline, not the paper's).
     """
-    if score == "leverage":
-        s = leverage_scores_torch(keys)
-    else:
-        check_choice("score", score, ("leverage", "norm"))
-        s = keys.float().square().sum(-1)
+    check_choice("score", score, ("leverage", "norm"))
+    s = leverage_scores_torch(keys, p=p) if score == "leverage" else keys.float().square().sum(-1)
     k = min(int(top_k), keys.shape[-2])
     return torch.topk(s, k, dim=-1, sorted=False).indices.sort(dim=-1).values
 
@@ -70,10 +100,16 @@ class LevAttention(nn.Module):
     weight. ``top_k=None`` (or ``top_k >= n``) is full attention. Gradients flow through the selected queries, keys
     and values; the selection itself is discrete (computed without gradient).
 
-    With ``normalization="softmax"`` the selection is a heuristic (no small universal set exists for softmax, see
-    the module docstring and README); with ``"polynomial"`` and even p, any weight ≥ eps of full attention lies in
-    the top keys once ``top_k ≥ |U|`` (≤ head_dim^{p/2}/eps, exactly for p = 2 since these scores are the
-    f-sensitivities).
+    Keys are ranked by the f-sensitivity bounds of the p the layer uses (:func:`leverage_scores_torch`): p = 2
+    leverage scores for softmax (the paper's rule), the p-th tensor-power leverage scores for |x|^p.
+
+    Guarantee (``normalization="polynomial"``, even p, per head and example): let U_eps = {j : σ̄_j ≥ eps}, the
+    universal set of :func:`~iclr25_levattention.universal_set` (|U_eps| ≤ C(head_dim + p/2 − 1, p/2) / eps). If
+    ``top_k ≥ |U_eps|``, every key that holds a weight ≥ eps of *full* |x|^p attention, for any query, is kept.
+    The layer then renormalises over the kept keys, so its weights are the full weights divided by the kept mass
+    (≥ the full weights; equal when the kept keys carry all the mass); it does not reproduce full attention.
+    With ``normalization="softmax"`` no such guarantee exists (softmax has no small universal set, see the
+    module docstring and README): the selection is the paper's heuristic.
 
     Args:
         dim: model width (input and output ``(B, n, dim)``).
@@ -81,7 +117,7 @@ class LevAttention(nn.Module):
         top_k: keys kept per head and example (≥ 1), or ``None`` for full attention.
         score: ``"leverage"`` (the paper) or ``"norm"`` (squared key norm baseline).
         normalization: ``"softmax"`` or ``"polynomial"`` (|x|^p).
-        p: exponent for ``"polynomial"`` (> 0).
+        p: exponent for ``"polynomial"``: a positive even integer (2, 4, ...); ignored for softmax.
         qkv_bias: bias in the q/k/v projection.
         dropout: dropout on the attention weights.
 
@@ -101,7 +137,7 @@ class LevAttention(nn.Module):
         top_k: int | None = 32,
         score: Score = "leverage",
         normalization: Normalization = "softmax",
-        p: float = 2.0,
+        p: int = 2,
         qkv_bias: bool = True,
         dropout: float = 0.0,
     ) -> None:
@@ -111,10 +147,20 @@ class LevAttention(nn.Module):
             raise ValueError(f"dim ({dim}) must be divisible by num_heads ({num_heads})")
         check_choice("score", score, ("leverage", "norm"))
         check_choice("normalization", normalization, ("softmax", "polynomial"))
-        p = check_float("p", p, low=0.0, low_inclusive=False)
+        if normalization == "polynomial":
+            p = check_int("p", p, low=2)
+            if p % 2:
+                raise ValueError(
+                    f"p must be a positive even integer for normalization='polynomial' (the keys are ranked by "
+                    f"the exact |x|^p sensitivity bounds), got {p}"
+                )
         check_float("dropout", dropout, low=0.0, high=1.0, high_inclusive=False)
         self.dim, self.num_heads, self.head_dim = dim, num_heads, dim // num_heads
-        self.score, self.normalization, self.p = score, normalization, float(p)
+        self.score, self.normalization, self.p = (
+            score,
+            normalization,
+            int(p) if normalization == "polynomial" else 2,
+        )
         self.top_k = top_k
         self.qkv = nn.Linear(dim, 3 * dim, bias=qkv_bias)
         self.proj = nn.Linear(dim, dim)
@@ -170,7 +216,8 @@ class LevAttention(nn.Module):
             index = None
             out = self.attn_drop(weights) @ v
         else:
-            index = select_top_keys(k.detach(), self.top_k, score=self.score)  # (B, H, k)
+            rank_p = self.p if self.normalization == "polynomial" else 2
+            index = select_top_keys(k.detach(), self.top_k, score=self.score, p=rank_p)  # (B, H, k)
             gather = index.unsqueeze(-1).expand(-1, -1, -1, self.head_dim)
             k_sel, v_sel = k.gather(2, gather), v.gather(2, gather)
             weights = self._weights((q @ k_sel.transpose(-2, -1)) * scale)  # (B, H, n, k)

@@ -75,9 +75,35 @@ def _features(X: np.ndarray, degree: int) -> np.ndarray:
     return out
 
 
+def _norms(X: np.ndarray, axis: int) -> np.ndarray:
+    """Euclidean norms along ``axis`` without overflow or underflow (entries scaled by their largest magnitude)."""
+    big = np.max(np.abs(X), axis=axis, keepdims=True)
+    safe = np.where(big > 0, big, 1.0)
+    return np.squeeze(big, axis=axis) * np.sqrt(np.sum(np.square(X / safe), axis=axis))
+
+
+def _equilibrated_svd(R: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(col_scale, s, Vt)`` with ``R · diag(col_scale) = U · diag(s) · Vt``.
+
+    ``col_scale`` is 1 / (column norm of R) = 1 / (column norm of the data R factors, since Q is orthonormal); a zero
+    column gets scale 0 (its coordinate carries nothing). Scaling the columns is a change of basis, so everything computed from the equilibrated
+    factor is unchanged in exact arithmetic, and the rank decision below no longer depends on the units of each
+    coordinate (``K = diag(1e16, 1)`` is rank 2, not 1).
+    """
+    norms = _norms(R, 0)
+    with np.errstate(divide="ignore", over="ignore"):
+        inv = 1.0 / norms
+    col_scale = np.where((norms > 0) & np.isfinite(inv), inv, 0.0)
+    _, s, vt = np.linalg.svd(R * col_scale, full_matrices=False)
+    return col_scale, s, vt
+
+
 @dataclass
 class _RFactor:
-    """R of a streamed TSQR: RᵀR = ΦᵀΦ for every row block added so far. Workspace O(D²), not O(n)."""
+    """R of a streamed TSQR: RᵀR = XᵀX for every row block added so far. Workspace O(D²), not O(n).
+
+    Householder QR is column-wise backward stable, so R is accurate for every column scaling of the data.
+    """
 
     dim: int
     rank_tol: float | None = None
@@ -85,7 +111,7 @@ class _RFactor:
 
     def __post_init__(self) -> None:
         self.R = np.zeros((0, self.dim))
-        self._cache: tuple[np.ndarray, int, float, float] | None = None
+        self._cache: tuple[np.ndarray, int, float] | None = None
 
     def add(self, block: np.ndarray) -> None:
         if block.shape[0]:
@@ -93,26 +119,126 @@ class _RFactor:
             self.num_rows += block.shape[0]
             self._cache = None
 
-    def whitener(self) -> tuple[np.ndarray, int, float, float]:
-        """``(W, rank, rel, s_max)``: W is ``(D, rank)`` with ‖φ W‖² = φᵀ(ΦᵀΦ)⁺φ on the numerical row space of Φ.
+    @property
+    def rel(self) -> float:
+        """Relative singular-value threshold: ``rank_tol``, default ``max(n, D) · eps64`` (numpy's rule)."""
+        return max(self.num_rows, self.dim) * _EPS64 if self.rank_tol is None else self.rank_tol
 
-        Singular values ≤ ``rel · s_max`` count as zero, with ``rel = max(n, D) · eps`` by default (numpy's
-        ``matrix_rank`` rule) or ``rank_tol``. Cached until the next :meth:`add`.
+    def whitener(self) -> tuple[np.ndarray, int, float]:
+        """``(W, rank, rel)``: W is ``(D, rank)`` with ‖x W‖² = xᵀ(XᵀX)⁺x on the numerical row space of X.
+
+        The rank is decided on the column-equilibrated factor (:func:`_equilibrated_svd`): singular values ≤
+        ``rel · s_max`` count as zero. Cached until the next :meth:`add`.
         """
         if self._cache is None:
-            rel = max(self.num_rows, self.dim) * _EPS64 if self.rank_tol is None else self.rank_tol
+            rel = self.rel
             if self.R.shape[0] == 0:
-                self._cache = (np.zeros((self.dim, 0)), 0, rel, 0.0)
+                self._cache = (np.zeros((self.dim, 0)), 0, rel)
             else:
-                _, s, vt = np.linalg.svd(self.R, full_matrices=False)
+                scale, s, vt = _equilibrated_svd(self.R)
                 rank = int(np.count_nonzero(s > s[0] * rel)) if s[0] > 0 else 0
-                self._cache = (vt[:rank].T / s[:rank], rank, rel, float(s[0]))
+                self._cache = (scale[:, None] * (vt[:rank].T / s[:rank]), rank, rel)
         return self._cache
 
     def gram_norms(self, feats: np.ndarray) -> np.ndarray:
-        """φᵀ(ΦᵀΦ)φ = ‖R φ‖² for each row φ of ``feats`` (the exact normaliser Σ_l ⟨φ, φ_l⟩²)."""
+        """xᵀ(XᵀX)x = ‖R x‖² for each row x of ``feats`` (the exact normaliser Σ_l ⟨x, x_l⟩²)."""
         proj = feats @ self.R.T
         return np.einsum("ij,ij->i", proj, proj)
+
+
+@dataclass(frozen=True)
+class _Whitening:
+    """An orthonormalising change of basis of the keys, and its dual for the queries.
+
+    From the thin QR ``K = Q R`` (streamed, only R is kept) and the SVD of the column-equilibrated
+    ``R · diag(c) = U S Vᵀ`` with rank r: whitened keys ``u = (k ⊙ c) V_r S_r⁻¹`` (the rows of ``Q U_r``: orthonormal
+    columns) and whitened queries ``w = (q ⊘ c) V_r S_r``, so ⟨w, u⟩ = ⟨q, P k⟩ = ⟨q, k⟩ up to the directions of K
+    below rounding level. Every attention weight, normaliser and leverage score is then computed from ``u`` and
+    ``w``, which do not change when K → K M, Q → Q M⁻ᵀ (M invertible): the finder is basis-invariant at the root.
+    """
+
+    col_scale: np.ndarray  # (d,)
+    basis: np.ndarray  # (d, r)
+    s: np.ndarray  # (r,)
+    rel: float
+
+    @classmethod
+    def from_factor(cls, factor: _RFactor) -> _Whitening:
+        if factor.R.shape[0] == 0:
+            raise ValueError("no keys")
+        scale, s, vt = _equilibrated_svd(factor.R)
+        rel = factor.rel
+        rank = int(np.count_nonzero(s > s[0] * rel)) if s[0] > 0 else 0
+        return cls(scale, np.ascontiguousarray(vt[:rank].T), s[:rank].copy(), rel)
+
+    @property
+    def rank(self) -> int:
+        return int(self.s.size)
+
+    def keys(self, K: np.ndarray) -> np.ndarray:
+        """``(n, r)`` whitened keys."""
+        return (K * self.col_scale) @ (self.basis / self.s)
+
+    def _dual(self, Q: np.ndarray) -> np.ndarray:
+        """``q ⊘ c``, with the coordinates where every key is exactly zero set to 0 (they multiply nothing)."""
+        active = self.col_scale > 0
+        return np.where(active, Q / np.where(active, self.col_scale, 1.0), 0.0)
+
+    def queries(self, Q: np.ndarray) -> np.ndarray:
+        """``(n_q, r)`` whitened queries."""
+        return self._dual(Q) @ (self.basis * self.s)
+
+    def orthogonal_to_keys(self, Q: np.ndarray) -> np.ndarray:
+        """``(n_q,)`` bool: q has no component in the span of the keys beyond rounding (its row of A is 0/0).
+
+        Tested in the equilibrated basis, so the rule is scale-free: the part of ``q ⊘ c`` in the keys' numerical
+        row space is at most ``rel`` times ``‖q ⊘ c‖`` (``rel`` = the rank threshold: the same precision at which
+        the rank of K was decided). Coordinates in which every key is exactly zero are left out first (their scale
+        is arbitrary). A zero query is always degenerate.
+        """
+        scaled = self._dual(Q)
+        total = _norms(scaled, 1)
+        inside = _norms(scaled @ self.basis, 1)
+        return (total == 0.0) | (inside <= self.rel * total)
+
+
+@dataclass(frozen=True)
+class _FixedBasis:
+    """An invertible change of basis ``u = (k ⊙ c) V S⁻¹``, ``w = (q ⊘ c) V S`` (⟨w, u⟩ = ⟨q, k⟩ exactly in exact
+    arithmetic), fixed once from a first block of keys: the streaming finder's whitening.
+
+    Unlike :class:`_Whitening` it keeps all d directions (those the first block lacks, singular values below
+    ``rel · s_max``, get unit scale instead of being dropped), so later keys with new directions are represented
+    exactly.
+    """
+
+    col_scale: np.ndarray  # (d,)
+    basis: np.ndarray  # (d, d) orthogonal
+    s: np.ndarray  # (d,) > 0
+
+    @classmethod
+    def from_block(cls, block: np.ndarray, rel: float) -> _FixedBasis:
+        d = block.shape[1]
+        R = np.linalg.qr(block, mode="r")
+        if not np.any(R):
+            return cls(np.ones(d), np.eye(d), np.ones(d))
+        scale, s, vt = _equilibrated_svd(R)
+        scale = np.where(scale > 0, scale, 1.0)  # later keys may use a coordinate the first block does not
+        # directions the first block lacks (singular value at rounding level) get unit scale, not a huge one
+        full = np.full(d, s[0])
+        full[: s.size] = np.where(s > s[0] * rel, s, s[0])
+        basis = vt.T if vt.shape[0] == d else np.linalg.qr(np.vstack([vt, np.eye(d)]).T)[0][:, :d]
+        return cls(scale, np.ascontiguousarray(basis), full)
+
+    @property
+    def rank(self) -> int:
+        return int(self.s.size)
+
+    def keys(self, K: np.ndarray) -> np.ndarray:
+        return (K * self.col_scale) @ (self.basis / self.s)
+
+    def queries(self, Q: np.ndarray) -> np.ndarray:
+        return (Q / self.col_scale) @ (self.basis * self.s)
 
 
 def _row_scores(feats: np.ndarray, whitener: np.ndarray) -> np.ndarray:
@@ -125,20 +251,49 @@ def _chunks(n: int, size: int):
         yield slice(start, min(n, start + size))
 
 
-def _factor(K: np.ndarray, degree: int, rank_tol: float | None, chunk_size: int) -> _RFactor:
-    factor = _RFactor(tensor_dim(K.shape[1], degree), rank_tol)
-    for sl in _chunks(K.shape[0], chunk_size):
-        factor.add(_features(K[sl], degree))
-    factor.whitener()  # the SVD of R, cached for the scoring pass
-    return factor
+#: Whitened tensor features φ(u) of all keys are kept between the factorisation pass and the scoring pass when they
+#: take at most this many bytes (else they are recomputed chunk by chunk: O(n D m) extra flops, no extra memory).
+FEATURE_CACHE_BYTES = 256 * 2**20
 
 
-def _scores(K: np.ndarray, degree: int, factor: _RFactor, chunk_size: int) -> tuple[np.ndarray, int]:
-    whitener, rank, _, _ = factor.whitener()
-    tau = np.empty(K.shape[0])
-    for sl in _chunks(K.shape[0], chunk_size):
-        tau[sl] = _row_scores(_features(K[sl], degree), whitener)
-    return tau, rank
+@dataclass
+class _KeyFactor:
+    """Everything the finder needs from the keys: the whitening, the R factor of φ(whitened keys), and the scores."""
+
+    whitening: _Whitening
+    tensor: _RFactor
+    scores: np.ndarray  # (n,) σ̄_j
+    degree: int
+
+    @property
+    def rank(self) -> int:
+        return self.tensor.whitener()[1]
+
+
+def _factor_keys(K: np.ndarray, degree: int, rank_tol: float | None, chunk_size: int) -> _KeyFactor:
+    """Three streamed passes: TSQR of K; TSQR of φ(whitened K); leverage scores of φ(whitened K)."""
+    n, d = K.shape
+    kfac = _RFactor(d, rank_tol)
+    for sl in _chunks(n, chunk_size):
+        kfac.add(K[sl])
+    white = _Whitening.from_factor(kfac)
+    dim = tensor_dim(white.rank, degree) if white.rank else 0
+    tensor = _RFactor(dim, rank_tol)
+    if white.rank == 0:  # all keys are zero: no query gives any key a weight
+        return _KeyFactor(white, tensor, np.zeros(n), degree)
+    keep = n * dim * 8 <= FEATURE_CACHE_BYTES
+    cached: list[np.ndarray] = []
+    for sl in _chunks(n, chunk_size):
+        feats = _features(white.keys(K[sl]), degree)
+        tensor.add(feats)
+        if keep:
+            cached.append(feats)
+    whitener = tensor.whitener()[0]
+    scores = np.empty(n)
+    for t, sl in enumerate(_chunks(n, chunk_size)):
+        feats = cached[t] if keep else _features(white.keys(K[sl]), degree)
+        scores[sl] = _row_scores(feats, whitener)
+    return _KeyFactor(white, tensor, np.clip(scores, 0.0, 1.0), degree)
 
 
 def leverage_scores(K: np.ndarray, *, rank_tol: float | None = None, chunk_size: int = 4096) -> np.ndarray:
@@ -199,9 +354,7 @@ def sensitivities(
     p = check_even_p(p, "sensitivities")
     rank_tol = check_rank_tol(rank_tol)
     chunk_size = check_int("chunk_size", chunk_size, low=1)
-    factor = _factor(K, p // 2, rank_tol, chunk_size)
-    tau, _ = _scores(K, p // 2, factor, chunk_size)
-    return np.clip(tau, 0.0, 1.0)
+    return _factor_keys(K, p // 2, rank_tol, chunk_size).scores
 
 
 def lewis_weights(

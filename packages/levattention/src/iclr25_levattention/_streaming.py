@@ -1,15 +1,21 @@
 """One-pass universal set with a workspace that does not grow with n (arXiv:2410.05462, streaming setting).
 
-The stream keeps the R factor of everything seen (D×D, D = C(d + p/2 − 1, p/2)) and a buffer of candidate keys.
-After each block, every buffered and new key is scored against the current prefix: τ_j(t) = φ_jᵀ(Φ_tᵀΦ_t)⁺φ_j.
-Adding rows can only lower such a score (Φ_tᵀΦ_t grows in the PSD order and φ_j stays in its range), so a key whose
-prefix score falls below eps can never be heavy again and is dropped. Hence
+The stream fixes an invertible change of basis from its first block (column-equilibrated SVD of that block's R
+factor, no direction dropped), and keeps the R factor of φ(keys in that basis) (D×D, D = C(d + p/2 − 1, p/2)),
+the R factor of the raw keys (d×d) and a buffer of candidate *raw* keys. After each block every buffered and new
+key is scored against the current prefix: τ_j(t) = φ_jᵀ(Φ_tᵀΦ_t)⁺φ_j. Adding rows can only lower such a score
+(Φ_tᵀΦ_t grows in the PSD order and φ_j stays in its range), so a key whose prefix score falls below eps can never be
+heavy again and is dropped. Hence
 
-* the buffer is always a superset of the offline U of the rows seen so far, and after the last block it *is* the
-  offline U (scores against the full prefix are the offline scores);
-* between blocks the buffer holds at most Σ_j τ_j(t) / eps ≤ D / eps rows, whatever n is.
+* the buffer is always a superset of the offline U of the rows seen so far, and after the last block it holds the
+  keys whose full-stream scores are ≥ eps (the offline U, up to the rounding of the two different bases);
+* between blocks the buffer holds at most Σ_j τ_j(t) / eps ≤ D / eps keys, whatever n is.
 
-With R and the buffered keys the stream also answers heavy-entry queries exactly (:meth:`heavy_entries`).
+Workspace (floats): D² + 2d² + 3d for the factors and the basis, (D/eps + block_size)·(d + 2) for the buffer (raw
+keys, their scores and indices), and chunk_size·D transiently while scoring. The buffer stores d floats per key, not
+the D of φ: for p = 4, d = 64, eps = 0.05 that is 35 MB (factor) + 21 MB (buffer) instead of 0.7 GB.
+
+With the factors and the buffered keys the stream also answers heavy-entry queries exactly (:meth:`heavy_entries`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,18 @@ from iclr25_levattention._checks import (
     check_rank_tol,
 )
 from iclr25_levattention._heavy import SELECTION_SLACK, HeavyEntries, _entries_from_factor
-from iclr25_levattention._leverage import _features, _RFactor, _row_scores, tensor_dim
+from iclr25_levattention._leverage import (
+    _chunks,
+    _features,
+    _FixedBasis,
+    _RFactor,
+    _row_scores,
+    _Whitening,
+    tensor_dim,
+)
+
+#: Rows of φ formed at a time while scoring the buffer (bounds the transient memory to SCORE_CHUNK · D floats).
+SCORE_CHUNK = 1024
 
 __all__ = ["StreamingUniversalSet"]
 
@@ -34,8 +51,14 @@ class StreamingUniversalSet:
 
     Feed key blocks with :meth:`update`; :attr:`indices` is then a superset of the offline
     ``universal_set(K_seen, eps, p)`` (equal to it up to rounding once all keys are seen), whatever the order or
-    block sizes. Workspace: the D×D factor plus at most ``capacity + block_size`` buffered rows of D + d floats,
-    where ``capacity = floor(D / (eps (1 − slack)))``; it does not depend on the number of keys.
+    block sizes. Workspace (:attr:`workspace_bound_floats`): the D×D and d×d factors, the d×d basis, and at most
+    ``capacity + block_size`` buffered keys of d + 2 floats (key, score, index), where
+    ``capacity = floor(D / (eps (1 − slack)))``, plus ``SCORE_CHUNK · D`` floats while scoring; none of it depends
+    on the number of keys.
+
+    Basis: the keys are mapped to a fixed basis whitened on the **first** block (all d directions kept). The
+    scores are basis-invariant in exact arithmetic; numerically the stream is as well conditioned as the first
+    block is representative of the stream (the offline finder whitens on all keys).
 
     Args:
         d: key dimension.
@@ -65,8 +88,10 @@ class StreamingUniversalSet:
         self.p = check_even_p(p, "StreamingUniversalSet")
         self.block_size = check_int("block_size", block_size, low=1)
         self.dim = tensor_dim(self.d, self.p // 2)
-        self._factor = _RFactor(self.dim, check_rank_tol(rank_tol))
-        self._feats = np.zeros((0, self.dim))
+        self._rank_tol = check_rank_tol(rank_tol)
+        self._factor = _RFactor(self.dim, self._rank_tol)
+        self._kfactor = _RFactor(self.d, self._rank_tol)
+        self._basis: _FixedBasis | None = None
         self._keys = np.zeros((0, self.d))
         self._index = np.zeros(0, dtype=np.int64)
         self._scores = np.zeros(0)
@@ -106,8 +131,16 @@ class StreamingUniversalSet:
 
     @property
     def workspace_floats(self) -> int:
-        """Floats held now: the factor plus the buffer (features and keys)."""
-        return int(self._factor.R.size + self._feats.size + self._keys.size)
+        """Floats held now between blocks: the two factors, the basis and the buffer (keys, scores, indices)."""
+        basis = 0 if self._basis is None else self._basis.basis.size + 2 * self.d
+        buffer = self._keys.size + self._scores.size + self._index.size
+        return int(self._factor.R.size + self._kfactor.R.size + basis + buffer)
+
+    @property
+    def workspace_bound_floats(self) -> int:
+        """The most :attr:`workspace_floats` can reach, plus the transient scoring chunk: independent of n."""
+        factors = self.dim**2 + 2 * self.d**2 + 3 * self.d
+        return int(factors + (self.capacity + self.block_size) * (self.d + 2) + SCORE_CHUNK * self.dim)
 
     def update(self, block: np.ndarray, indices: np.ndarray | None = None) -> StreamingUniversalSet:
         """Feed keys.
@@ -146,21 +179,20 @@ class StreamingUniversalSet:
         return self
 
     def _update_piece(self, keys: np.ndarray, index: np.ndarray) -> None:
-        feats = _features(keys, self.p // 2)
-        self._factor.add(feats)
-        whitener, self._rank, _, _ = self._factor.whitener()
-        all_feats = np.vstack([self._feats, feats])
+        if self._basis is None:
+            self._basis = _FixedBasis.from_block(keys, max(keys.shape[0], self.d) * np.finfo(np.float64).eps)
+        degree = self.p // 2
+        self._factor.add(_features(self._basis.keys(keys), degree))
+        self._kfactor.add(keys)
+        whitener, self._rank, _ = self._factor.whitener()
         all_keys = np.vstack([self._keys, keys])
         all_index = np.concatenate([self._index, index])
-        self.peak_buffer_rows = max(self.peak_buffer_rows, all_feats.shape[0])
-        scores = _row_scores(all_feats, whitener)
+        self.peak_buffer_rows = max(self.peak_buffer_rows, all_keys.shape[0])
+        scores = np.empty(all_keys.shape[0])
+        for sl in _chunks(all_keys.shape[0], SCORE_CHUNK):  # φ only chunk by chunk: transient SCORE_CHUNK · D
+            scores[sl] = _row_scores(_features(self._basis.keys(all_keys[sl]), degree), whitener)
         keep = scores >= self.eps * (1.0 - SELECTION_SLACK)
-        self._feats, self._keys, self._index, self._scores = (
-            all_feats[keep],
-            all_keys[keep],
-            all_index[keep],
-            scores[keep],
-        )
+        self._keys, self._index, self._scores = all_keys[keep], all_index[keep], scores[keep]
 
     def heavy_entries(self, Q: np.ndarray, *, chunk_size: int = 1024) -> HeavyEntries:
         """Every A_ij ≥ eps between ``Q`` and all keys seen so far, exactly, from the stream's state alone.
@@ -176,9 +208,10 @@ class StreamingUniversalSet:
             Q,
             self._keys[order],
             self._index[order],
+            _Whitening.from_factor(self._kfactor),
+            self._basis,
             self._factor,
             self.p,
             self.eps,
             check_int("chunk_size", chunk_size, low=1),
-            self._rank,
         )

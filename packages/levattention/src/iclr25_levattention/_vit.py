@@ -54,7 +54,7 @@ class ViT(nn.Module):
         top_k: int | None = None,
         score: Score = "leverage",
         normalization: Normalization = "softmax",
-        p: float = 2.0,
+        p: int = 2,
     ) -> None:
         super().__init__()
         if image_size % patch_size:
