@@ -4,7 +4,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from iclr25_prdp._experiment import HeatEmulator, controller_for, make_experiment
+from iclr25_prdp._problems import HeatEmulator, controller_for, make_experiment
 from iclr25_prdp._reproduce import iterations_to_reach
 
 

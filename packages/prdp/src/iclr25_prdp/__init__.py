@@ -2,23 +2,38 @@
 
 Differentiable fixed-iteration sparse linear solvers (unrolled and implicit), PDE operators, and the progressive
 refinement controller that raises the solver's iteration count only when the validation metric plateaus.
+
+The public names load lazily (module ``__getattr__``), so ``import iclr25_prdp`` does not import JAX.
 """
 
-from iclr25_prdp._controller import Decision, RefinementController, ema
-from iclr25_prdp._operators import Operator, advection_diffusion, as_operator, heat, laplacian
-from iclr25_prdp._solvers import (
-    DIFF_MODES,
-    METHODS,
-    conjugate_gradient,
-    gauss_seidel,
-    jacobi,
-    solve,
-    steepest_descent,
-)
-from iclr25_prdp._training import TrainingLog, train_with_prdp
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from iclr25_shared import distribution_version
 
 __version__ = distribution_version("iclr25-prdp")
+
+_LAZY = {
+    "Decision": "_controller",
+    "RefinementController": "_controller",
+    "ema": "_controller",
+    "Operator": "_operators",
+    "advection_diffusion": "_operators",
+    "as_operator": "_operators",
+    "heat": "_operators",
+    "laplacian": "_operators",
+    "DIFF_MODES": "_solvers",
+    "METHODS": "_solvers",
+    "conjugate_gradient": "_solvers",
+    "gauss_seidel": "_solvers",
+    "jacobi": "_solvers",
+    "solve": "_solvers",
+    "steepest_descent": "_solvers",
+    "TrainingLog": "_training",
+    "train_with_prdp": "_training",
+}
 
 __all__ = [
     "DIFF_MODES",
@@ -40,3 +55,30 @@ __all__ = [
     "steepest_descent",
     "train_with_prdp",
 ]
+
+if TYPE_CHECKING:
+    from iclr25_prdp._controller import Decision, RefinementController, ema
+    from iclr25_prdp._operators import Operator, advection_diffusion, as_operator, heat, laplacian
+    from iclr25_prdp._solvers import (
+        DIFF_MODES,
+        METHODS,
+        conjugate_gradient,
+        gauss_seidel,
+        jacobi,
+        solve,
+        steepest_descent,
+    )
+    from iclr25_prdp._training import TrainingLog, train_with_prdp
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'iclr25_prdp' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"iclr25_prdp.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_LAZY])

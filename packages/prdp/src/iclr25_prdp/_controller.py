@@ -31,6 +31,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from iclr25_shared.checks import check_float, check_int
+
 __all__ = ["Decision", "RefinementController", "ema"]
 
 
@@ -52,8 +54,7 @@ def ema(values: Sequence[float] | np.ndarray, window: int) -> np.ndarray:
     References:
         arXiv:2502.19611, Sec. 3; official ``experiments/src/prdp.py::numpy_ewma``.
     """
-    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-        raise ValueError(f"ema_window must be an integer >= 1, got {window!r}")
+    check_int("ema_window", window, low=1)
     x = np.asarray(values, dtype=np.float64).reshape(-1)
     if x.size == 0:
         raise ValueError("ema needs at least one value")
@@ -139,19 +140,11 @@ class RefinementController:
             ("ema_window", ema_window, 1),
             ("plateau_window", plateau_window, 1),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        if isinstance(max_iterations, bool) or not isinstance(max_iterations, int):
-            raise ValueError(f"max_iterations must be an integer, got {max_iterations!r}")
-        if max_iterations < initial_iterations:
-            raise ValueError(
-                f"max_iterations must be >= initial_iterations ({initial_iterations}), got {max_iterations}"
-            )
+            check_int(name, value, low=low)
+        check_int("max_iterations", max_iterations, low=initial_iterations)
         for name, value in (("plateau_threshold", plateau_threshold), ("stop_threshold", stop_threshold)):
-            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1:
-                raise ValueError(f"{name} must be in (0, 1], got {value!r}")
-        if not isinstance(initial_checkpoint, (int, float)) or not initial_checkpoint > 0:
-            raise ValueError(f"initial_checkpoint must be > 0 (inf allowed), got {initial_checkpoint!r}")
+            check_float(name, value, low=0.0, high=1.0, low_inclusive=False)
+        check_float("initial_checkpoint", initial_checkpoint, low=0.0, low_inclusive=False, finite=False)
         self.initial_iterations = initial_iterations
         self.step = step
         self.max_iterations = max_iterations
@@ -204,12 +197,7 @@ class RefinementController:
             value = float(np.asarray(metric).reshape(()))
         except (TypeError, ValueError) as exc:
             raise TypeError(f"metric must be a real scalar, got {metric!r}") from exc
-        if not math.isfinite(value):
-            raise ValueError(
-                f"metric must be finite, got {value!r} (the validation metric diverged or is NaN)"
-            )
-        if value <= 0:
-            raise ValueError(f"metric must be > 0 (the controller compares ratios), got {value!r}")
+        check_float("metric", value, low=0.0, low_inclusive=False)  # NaN/inf: the validation metric diverged
         self.history.append(value)
         refine, stopped = self.should_refine()
         if refine:

@@ -28,6 +28,8 @@ import jax.numpy as jnp
 import lineax as lx
 from jax.experimental import sparse as jsparse
 
+from iclr25_shared.checks import check_choice, check_float, check_int
+
 __all__ = [
     "Operator",
     "advection_diffusion",
@@ -107,14 +109,12 @@ def _grid(shape: int | Sequence[int], name: str = "shape") -> tuple[int, ...]:
     if not 1 <= len(dims) <= 3:
         raise ValueError(f"{name} must have 1, 2 or 3 axes, got {shape!r}")
     for m in dims:
-        if isinstance(m, bool) or not isinstance(m, int) or m < 1:
-            raise ValueError(f"{name} must hold positive integers, got {shape!r}")
+        check_int(f"{name} (points per axis)", m, low=1)
     return dims
 
 
 def _check_boundary(boundary: str, dims: tuple[int, ...]) -> None:
-    if boundary not in _BOUNDARIES:
-        raise ValueError(f"boundary must be one of {', '.join(_BOUNDARIES)}; got {boundary!r}")
+    check_choice("boundary", boundary, _BOUNDARIES)
     if boundary == "periodic" and min(dims) < 3:
         raise ValueError(f"a periodic grid needs at least 3 points per axis, got shape {dims}")
 
@@ -173,8 +173,7 @@ def laplacian(
     """
     dims = _grid(shape)
     _check_boundary(boundary, dims)
-    if not length > 0:
-        raise ValueError(f"length must be > 0, got {length!r}")
+    check_float("length", length, low=0.0, low_inclusive=False)
     dtype = jnp.dtype(dtype) if dtype is not None else jnp.zeros(()).dtype
     spacings = tuple(_spacing(m, length, boundary) for m in dims)
     diag = jnp.full(math.prod(dims), -sum(2.0 / h**2 for h in spacings), dtype=dtype)
@@ -217,10 +216,9 @@ def heat(
     dims = _grid(shape)
     _check_boundary(boundary, dims)
     for name, value in (("nu", nu), ("dt", dt)):
-        if not isinstance(value, jax.core.Tracer) and not float(value) > 0:
-            raise ValueError(f"{name} must be > 0, got {value!r}")
-    if not length > 0:
-        raise ValueError(f"length must be > 0, got {length!r}")
+        if not isinstance(value, jax.core.Tracer):
+            check_float(name, float(value), low=0.0, low_inclusive=False)
+    check_float("length", length, low=0.0, low_inclusive=False)
     dtype = jnp.dtype(dtype) if dtype is not None else jnp.zeros(()).dtype
     spacings = tuple(_spacing(m, length, boundary) for m in dims)
     lap = _laplacian_matvec(dims, spacings, boundary)
@@ -271,10 +269,10 @@ def advection_diffusion(
     if len(dims) != 1:
         raise ValueError(f"n must be a single integer, got {n!r}")
     _check_boundary(boundary, dims)
-    if not isinstance(nu, jax.core.Tracer) and not float(nu) >= 0:
-        raise ValueError(f"nu must be >= 0, got {nu!r}")
-    if not isinstance(dt, jax.core.Tracer) and not float(dt) > 0:
-        raise ValueError(f"dt must be > 0, got {dt!r}")
+    if not isinstance(nu, jax.core.Tracer):
+        check_float("nu", float(nu), low=0.0)
+    if not isinstance(dt, jax.core.Tracer):
+        check_float("dt", float(dt), low=0.0, low_inclusive=False)
     dtype = jnp.dtype(dtype) if dtype is not None else jnp.zeros(()).dtype
     h = _spacing(dims[0], length, boundary)
     c = jnp.asarray(velocity, dtype)
@@ -333,10 +331,9 @@ def as_operator(
             raise ValueError(f"operator must act on flat vectors, got input shape {shape}")
         return Operator(A, diag, (shape[0],))
     if callable(A):
-        if n is None or isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(
-                f"n must be a positive integer when the operator is a matvec callable, got {n!r}"
-            )
+        if n is None:
+            raise ValueError("n must be given (a positive integer) when the operator is a matvec callable")
+        check_int("n", n, low=1)
         dt = jnp.dtype(dtype) if dtype is not None else jnp.zeros(()).dtype
         structure = jax.ShapeDtypeStruct((n,), dt)
         return Operator(lx.FunctionLinearOperator(A, structure), diag, (n,))

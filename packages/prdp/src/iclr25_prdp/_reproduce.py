@@ -12,38 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from iclr25_prdp._experiment import ArmResult, HeatEmulator, controller_for, make_experiment
+from iclr25_prdp._problems import ArmResult, HeatEmulator, controller_for, make_experiment
 from iclr25_prdp._solvers import solve
-from iclr25_shared.results import save_figure
+from iclr25_shared.cli import RunContext
 
-__all__ = ["bench_rows", "jax_device", "reproduce_experiment", "save_plots", "summary_row"]
-
-
-def jax_device(spec: str) -> jax.Device:
-    """Resolve ``auto | cpu | cuda | cuda:<i>`` to a JAX device (``auto``: the first GPU if any, else CPU).
-
-    Raises:
-        ValueError: a GPU was requested but JAX sees none (install ``iclr25-prdp[cuda]``), or the index is out of
-            range, or ``mps`` (not supported by JAX).
-    """
-    try:
-        gpus = jax.devices("gpu")
-    except RuntimeError:
-        gpus = []
-    if spec == "auto":
-        return gpus[0] if gpus else jax.devices("cpu")[0]
-    if spec == "cpu":
-        return jax.devices("cpu")[0]
-    if spec.startswith("cuda"):
-        if not gpus:
-            raise ValueError(
-                f"device {spec!r} requested but JAX sees no GPU; install iclr25-prdp[cuda] or use --device cpu"
-            )
-        index = int(spec.split(":")[1]) if ":" in spec else 0
-        if index >= len(gpus):
-            raise ValueError(f"device {spec!r}: only {len(gpus)} GPU(s) visible")
-        return gpus[index]
-    raise ValueError(f"device must be one of auto, cpu, cuda, cuda:<index> for JAX; got {spec!r}")
+__all__ = ["bench_rows", "iterations_to_reach", "reproduce_experiment", "save_plots", "summary_row"]
 
 
 def summary_row(experiment: str, arm: str, result: ArmResult, baseline: ArmResult | None) -> dict[str, Any]:
@@ -119,12 +92,10 @@ def reproduce_experiment(
     return arms, extra
 
 
-def _atomic_savefig(fig: Any, path: Path) -> None:
-    save_figure(fig, path, bbox_inches="tight", close=False)
-
-
-def save_plots(name: str, arms: dict[str, ArmResult], metric_name: str, out: Path) -> list[Path]:
-    """K over epochs and metric over cumulative solver iterations, one PNG each."""
+def save_plots(ctx: RunContext, name: str, arms: dict[str, ArmResult], metric_name: str) -> list[Path]:
+    """K over epochs and metric over cumulative solver iterations, one PNG each (nothing without ``--out``)."""
+    if not ctx.writes:
+        return []
     import matplotlib
 
     matplotlib.use("Agg")
@@ -142,10 +113,7 @@ def save_plots(name: str, arms: dict[str, ArmResult], metric_name: str, out: Pat
     ax.set_yscale("log")
     ax.set_title(f"{name}: K per epoch")
     ax.legend(fontsize=8)
-    path = out / f"{name}_iterations.png"
-    _atomic_savefig(fig, path)
-    plt.close(fig)
-    written.append(path)
+    written.append(ctx.save_figure(f"{name}_iterations.png", fig, bbox_inches="tight"))
 
     fig, ax = plt.subplots(figsize=(5, 3.2))
     for label, result in arms.items():
@@ -158,10 +126,7 @@ def save_plots(name: str, arms: dict[str, ArmResult], metric_name: str, out: Pat
     ax.set_ylabel(metric_name)
     ax.set_title(f"{name}: error vs cost")
     ax.legend(fontsize=8)
-    path = out / f"{name}_error_vs_iterations.png"
-    _atomic_savefig(fig, path)
-    plt.close(fig)
-    written.append(path)
+    written.append(ctx.save_figure(f"{name}_error_vs_iterations.png", fig, bbox_inches="tight"))
     return written
 
 
@@ -173,7 +138,7 @@ def _train_step(problem: HeatEmulator, k: int, diff: str, method: str):
     """A jitted value-and-grad of the 2-step emulator loss on one batch (static ``k``), plus its inputs."""
     from flax import nnx
 
-    from iclr25_prdp._experiment import _mlp
+    from iclr25_prdp._problems import _mlp
 
     op = problem.operator()
     train, _ = problem.data()

@@ -34,6 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from iclr25_prdp._operators import Operator, as_operator
+from iclr25_shared.checks import check_choice, check_float, check_int
 
 __all__ = [
     "DIFF_MODES",
@@ -61,12 +62,8 @@ def _is_traced(x: Any) -> bool:
 
 
 def _check_iterations(iterations: Any) -> int | jax.Array:
-    if isinstance(iterations, bool):
-        raise TypeError(f"iterations must be a non-negative integer, got {iterations!r}")
-    if isinstance(iterations, (int, np.integer)):
-        if iterations < 0:
-            raise ValueError(f"iterations must be >= 0, got {int(iterations)}")
-        return int(iterations)
+    if isinstance(iterations, (bool, int, np.integer)):
+        return check_int("iterations", iterations, low=0)
     if isinstance(iterations, (jax.Array, np.ndarray)):
         if iterations.shape != () or not jnp.issubdtype(iterations.dtype, jnp.integer):
             raise TypeError(
@@ -74,10 +71,7 @@ def _check_iterations(iterations: Any) -> int | jax.Array:
                 f"and dtype {iterations.dtype}"
             )
         if not _is_traced(iterations):
-            value = int(iterations)
-            if value < 0:
-                raise ValueError(f"iterations must be >= 0, got {value}")
-            return value
+            return check_int("iterations", int(iterations), low=0)
         return iterations
     raise TypeError(
         f"iterations must be a non-negative integer, got {type(iterations).__name__} {iterations!r}"
@@ -85,8 +79,7 @@ def _check_iterations(iterations: Any) -> int | jax.Array:
 
 
 def _check_system(op: Operator, b: Any, x0: Any, diff: str) -> tuple[jax.Array, jax.Array]:
-    if diff not in DIFF_MODES:
-        raise ValueError(f"diff must be one of {', '.join(DIFF_MODES)}; got {diff!r}")
+    check_choice("diff", diff, DIFF_MODES)
     b = jnp.asarray(b)
     if not jnp.issubdtype(b.dtype, jnp.floating):
         raise TypeError(f"b must have a floating dtype, got {b.dtype}")
@@ -269,10 +262,8 @@ def solve(
     References:
         arXiv:2502.19611, Sec. 3 (fixed-``K`` physics solver ``P_K``; unrolled vs implicit differentiation).
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    if not isinstance(omega, (int, float)) or not 0 < omega < 2:
-        raise ValueError(f"omega must be in (0, 2), got {omega!r}")
+    check_choice("method", method, METHODS)
+    check_float("omega", omega, low=0.0, high=2.0, low_inclusive=False, high_inclusive=False)
     op = as_operator(operator)
     iterations = _check_iterations(iterations)
     b, x0 = _check_system(op, b, x0, diff)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from iclr25_prdp._controller import RefinementController
+from iclr25_shared.checks import check_float, check_int
 
 __all__ = ["TrainingLog", "train_with_prdp"]
 
@@ -91,14 +91,10 @@ def train_with_prdp(
     """
     if (controller is None) == (iterations is None):
         raise ValueError("give exactly one of controller (PRDP) or iterations (fixed K)")
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be an integer >= 1, got {epochs!r}")
-    if isinstance(solves_per_epoch, bool) or not isinstance(solves_per_epoch, int) or solves_per_epoch < 1:
-        raise ValueError(f"solves_per_epoch must be an integer >= 1, got {solves_per_epoch!r}")
-    if iterations is not None and (
-        isinstance(iterations, bool) or not isinstance(iterations, int) or iterations < 0
-    ):
-        raise ValueError(f"iterations must be an integer >= 0, got {iterations!r}")
+    check_int("epochs", epochs, low=1)
+    check_int("solves_per_epoch", solves_per_epoch, low=1)
+    if iterations is not None:
+        check_int("iterations", iterations, low=0)
 
     log = TrainingLog()
     start = time.perf_counter()
@@ -123,8 +119,8 @@ def train_with_prdp(
     if controller is not None:
         controller.reset()
         refined = controller.update(metric).refined
-    elif not math.isfinite(float(metric)):
-        raise ValueError(f"initial validation metric is not finite: {float(metric)!r}")
+    else:
+        check_float("initial validation metric", float(metric), finite=True)
     record(None, None, metric, refined)
     if callback is not None:
         callback(0, log)
@@ -134,8 +130,8 @@ def train_with_prdp(
         metric = validate(state)
         if controller is not None:
             refined = controller.update(metric).refined
-        elif not math.isfinite(float(metric)):
-            raise ValueError(f"validation metric is not finite after epoch {epoch}: {float(metric)!r}")
+        else:
+            check_float(f"validation metric after epoch {epoch}", float(metric), finite=True)
         record(k, loss, metric, refined)
         if callback is not None:
             callback(epoch, log)
