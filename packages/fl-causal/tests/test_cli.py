@@ -82,6 +82,8 @@ def test_bad_inputs_exit_2_with_one_line(sim_csv, tmp_path, capsys):
     nobody.to_csv(nb_path, index=False)
     err = _bad(capsys, ["estimate", "--data", str(nb_path), "--quiet", "--grid", "0.5", *SIM_ARGS])
     assert "positivity: regime 'always' has no observed support" in err
+    err = _bad(capsys, [*base, "--grid", "0.5", "--min-followers", "100000"])
+    assert "fewer than min_followers=100000" in err and "interval 0 [0, 0.5)" in err
 
 
 def test_reproduce_dr_part_and_bench(tmp_path, capsys):

@@ -9,6 +9,7 @@ import pytest
 import statsmodels.api as sm
 
 from iclr25_fl_causal import (
+    LongitudinalData,
     Model,
     PositivityWarning,
     Regime,
@@ -352,6 +353,86 @@ def test_positivity_warning_reports_max_weight():
         t = ipw(data, "always", grid=1, treatment_model="L", se="none", truncate=0.95)
     assert t.diagnostics["max_weight"] < r.diagnostics["max_weight"]
     assert t.diagnostics["truncated_weights"] > 0
+
+
+def _alternating(n: int = 3000, seed: int = 1) -> tuple[LongitudinalData, np.ndarray]:
+    """Three intervals with A_1 = 1 - A_0 (issue 20): every interval has treated subjects, yet nobody is treated
+    in both of the first two, so "always treat" has no support along the path. Returns the data and A (n, 3)."""
+    rng = np.random.default_rng(seed)
+    L = rng.standard_normal(n)
+    a0 = (rng.random(n) < 1 / (1 + np.exp(-L))).astype(float)
+    A = np.column_stack([a0, 1 - a0, (rng.random(n) < 0.5).astype(float)])
+    die = rng.random((n, 3)) < 0.1
+    rows = []
+    for i in range(n):
+        for k in range(3):
+            rows.append({"id": i, "time": float(k), "L": L[i], "A": A[i, k], "dead": 0})
+            if die[i, k]:
+                rows.append({"id": i, "time": k + 0.5, "L": L[i], "A": A[i, k], "dead": 1})
+                break
+        else:
+            rows.append({"id": i, "time": 3.0, "L": L[i], "A": A[i, 2], "dead": 0})
+    return LongitudinalData(pd.DataFrame(rows), treatment="A", covariates=["L"], death="dead"), A
+
+
+def test_positivity_is_checked_along_the_whole_regime_path():
+    """Issue 20: per-interval followers [1661, 946, 1131] passed, IPW returned 0.1236 with a flat curve."""
+    data, _ = _alternating()
+    kw = {"grid": 1, "treatment_model": "L + A_lag"}
+    path = r"followed through every interval up to interval 1 \[1, 2\) by 0 of"
+    with pytest.raises(ValueError, match=path):
+        ipw(data, "always", se="none", **kw)
+    with pytest.raises(ValueError, match=path):
+        doubly_robust(data, "always", outcome_model="L + A", **kw)
+    with pytest.raises(ValueError, match=path):
+        g_computation(data, "always", grid=1, outcome_model="L + A", se="none")
+    with pytest.warns(PositivityWarning, match="interval 1"):
+        g = g_computation(data, "always", grid=1, outcome_model="L + A", se="none", positivity="warn")
+    assert min(g.diagnostics["followers_per_interval"]) > 900  # the old per-interval check saw plenty
+    assert g.diagnostics["followers_through_interval"][1:] == [0, 0]
+    assert np.isfinite(g.estimate)  # g-computation extrapolates when asked to
+    with (
+        pytest.warns(PositivityWarning),
+        pytest.raises(ValueError, match="IPW: no subject at risk in interval 1"),
+    ):
+        ipw(data, "always", se="none", positivity="warn", **kw)  # no silent zero hazard
+
+
+def test_followers_through_counts_match_a_loop_and_min_followers_threshold():
+    params = SimulationParams(eta0=-0.5, kappa0=-1.5)  # death and censoring shrink the risk sets
+    dd = simulate(600, params, n_fine=5, seed=8).discretise(0.2)
+    rule = "threshold:L<0.3"
+    res = g_computation(dd, rule, outcome_model="L + A", se="none")
+    L, A = dd.covariates["L"], dd.treatment
+    counts = [0] * dd.num_intervals
+    for i in range(dd.n):
+        ok = True
+        for k in range(dd.num_intervals):
+            if not dd.at_risk[i, k]:
+                break
+            ok = ok and A[i, k] == float(L[i, k] < 0.3)
+            counts[k] += ok
+    assert res.diagnostics["followers_through_interval"] == counts
+    smallest = min(counts)
+    k_first = counts.index(smallest)
+    with pytest.raises(
+        ValueError, match=rf"up to interval {k_first} .* by {smallest} of .*min_followers={smallest + 1}"
+    ):
+        g_computation(dd, rule, outcome_model="L + A", se="none", min_followers=smallest + 1)
+    ok = g_computation(dd, rule, outcome_model="L + A", se="none", min_followers=smallest)
+    assert ok.estimate == res.estimate
+    with pytest.raises(ValueError, match=r"min_followers must be an integer in \[1, inf\), got 0"):
+        g_computation(dd, rule, outcome_model="L + A", se="none", min_followers=0)
+
+
+@pytest.mark.parametrize("column", ["Y", "L"])
+def test_infinite_values_are_refused_naming_column_and_rows(make_point, column):
+    """Issue 20: Y = inf passed validation (DR returned inf); an inf covariate failed late with 'nulls in cum_L'."""
+    _, data = make_point()
+    frame = data.frame.copy()
+    frame.loc[[3, 7], column] = [np.inf, -np.inf] if column == "L" else [np.nan, np.inf]
+    with pytest.raises(ValueError, match=rf"column '{column}' has infinite values in rows \[(3, )?7\]"):
+        LongitudinalData(frame, treatment="A", covariates=["L"], outcome="Y")
 
 
 # ---------------------------------------------------------------- 7. independent reference: zEpid ICE

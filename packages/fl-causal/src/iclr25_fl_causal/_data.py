@@ -46,7 +46,7 @@ class LongitudinalData:
             (drop them with :meth:`truncate`).
 
     Raises:
-        ValueError: a missing column; missing values in a required column (only a subject's last row may have
+        ValueError: a missing column; infinite values in any used column; missing values in a required column (only a subject's last row may have
             missing covariates/treatment, which are then carried forward); duplicated or unsorted (id, time)
             rows; negative times or times after the horizon; late entry (a subject's first time is not 0,
             zEpid #108); a non-binary treatment or event flag; an event flag before the last row; no subject
@@ -127,6 +127,14 @@ class LongitudinalData:
                 f"rows are not sorted by ({id_}, {time}): rows {_rows(back, df)} go back in time; "
                 f"sort with frame.sort_values([{id_!r}, {time!r}])"
             )
+        for col in (time, self.treatment, *self.covariates, self.outcome):
+            if col is None or not pd.api.types.is_numeric_dtype(df[col]):
+                continue
+            inf = np.isinf(df[col].to_numpy(dtype=float))
+            if inf.any():
+                raise ValueError(
+                    f"column {col!r} has infinite values in rows {_rows(inf, df)}; values must be finite"
+                )
         if (t < 0).any():
             raise ValueError(
                 f"column {time!r} has negative times in rows {_rows(t < 0, df)}; time starts at 0"

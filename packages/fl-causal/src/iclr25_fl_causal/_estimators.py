@@ -128,6 +128,8 @@ class _Problem:
         censoring_model: Model | None,
         outcome_family: str,
         risk_method: str = "increments",
+        min_followers: int = 1,
+        positivity: str = "raise",
     ) -> None:
         self.dd = dd
         self.regime = regime
@@ -145,16 +147,33 @@ class _Problem:
         ):  # dG/dP = 1, or set per fit in _run (support > 0)
             self.g_obs = np.ones((n, K))
         self.g_obs[~dd.at_risk] = 0.0
-        self.followers = ((self.g_obs > 0) & dd.at_risk).sum(axis=0)
+        follows = (self.g_obs > 0) & dd.at_risk
+        self.followers = follows.sum(axis=0)
+        # Positivity along the whole path: subjects at risk at t_k whose treatment followed the regime in every
+        # interval 0..k (the support of the cumulative weight W_k; Ying, arXiv:2206.12525, positivity of G).
+        self.through = np.logical_and.accumulate(follows | ~dd.at_risk, axis=1) & follows
+        self.followers_through = self.through.sum(axis=0)
         at_risk = dd.at_risk.sum(axis=0)
-        empty = np.flatnonzero((self.followers == 0) & (at_risk > 0))
-        if len(empty):
-            k = int(empty[0])
-            raise ValueError(
-                f"positivity: regime {regime.name!r} has no observed support in interval {k} "
-                f"[{dd.grid[k]:g}, {dd.grid[k + 1]:g}): none of the {int(at_risk[k])} subjects at risk has the "
-                "regime's treatment, so the effect is not identified from these data"
+        short = np.flatnonzero((self.followers_through < min_followers) & (at_risk > 0))
+        if len(short):
+            k = int(short[0])
+            per = int(self.followers[k])
+            span = f"interval {k} [{dd.grid[k]:g}, {dd.grid[k + 1]:g})"
+            if per == 0:
+                raise ValueError(
+                    f"positivity: regime {regime.name!r} has no observed support in {span}: none of the "
+                    f"{int(at_risk[k])} subjects at risk has the regime's treatment, so the effect is not "
+                    "identified from these data"
+                )
+            msg = (
+                f"positivity: regime {regime.name!r} is followed through every interval up to {span} by "
+                f"{int(self.followers_through[k])} of the {int(at_risk[k])} subjects at risk there (fewer than "
+                f"min_followers={min_followers}), although {per} have the regime's treatment in that interval "
+                "alone"
             )
+            if positivity == "raise":
+                raise ValueError(msg + "; pass positivity='warn' to estimate anyway")
+            warnings.warn(msg, PositivityWarning, stacklevel=4)
         # Targets.
         if estimand == "risk":
             increments = risk_method == "increments"
@@ -365,6 +384,14 @@ def _ipw_parts(pb: _Problem, W: np.ndarray, w: np.ndarray, stabilized: bool) -> 
         denom_i = np.where(dd.at_risk, W, 0.0)
         num = (w[:, None] * Wd).sum(axis=0)
         den = (w[:, None] * denom_i).sum(axis=0)
+        risk_set = (w[:, None] * dd.at_risk).sum(axis=0)
+        empty = np.flatnonzero((den <= 0) & (risk_set > 0))
+        if len(empty):
+            k = int(empty[0])
+            raise ValueError(
+                f"IPW: no subject at risk in interval {k} [{dd.grid[k]:g}, {dd.grid[k + 1]:g}) follows the "
+                "regime through every earlier interval (all weights are 0), so its hazard is undefined"
+            )
         h = np.divide(num, den, out=np.zeros(K), where=den > 0)
         S = np.cumprod(1.0 - h)
         S_prev = np.r_[1.0, S[:-1]]
@@ -481,9 +508,13 @@ def _estimate(
     seed: int = 0,
     positivity_bound: float = 0.01,
     risk_method: str = "increments",
+    min_followers: int = 1,
+    positivity: str = "raise",
     quiet: bool = True,
 ) -> Result:
     regime = _check_common(regime, se, n_boot, level, truncate)
+    min_followers = check_int("min_followers", min_followers, low=1)
+    check_choice("positivity", positivity, ("raise", "warn"))
     check_choice("risk_method", risk_method, ("increments", "direct"))
     check_choice("estimand", estimand, _ESTIMANDS)
     check_choice("outcome_family", outcome_family, ("auto", "gaussian", "binomial"))
@@ -534,6 +565,8 @@ def _estimate(
         censoring_model=cm,
         outcome_family=outcome_family,
         risk_method=risk_method,
+        min_followers=min_followers,
+        positivity=positivity,
     )
     n = dd.n
     ones = np.ones(n)
@@ -555,7 +588,8 @@ def _estimate(
         )
     diagnostics: dict[str, Any] = {
         "followers_per_interval": pb.followers.tolist(),
-        "min_followers": int(pb.followers[dd.at_risk.sum(axis=0) > 0].min()),
+        "followers_through_interval": pb.followers_through.tolist(),
+        "min_followers_through": int(pb.followers_through[dd.at_risk.sum(axis=0) > 0].min()),
         "nonconverged_fits": nonconverged,
     }
     if "_W" in diag:
@@ -671,6 +705,11 @@ _COMMON_DOC = """
         outcome_family: ``"auto"`` (binomial for 0/1 outcomes, Gaussian otherwise), ``"gaussian"``, ``"binomial"``.
         stabilized, truncate: (IPW) Hájek normalisation; cap the weights at this quantile.
         positivity_bound: warn when a regime follower's fitted probability of the regime's treatment is below it.
+        min_followers, positivity: positivity along the whole regime path. At each interval k, the subjects at
+            risk whose observed treatment followed the regime in every interval 0..k are counted
+            (``diagnostics["followers_through_interval"]``); fewer than ``min_followers`` raises ``ValueError``
+            naming the interval (``positivity="raise"``) or warns (``"warn"``: g-computation extrapolates, IPW
+            raises where no follower is left). An interval where nobody has the regime's treatment always raises.
         quiet: no bootstrap progress bar.
         se: ``"bootstrap"`` (resampling subjects, nuisance models refitted), ``"influence"`` or ``"none"``.
         risk_method: (g-computation, DR) ``"increments"``: the risk is the sum of per-interval death
@@ -682,13 +721,15 @@ _COMMON_DOC = """
         :class:`Result` (estimate, SE, CI, risk curve, diagnostics).
 
     Raises:
-        ValueError: a regime with no observed support in some interval (positivity), formulas naming unknown
+        ValueError: a regime with no observed support in some interval, or followed through intervals 0..k by
+            fewer than ``min_followers`` subjects (positivity along the path), formulas naming unknown
             columns, a censored data set without a censoring model, invalid options (named in the message).
         TypeError: wrong argument types.
 
     Warns:
         PositivityWarning: some followers have a fitted propensity of the regime's treatment below
-            ``positivity_bound`` (weighting estimators).
+            ``positivity_bound`` (weighting estimators); too few followers along the path with
+            ``positivity="warn"``.
 
     References:
         Ying, A. "Causal Identification for Complex Functional Longitudinal Studies" (ICLR 2025),
@@ -712,6 +753,8 @@ def g_computation(
     n_boot: int = 200,
     level: float = 0.95,
     seed: int = 0,
+    min_followers: int = 1,
+    positivity: str = "raise",
     quiet: bool = True,
 ) -> Result:
     """g-computation by iterated conditional expectations (sequential regression) on a partition.
@@ -736,6 +779,8 @@ def g_computation(
         n_boot=n_boot,
         level=level,
         seed=seed,
+        min_followers=min_followers,
+        positivity=positivity,
         quiet=quiet,
     )
 
@@ -756,6 +801,8 @@ def ipw(
     level: float = 0.95,
     seed: int = 0,
     positivity_bound: float = 0.01,
+    min_followers: int = 1,
+    positivity: str = "raise",
     quiet: bool = True,
 ) -> Result:
     """Inverse probability weighting with product weights for treatment and censoring.
@@ -782,6 +829,8 @@ def ipw(
         level=level,
         seed=seed,
         positivity_bound=positivity_bound,
+        min_followers=min_followers,
+        positivity=positivity,
         quiet=quiet,
     )
 
@@ -804,6 +853,8 @@ def doubly_robust(
     level: float = 0.95,
     seed: int = 0,
     positivity_bound: float = 0.01,
+    min_followers: int = 1,
+    positivity: str = "raise",
     quiet: bool = True,
 ) -> Result:
     """Sequential doubly robust estimator ψ = E[Q_0 + Σ_k W_k (Q̃_{k+1} − m_k(H_k, A_k))].
@@ -829,6 +880,8 @@ def doubly_robust(
         level=level,
         seed=seed,
         positivity_bound=positivity_bound,
+        min_followers=min_followers,
+        positivity=positivity,
         quiet=quiet,
     )
 

@@ -474,6 +474,7 @@ _ESTIMATE_COLUMNS = (
     "se_method",
     "max_weight",
     "ess",
+    "min_followers_through",
 )
 
 
@@ -495,6 +496,8 @@ def estimate(cfg: EstimateConfig, ctx: RunContext) -> Result:
         "n_boot": cfg.n_boot,
         "seed": cfg.seed,
         "quiet": cfg.quiet,
+        "min_followers": cfg.min_followers,
+        "positivity": cfg.positivity,
     }
     if cfg.estimator in ("gcomp", "dr"):
         kw["outcome_model"] = om
@@ -512,6 +515,7 @@ def estimate(cfg: EstimateConfig, ctx: RunContext) -> Result:
         d = res.to_dict()
         d["max_weight"] = res.diagnostics.get("max_weight")
         d["ess"] = res.diagnostics.get("effective_sample_size")
+        d["min_followers_through"] = res.diagnostics.get("min_followers_through")
         d["width"] = w
         rows.append({c: d.get(c) for c in _ESTIMATE_COLUMNS})
     return Result(

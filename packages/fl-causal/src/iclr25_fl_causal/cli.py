@@ -70,12 +70,19 @@ class EstimateConfig(CommonOptions):
     """Bootstrap replicates (>= 2)."""
     truncate: float = 0.0
     """Cap the weights at this quantile (e.g. 0.99); 0: no truncation."""
+    min_followers: int = 1
+    """Positivity along the path: the fewest subjects at risk at each grid time who followed the regime in every
+    interval so far (>= 1)."""
+    positivity: str = "raise"
+    """raise | warn: what fewer than --min-followers regime followers does."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("estimator", self.estimator, ("gcomp", "ipw", "dr"))
         check_choice("se", self.se, ("auto", "bootstrap", "influence", "none"))
         check_int("n_boot", self.n_boot, low=2)
+        check_int("min_followers", self.min_followers, low=1)
+        check_choice("positivity", self.positivity, ("raise", "warn"))
         check_float("penalty", self.penalty, low=0.0)
         check_float("horizon", self.horizon, low=0.0)
         if self.truncate != 0:
