@@ -1,4 +1,4 @@
-"""The QQA solver: known optima, the official-code regressions (brief §2.4), determinism, noise once per step,
+"""The QQA solver: known optima, the official-code regressions (QQA4CO src/qqa.py), determinism, noise once per step,
 the convex regime, consistency of the returned best, and bad inputs."""
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ def readme_run(readme_graph):
 
 
 def test_readme_config_reaches_90_percent_of_the_optimum(readme_graph, readme_run):
-    """Brief §2.4.1: the official single-instance code ends at a poor answer on this config; ours must not."""
+    """The official (QQA4CO src/qqa.py, batch_annealing) single-instance code ends at a poor answer on this config; ours must not."""
     a = alpha(readme_graph)
-    assert a == 22  # the brief's value, recomputed here by an exact solver
+    assert a == 22  # recomputed here by an exact solver
     assert readme_run.feasible
     assert readme_run.best_objective >= 0.9 * a
 
@@ -82,7 +82,7 @@ def test_deterministic_for_a_fixed_key(readme_graph, readme_run):
 
 @pytest.mark.parametrize("categorical", [False, True])
 def test_langevin_noise_is_applied_exactly_once_per_step(categorical):
-    """Brief §2.4.2 (double noise in the categorical code). At x = ½ on an edgeless graph every gradient is 0,
+    """Double noise in the official categorical code (QQA4CO batch_annealing_categorical). At x = ½ on an edgeless graph every gradient is 0,
     so one step moves x by the noise alone: its std must be √(2·lr·T), not √2 or 2 times that."""
     g = nx.empty_graph(100)
     prob = GraphColoring(g, 2) if categorical else MaxCut(g)
@@ -104,7 +104,7 @@ def test_langevin_noise_is_applied_exactly_once_per_step(categorical):
 
 
 def test_convex_regime_collapses_replicas_to_one_point():
-    """Brief §2.6: with p=2, T=0, λ=0 and |γ| past -λ_min(Q)/4 the loss is convex: every replica reaches the
+    """arXiv:2409.02135 §3: with p=2, T=0, λ=0 and |γ| past -λ_min(Q)/4 the loss is convex: every replica reaches the
     same minimiser from different random starts."""
     prob = MaximumIndependentSet(nx.petersen_graph())
     lam_min = np.linalg.eigvalsh(prob.qubo_matrix().toarray()).min()

@@ -1,5 +1,5 @@
 """Baselines and references: SA on the same QUBO, greedy checks (networkx #2446/#5568), exact MILP, and the
-replica-symmetric MIS density (brief §2.3, §2.7.5)."""
+replica-symmetric MIS density (Barbier et al. arXiv:1306.4121; networkx #2446, #5568)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""QQA penalty and γ schedule invariants (brief §2.6, §2.4 item 4)."""
+"""QQA penalty and γ schedule invariants (arXiv:2409.02135 §3; endpoint-inclusive schedule as the official `qqa` wheel)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_schedule_is_linear_and_endpoint_inclusive(steps):
     s = gamma_schedule((-3.0, 0.1), steps)
     assert s.shape == (steps,)
     assert s[0] == -3.0
-    assert s[-1] == 0.1  # the research code never reached gamma_max (brief §2.4.4)
+    assert s[-1] == 0.1  # the research code never reached gamma_max (QQA4CO src/qqa.py)
     np.testing.assert_allclose(np.diff(s), 3.1 / (steps - 1))
 
 

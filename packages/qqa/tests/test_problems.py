@@ -100,7 +100,7 @@ def test_categorical_energy_gradient_matches_finite_differences(make):
 
 
 def test_convex_regime_hessian_is_2q_plus_8_abs_gamma():
-    """Brief §2.6: for p=2 the Hessian of E + γΦ is 2Q + 8|γ|I, convex once |γ| >= -λ_min(Q)/4."""
+    """For p=2 (arXiv:2409.02135 §3) the Hessian of E + γΦ is 2Q + 8|γ|I, convex once |γ| >= -λ_min(Q)/4."""
     prob = MaximumIndependentSet(nx.petersen_graph())
     q = prob.qubo_matrix().toarray()
     lam_min = np.linalg.eigvalsh(q).min()
@@ -187,7 +187,7 @@ def test_bad_weights_rejected_where_forbidden(w):
 
 @pytest.mark.parametrize("k", [0, -1, 5])
 def test_k_out_of_range_rejected(k):
-    with pytest.raises(ValueError, match=r"k must be in \[1, 4\]"):
+    with pytest.raises(ValueError, match=r"k must be an integer in \[1, 4\]"):
         GraphColoring(nx.path_graph(4), k)
     with pytest.raises(ValueError, match="k must be"):
         BalancedPartition(nx.path_graph(4), k)

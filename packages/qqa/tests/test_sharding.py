@@ -1,4 +1,4 @@
-"""The replica axis sharded over 2 forced host devices gives the 1-device result (DESIGN §2, issue)."""
+"""The replica axis sharded over 2 forced host devices gives the 1-device result (docs/package-contract.md: --device auto = all devices)."""
 
 from __future__ import annotations
 

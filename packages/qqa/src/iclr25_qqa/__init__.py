@@ -11,49 +11,62 @@ and Langevin noise. Quickstart::
     result = anneal(problem, key=jax.random.key(0))
     print(result.best_objective, result.feasible)
 
-Nothing heavy runs at import: JAX is imported by the functions that need it.
+Nothing heavy runs at import: the public names load their modules (numpy, networkx, JAX) on first use.
 
 References:
     Y. Ichikawa, Y. Arai. "Optimization by Parallel Quasi-Quantum Annealing with Gradient-Based Sampling",
     ICLR 2025, arXiv:2409.02135.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from iclr25_shared import distribution_version
 
 __version__ = distribution_version("iclr25-qqa")
 
-from iclr25_qqa._anneal import (
-    AnnealConfig,
-    Result,
-    anneal,
-    categorical_penalty,
-    gamma_schedule,
-    penalty,
-    resolve_devices,
-)
-from iclr25_qqa._baselines import BaselineResult, exact_mis, greedy, rrg_mis_density_rs, simulated_annealing
-from iclr25_qqa._graphs import (
-    GraphFormatError,
-    GraphSpec,
-    load_graph,
-    parse_spec,
-    read_dimacs,
-    read_edgelist,
-    read_gset,
-)
-from iclr25_qqa._problems import (
-    PROBLEMS,
-    BalancedPartition,
-    BinaryProblem,
-    CategoricalProblem,
-    GraphColoring,
-    MaxCut,
-    MaximumClique,
-    MaximumIndependentSet,
-    Problem,
-    chromatic_lower_bound,
-    make_problem,
-)
+_LAZY = {
+    "iclr25_qqa._anneal": (
+        "AnnealConfig",
+        "Result",
+        "anneal",
+        "categorical_penalty",
+        "gamma_schedule",
+        "penalty",
+    ),
+    "iclr25_qqa._baselines": (
+        "BaselineResult",
+        "exact_mis",
+        "greedy",
+        "rrg_mis_density_rs",
+        "simulated_annealing",
+    ),
+    "iclr25_qqa._graphs": (
+        "GraphFormatError",
+        "GraphSpec",
+        "load_graph",
+        "parse_spec",
+        "read_dimacs",
+        "read_edgelist",
+        "read_gset",
+    ),
+    "iclr25_qqa._problems": (
+        "PROBLEMS",
+        "BalancedPartition",
+        "BinaryProblem",
+        "CategoricalProblem",
+        "GraphColoring",
+        "MaxCut",
+        "MaximumClique",
+        "MaximumIndependentSet",
+        "Problem",
+        "chromatic_lower_bound",
+        "make_problem",
+    ),
+}
+_WHERE = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "PROBLEMS",
@@ -84,7 +97,59 @@ __all__ = [
     "read_dimacs",
     "read_edgelist",
     "read_gset",
-    "resolve_devices",
     "rrg_mis_density_rs",
     "simulated_annealing",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'iclr25_qqa' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
+
+
+if TYPE_CHECKING:
+    from iclr25_qqa._anneal import (
+        AnnealConfig,
+        Result,
+        anneal,
+        categorical_penalty,
+        gamma_schedule,
+        penalty,
+    )
+    from iclr25_qqa._baselines import (
+        BaselineResult,
+        exact_mis,
+        greedy,
+        rrg_mis_density_rs,
+        simulated_annealing,
+    )
+    from iclr25_qqa._graphs import (
+        GraphFormatError,
+        GraphSpec,
+        load_graph,
+        parse_spec,
+        read_dimacs,
+        read_edgelist,
+        read_gset,
+    )
+    from iclr25_qqa._problems import (
+        PROBLEMS,
+        BalancedPartition,
+        BinaryProblem,
+        CategoricalProblem,
+        GraphColoring,
+        MaxCut,
+        MaximumClique,
+        MaximumIndependentSet,
+        Problem,
+        chromatic_lower_bound,
+        make_problem,
+    )

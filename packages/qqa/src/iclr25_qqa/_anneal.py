@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from iclr25_qqa._problems import BinaryProblem, CategoricalProblem, GraphColoring, Problem
+from iclr25_shared.checks import check_float, check_int, check_probability
 
 __all__ = [
     "AnnealConfig",
@@ -42,7 +43,6 @@ __all__ = [
     "categorical_penalty",
     "gamma_schedule",
     "penalty",
-    "resolve_devices",
 ]
 
 _CAT_FLOOR = 1e-5
@@ -72,42 +72,28 @@ class AnnealConfig:
     """Also polish the best solution with the problem's greedy repair/improvement (reported separately)."""
     normalize_loss: bool = True
     """Diversity term on the same per-replica scale as the objective (True). False reproduces the official
-    single-instance code, which multiplies it by S while averaging the objective over replicas (brief §2.4)."""
+    single-instance code, which multiplies it by S while averaging the objective over replicas (``batch_annealing`` in ``Yuma-Ichikawa/QQA4CO`` ``src/qqa.py``; README, Deviations)."""
     chunk: int = 100
     """Steps per compiled chunk: progress and the quality-vs-time trace are recorded at chunk ends."""
 
     def __post_init__(self) -> None:
-        def integer(name: str, v: Any, low: int) -> None:
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name} must be an integer, got {type(v).__name__}")
-            if v < low:
-                raise ValueError(f"{name} must be >= {low}, got {v}")
-
-        def real(name: str, v: Any, low: float, high: float = math.inf, low_open: bool = False) -> None:
-            if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
-                raise TypeError(f"{name} must be a number, got {type(v).__name__}")
-            ok = math.isfinite(v) and (v > low if low_open else v >= low) and v <= high
-            if not ok:
-                interval = f"{'(' if low_open else '['}{low}, {high}{']' if math.isfinite(high) else ')'}"
-                raise ValueError(f"{name} must be in {interval}, got {v!r}")
-
-        integer("replicas", self.replicas, 1)
-        integer("steps", self.steps, 1)
-        integer("chunk", self.chunk, 1)
-        integer("p", self.p, 2)
+        check_int("replicas", self.replicas, low=1)
+        check_int("steps", self.steps, low=1)
+        check_int("chunk", self.chunk, low=1)
+        check_int("p", self.p, low=2)
         if self.p % 2:
             raise ValueError(
                 f"p must be an even integer >= 2 (odd p makes the penalty unbounded below), got {self.p}"
             )
-        real("lr", self.lr, 0.0, low_open=True)
-        real("temperature", self.temperature, 0.0)
-        real("diversity", self.diversity, 0.0, 1.0)
-        real("weight_decay", self.weight_decay, 0.0)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_float("temperature", self.temperature, low=0.0)
+        check_probability("diversity", self.diversity)
+        check_float("weight_decay", self.weight_decay, low=0.0)
         g = self.gamma
         if not isinstance(g, (tuple, list)) or len(g) != 2:
             raise ValueError(f"gamma must be a pair (start, end), got {g!r}")
         for i, v in enumerate(g):
-            real(f"gamma[{i}]", v, -math.inf)
+            check_float(f"gamma[{i}]", v)
         if not g[0] < g[1]:
             raise ValueError(f"gamma must be increasing (start < end), got start={g[0]}, end={g[1]}")
         object.__setattr__(self, "gamma", (float(g[0]), float(g[1])))
@@ -518,37 +504,3 @@ def anneal(
         result.polished_objective = problem.objective(polished)
         result.polished_feasible = problem.is_feasible(polished)
     return result
-
-
-def resolve_devices(spec: str = "auto") -> list[Any]:
-    """JAX devices for a ``--device`` string: ``auto`` (JAX's default backend, all its devices), ``cpu``,
-    ``cuda`` (all GPUs) or ``cuda:<i>`` (one GPU).
-
-    Raises:
-        ValueError: an unknown form, a GPU requested where JAX sees none, or an index out of range.
-    """
-    import jax
-
-    if spec == "auto":
-        return list(jax.devices())
-    if spec == "cpu":
-        return list(jax.devices("cpu"))
-    if isinstance(spec, str) and (spec == "cuda" or spec.startswith("cuda:")):
-        try:
-            gpus = list(jax.devices("gpu"))
-        except RuntimeError:
-            gpus = []
-        if not gpus:
-            raise ValueError(
-                f"device {spec!r} requested but JAX sees no GPU; install 'iclr25-qqa[cuda]' or use --device cpu"
-            )
-        if spec == "cuda":
-            return gpus
-        try:
-            index = int(spec.split(":", 1)[1])
-        except ValueError:
-            raise ValueError(f"device must be auto, cpu, cuda or cuda:<index>; got {spec!r}") from None
-        if not 0 <= index < len(gpus):
-            raise ValueError(f"device {spec!r}: only {len(gpus)} GPU(s) visible")
-        return [gpus[index]]
-    raise ValueError(f"device must be auto, cpu, cuda or cuda:<index>; got {spec!r}")

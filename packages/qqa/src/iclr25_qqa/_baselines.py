@@ -24,6 +24,7 @@ from iclr25_qqa._problems import (
     MaximumIndependentSet,
     Problem,
 )
+from iclr25_shared.checks import check_int
 
 __all__ = [
     "BaselineResult",
@@ -67,9 +68,8 @@ def simulated_annealing(
 
     if not isinstance(problem, BinaryProblem):
         raise TypeError(f"simulated_annealing needs a binary problem, got {type(problem).__name__}")
-    for name, v in (("num_reads", num_reads), ("num_sweeps", num_sweeps)):
-        if v < 1:
-            raise ValueError(f"{name} must be >= 1, got {v}")
+    check_int("num_reads", num_reads, low=1)
+    check_int("num_sweeps", num_sweeps, low=1)
     linear = {i: float(q) for i, q in enumerate(problem.diag)}
     quadratic: dict[tuple[int, int], float] = {}
     for u, v, w in zip(problem.qu.tolist(), problem.qv.tolist(), problem.qw.tolist()):
@@ -122,8 +122,7 @@ def greedy(problem: Problem, *, seeds: int = 100, seed: int = 0) -> BaselineResu
     Raises:
         ValueError: ``seeds < 1``; a balanced partition with ``k != 2``.
     """
-    if seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {seeds}")
+    check_int("seeds", seeds, low=1)
     g = nx.relabel_nodes(problem.graph, {v: i for i, v in enumerate(problem.nodes)})
     n = problem.num_nodes
     t0 = time.perf_counter()

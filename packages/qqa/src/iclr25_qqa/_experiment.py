@@ -5,50 +5,43 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 import numpy as np
 
-from iclr25_qqa._anneal import Result, anneal, resolve_devices
+from iclr25_qqa._anneal import Result as AnnealResult
+from iclr25_qqa._anneal import anneal
 from iclr25_qqa._baselines import exact_mis, greedy, rrg_mis_density_rs, simulated_annealing
 from iclr25_qqa._graphs import load_graph, parse_spec
 from iclr25_qqa._problems import BinaryProblem, Problem, make_problem
-from iclr25_shared.cli import progress
-from iclr25_shared.results import RunRecord, atomic_write_text, package_versions, save_figure
+from iclr25_shared.cli import Result, RunContext
 
 if TYPE_CHECKING:
     from iclr25_qqa.cli import BenchConfig, ReproduceConfig, SolveConfig
-
-_VERSIONS = ("iclr25-qqa", "jax", "optax", "networkx", "dwave-samplers", "scipy")
-
-
-def _say(msg: str) -> None:
-    print(msg, flush=True)
 
 
 def _device_label(devices: list[Any]) -> str:
     return f"{len(devices)}x {devices[0].platform}" if devices else "none"
 
 
-def _bar(quiet: bool, desc: str) -> Any:
-    """A callback(done, total) driving a tqdm bar (or nothing when quiet)."""
-    if quiet:
+def _bar(ctx: RunContext, desc: str) -> Any:
+    """A ``callback(done, total)`` for :func:`anneal` driving a progress bar (nothing when ``--quiet``)."""
+    if ctx.quiet:
         return None
-    from tqdm.auto import tqdm
-
     state: dict[str, Any] = {}
 
     def cb(done: int, total: int) -> None:
         if "bar" not in state:
-            state["bar"] = tqdm(total=total, desc=desc, leave=False, dynamic_ncols=True, file=sys.stderr)
+            state["bar"] = ctx.progress(range(total), total=total, desc=desc)
+            state["n"] = 0
         bar = state["bar"]
-        bar.update(done - bar.n)
-        if done >= total:
-            bar.close()
+        if hasattr(bar, "update"):
+            bar.update(done - state["n"])
+            state["n"] = done
+            if done >= total:
+                bar.close()
 
     return cb
 
@@ -62,12 +55,13 @@ def _gap(problem: Problem, value: float, best: float | None) -> str:
     return f", best known {best:g}"
 
 
-def _write_solution(out: Path, problem: Problem, solution: np.ndarray, name: str = "solution.csv") -> None:
+def _solution_csv(problem: Problem, solution: np.ndarray) -> str:
     lines = ["node,label"] + [f"{node},{int(v)}" for node, v in zip(problem.nodes, solution)]
-    atomic_write_text(out / name, "\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
-def solve_command(cfg: SolveConfig) -> int:
+def solve(cfg: SolveConfig, ctx: RunContext) -> Result:
+    """Solve one problem on one graph; writes solution.csv (and solution_local_search.csv) with ``--out``."""
     spec = load_graph(cfg.graph, fmt=cfg.fmt)
     k = cfg.k
     if cfg.problem == "coloring" and k is None:
@@ -81,40 +75,35 @@ def solve_command(cfg: SolveConfig) -> int:
         best = 0.0 if chi is not None and problem.num_classes >= chi else None
     elif best is None:
         best = spec.best_known.get(cfg.problem)
-    devices = resolve_devices(cfg.device)
+    devices = ctx.jax_devices()
     acfg = cfg.anneal_config(local_search=cfg.local_search)
     result = anneal(
         problem,
         key=cfg.seed,
         devices=devices,
-        callback=_bar(cfg.quiet, f"QQA {cfg.problem}"),
+        callback=_bar(ctx, f"QQA {cfg.problem}"),
         **dataclasses.asdict(acfg),
     )
     n_edges = spec.graph.number_of_edges()
     feas = "feasible" if result.feasible else f"INFEASIBLE ({result.violations} violations)"
-    _say(
+    summary = (
         f"{cfg.problem} on {spec.name} (N={problem.num_nodes}, |E|={n_edges}"
         + (f", k={problem.num_classes}" if problem.num_classes > 1 else "")
         + f"): {problem.objective_name} {result.best_objective:g}, {feas}"
         + _gap(problem, result.best_objective, best)
         + f"; {result.wall_time:.2f} s (+{result.compile_time:.2f} s compile) on {_device_label(devices)}"
     )
+    metrics: dict[str, Any] = {"summary": summary}
     if result.polished_objective is not None:
         pfeas = "feasible" if result.polished_feasible else "INFEASIBLE"
-        _say(
-            f"after greedy local search: {problem.objective_name} {result.polished_objective:g}, {pfeas}"
+        metrics["after local search"] = (
+            f"{problem.objective_name} {result.polished_objective:g}, {pfeas}"
             + _gap(problem, result.polished_objective, best)
         )
-    for note in result.notes:
-        _say(f"note: {note}")
-    if cfg.out is not None:
-        record = RunRecord(
-            command=f"iclr25-qqa solve {cfg.problem}",
-            config=cfg,
-            device=_device_label(devices),
-            versions=package_versions(_VERSIONS),
-        )
-        record.metrics = {
+    if result.notes:
+        metrics["warning"] = "; ".join(result.notes)
+    metrics.update(
+        {
             "graph": spec.name,
             "num_nodes": problem.num_nodes,
             "num_edges": n_edges,
@@ -128,24 +117,25 @@ def solve_command(cfg: SolveConfig) -> int:
             "polished_feasible": result.polished_feasible,
             "num_devices": result.num_devices,
         }
-        record.timings = {"anneal_s": result.wall_time, "compile_s": result.compile_time}
-        record.tables = {"quality vs time": [dict(r) for r in result.trace]}
-        record.notes = list(result.notes)
-        _write_solution(cfg.out, problem, result.best_solution)
-        if result.polished_solution is not None:
-            _write_solution(cfg.out, problem, result.polished_solution, "solution_local_search.csv")
-        record.save(cfg.out)
-        _say(f"wrote {cfg.out}/solution.csv and results.json")
-    return 0
+    )
+    ctx.save_text("solution.csv", _solution_csv(problem, result.best_solution))
+    if result.polished_solution is not None:
+        ctx.save_text("solution_local_search.csv", _solution_csv(problem, result.polished_solution))
+    return Result(
+        metrics=metrics,
+        tables={"quality vs time": [dict(r) for r in result.trace]},
+        timings={"anneal_s": result.wall_time, "compile_s": result.compile_time},
+        notes=list(result.notes),
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # reproduce
 
 
-def _qqa(problem: Problem, seed: int, devices: list[Any], quiet: bool, desc: str, **kw: Any) -> Result:
+def _qqa(problem: Problem, seed: int, devices: list[Any], **kw: Any) -> AnnealResult:
     kw.setdefault("local_search", True)
-    return anneal(problem, key=seed, devices=devices, callback=_bar(quiet, desc), **kw)
+    return anneal(problem, key=seed, devices=devices, **kw)
 
 
 def _ratio(problem: Problem, value: float, ref: float | None) -> float | None:
@@ -211,19 +201,20 @@ def _reference(
     return rrg_mis_density_rs(d) * n, f"RS density {rrg_mis_density_rs(d):.4f}·N"
 
 
-def reproduce_command(cfg: ReproduceConfig) -> int:
-    devices = resolve_devices(cfg.device)
+def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
+    """The paper's benchmark at small scale: QQA beside SA, greedy and exact references; quality_vs_time.png."""
+    devices = ctx.jax_devices()
     rows: list[dict[str, Any]] = []
     ablation_rows: list[dict[str, Any]] = []
     curves: dict[str, dict[str, Any]] = {}
     t_start = time.perf_counter()
     items = _instances(cfg.size)
-    for item in progress(items, desc="instances", quiet=cfg.quiet):
+    for item in ctx.progress(items, desc="instances"):
         spec = parse_spec(item["graph"])
         k = int(spec.best_known["chromatic"]) if item["problem"] == "coloring" else None
         problem = make_problem(item["problem"], spec.graph, k=k)
         ref, ref_kind = _reference(item, spec, problem, cfg)
-        res = _qqa(problem, cfg.seed, devices, True, item["graph"], **item["kw"])
+        res = _qqa(problem, cfg.seed, devices, **item["kw"])
         row: dict[str, Any] = {
             "task": item["task"],
             "instance": item.get("note", item["graph"]) if item["problem"] == "coloring" else item["graph"],
@@ -270,9 +261,7 @@ def reproduce_command(cfg: ReproduceConfig) -> int:
             }
         if item.get("ablate"):
             for label, change in (("S=1", {"replicas": 1}), ("λ=0", {"diversity": 0.0})):
-                ab = _qqa(
-                    problem, cfg.seed, devices, True, label, local_search=False, **{**item["kw"], **change}
-                )
+                ab = _qqa(problem, cfg.seed, devices, local_search=False, **{**item["kw"], **change})
                 ablation_rows.append(
                     {
                         "instance": item["graph"],
@@ -291,31 +280,21 @@ def reproduce_command(cfg: ReproduceConfig) -> int:
                     "feasible": res.feasible,
                 }
             )
-        _say(_row_line(row))
+        ctx.log.info(_row_line(row))
     total = time.perf_counter() - t_start
     summary = _summarise(rows, ablation_rows)
-    for line in summary:
-        _say(line)
-    _say(f"reproduce ({cfg.size}) took {total:.0f} s")
-    if cfg.out is not None:
-        record = RunRecord(
-            command="iclr25-qqa reproduce",
-            config=cfg,
-            device=_device_label(devices),
-            versions=package_versions(_VERSIONS),
-        )
-        record.tables = {"benchmark": rows, "ablations (MIS, random 3-regular, n=100)": ablation_rows}
-        record.metrics = {"summary": summary}
-        record.timings = {"total_s": total}
-        record.notes = [
+    if ctx.writes:
+        _plot(curves, ctx)
+    return Result(
+        metrics={"summary": summary, "device": _device_label(devices)},
+        tables={"benchmark": rows, "ablations (MIS, random 3-regular, n=100)": ablation_rows},
+        timings={"total_s": total},
+        notes=[
             "QQA: replicas=100, steps=3000, lr=1, T=1e-3, γ: -3 → 0.1, p=4, λ=0.2 (README config, normalised loss) "
             "unless the instance overrides replicas/steps (quick: tori S=32 and 2000 steps; MIS d=20 n=1000 S=32).",
             "ratio = objective / reference (max problems); colouring reports conflicts (0 is optimal).",
-        ]
-        record.save(cfg.out)
-        _plot(curves, cfg.out / "quality_vs_time.png")
-        _say(f"wrote {cfg.out}/results.md and quality_vs_time.png")
-    return 0
+        ],
+    )
 
 
 def _row_line(row: dict[str, Any]) -> str:
@@ -366,7 +345,7 @@ def _summarise(rows: list[dict[str, Any]], ablation: list[dict[str, Any]]) -> li
     return out
 
 
-def _plot(curves: dict[str, dict[str, Any]], path: Path) -> None:
+def _plot(curves: dict[str, dict[str, Any]], ctx: RunContext) -> None:
     if not curves:
         return
     import matplotlib
@@ -393,15 +372,16 @@ def _plot(curves: dict[str, dict[str, Any]], path: Path) -> None:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    save_figure(fig, path)
+    ctx.save_figure("quality_vs_time.png", fig)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # bench
 
 
-def bench_command(cfg: BenchConfig) -> int:
-    devices = resolve_devices(cfg.device)
+def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
+    """QQA at several step budgets against SA at several sweep budgets and greedy, as ratios from one run."""
+    devices = ctx.jax_devices()
     rows: list[dict[str, Any]] = []
     ratios: list[dict[str, Any]] = []
     for item in cfg.instances:
@@ -421,7 +401,7 @@ def bench_command(cfg: BenchConfig) -> int:
                 devices=devices,
                 replicas=cfg.replicas,
                 steps=steps,
-                callback=_bar(cfg.quiet, f"QQA {steps} steps"),
+                callback=_bar(ctx, f"QQA {steps} steps"),
             )
             runs.append(res)
             rows.append(
@@ -495,26 +475,18 @@ def bench_command(cfg: BenchConfig) -> int:
                     "QQA/SA objective at closest time": max(r.best_objective for r in runs) / best,
                 }
             )
-    for r in ratios:
-        _say(" | ".join(f"{k}: {v:.3f}" if isinstance(v, float) else f"{k}: {v}" for k, v in r.items()))
-    if cfg.out is not None:
-        record = RunRecord(
-            command="iclr25-qqa bench",
-            config=cfg,
-            device=_device_label(devices),
-            versions=package_versions(_VERSIONS),
-        )
-        record.tables = {"runs": rows, "ratios": ratios}
-        record.notes = [
-            "time-to-quality: the earliest wall time (compile excluded) at which any QQA run's best-so-far reached the "
-            "baseline's objective, from the per-chunk trace; None = not reached.",
+    return Result(
+        metrics={"device": _device_label(devices)},
+        tables={"runs": rows, "ratios": ratios},
+        notes=[
+            "time-to-quality: the earliest wall time (compile excluded) at which any QQA run's best-so-far reached "
+            "the baseline's objective, from the per-chunk trace; None = not reached.",
             "QQA wall time excludes JIT compilation (reported separately); SA and greedy have no compile step.",
-        ]
-        record.save(cfg.out)
-    return 0
+        ],
+    )
 
 
-def _time_to_reach(problem: Problem, runs: list[Result], target: float) -> float | None:
+def _time_to_reach(problem: Problem, runs: list[AnnealResult], target: float) -> float | None:
     times = [
         p["seconds"]
         for r in runs

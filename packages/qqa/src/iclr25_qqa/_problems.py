@@ -21,6 +21,8 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
+from iclr25_shared.checks import check_float, check_int
+
 __all__ = [
     "PROBLEMS",
     "BalancedPartition",
@@ -232,11 +234,8 @@ class _SetProblem(BinaryProblem):
     objective_name = "set size"
 
     def _setup_conflicts(self, cu: np.ndarray, cv: np.ndarray, penalty: float) -> None:
-        if not (isinstance(penalty, (int, float)) and math.isfinite(penalty) and penalty > 0.5):
-            raise ValueError(
-                f"penalty must be a finite number > 0.5 (so optima are feasible), got {penalty!r}"
-            )
-        self.penalty = float(penalty)
+        # any penalty > 1/2 makes every minimiser independent
+        self.penalty = check_float("penalty", penalty, low=0.5, low_inclusive=False)
         n = self.num_nodes
         self.diag = -np.ones(n)
         self.qu, self.qv = cu.astype(np.int32), cv.astype(np.int32)
@@ -371,11 +370,7 @@ class CategoricalProblem(Problem):
 
     def __init__(self, graph: nx.Graph, k: int, *, field: str = "k") -> None:
         super().__init__(graph)
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-            raise TypeError(f"{field} must be an integer, got {type(k).__name__}")
-        if not 1 <= int(k) <= self.num_nodes:
-            raise ValueError(f"{field} must be in [1, {self.num_nodes}] (1 <= k <= number of nodes), got {k}")
-        self.num_classes = int(k)
+        self.num_classes = check_int(field, k, low=1, high=self.num_nodes)  # at most one class per node
 
     @property
     def variable_shape(self) -> tuple[int, ...]:
@@ -516,10 +511,8 @@ class BalancedPartition(CategoricalProblem):
 
     def __init__(self, graph: nx.Graph, k: int, *, balance: float = 5e-4, imbalance: float = 0.03) -> None:
         super().__init__(graph, k)
-        for name, v in (("balance", balance), ("imbalance", imbalance)):
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
-        self.balance, self.imbalance = float(balance), float(imbalance)
+        self.balance = check_float("balance", balance, low=0.0)
+        self.imbalance = check_float("imbalance", imbalance, low=0.0)
         self.max_part_size = math.ceil((1.0 + self.imbalance) * self.num_nodes / self.num_classes - 1e-9)
 
     energy_fn = staticmethod(lambda arrays, x: partition_energy(arrays, x))

@@ -1,18 +1,23 @@
-"""``iclr25-qqa``: solve a problem on a graph with QQA, reproduce the paper's benchmark, bench against SA/greedy."""
+"""``iclr25-qqa``: Parallel Quasi-Quantum Annealing (Ichikawa & Arai, ICLR 2025, arXiv:2409.02135) in JAX: solve a
+graph problem, reproduce the paper's benchmark, bench against simulated annealing."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import tyro
 
-from iclr25_qqa import __version__
-from iclr25_qqa._anneal import AnnealConfig
-from iclr25_shared.cli import CommonOptions, check_range, run
+from iclr25_shared.checks import check_float, check_int, check_probability
+from iclr25_shared.cli import CommonOptions, run
 
-__all__ = ["BenchConfig", "ReproduceConfig", "SolveConfig", "main"]
+if TYPE_CHECKING:
+    from iclr25_qqa._anneal import AnnealConfig
+
+__all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "ReproduceConfig", "SolveConfig", "main"]
+
+PROG = "iclr25-qqa"
+DEFAULT = "solve"
 
 ProblemName = Literal["mis", "clique", "maxcut", "coloring", "partition"]
 
@@ -38,9 +43,30 @@ class _AnnealOptions(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.anneal_config()  # validates every hyper-parameter with a message naming it
+        # a --config JSON file gives lists; keep the declared tuple type
+        object.__setattr__(self, "gamma", tuple(self.gamma))
+        check_int("replicas", self.replicas, low=1)
+        check_int("steps", self.steps, low=1)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_float("temperature", self.temperature, low=0.0)
+        for i, g in enumerate(self.gamma):
+            check_float(f"gamma[{i}]", g)
+        if not self.gamma[0] < self.gamma[1]:
+            raise ValueError(
+                f"gamma must be increasing (start < end), got start={self.gamma[0]}, end={self.gamma[1]}"
+            )
+        check_int("p", self.p, low=2)
+        if self.p % 2:
+            raise ValueError(
+                f"p must be an even integer >= 2 (odd p makes the penalty unbounded below), got {self.p}"
+            )
+        check_probability("diversity", self.diversity)
+        check_float("weight_decay", self.weight_decay, low=0.0)
 
     def anneal_config(self, **changes: object) -> AnnealConfig:
+        """The :class:`~iclr25_qqa.AnnealConfig` these options describe (``changes`` override fields)."""
+        from iclr25_qqa._anneal import AnnealConfig
+
         values = {
             "replicas": self.replicas,
             "steps": self.steps,
@@ -78,9 +104,10 @@ class SolveConfig(_AnnealOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.k is not None:
-            check_range("k", self.k, low=1)
-        if self.best_known is not None and not math.isfinite(self.best_known):
-            raise ValueError(f"best_known must be finite, got {self.best_known}")
+            check_int("k", self.k, low=1)
+        check_float("penalty", self.penalty, low=0.5, low_inclusive=False)
+        if self.best_known is not None:
+            check_float("best_known", self.best_known)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,8 +126,8 @@ class ReproduceConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_range("exact_time_limit", self.exact_time_limit, low=0.0, low_inclusive=False)
-        check_range("sa_sweeps", self.sa_sweeps, low=1)
+        check_float("exact_time_limit", self.exact_time_limit, low=0.0, low_inclusive=False)
+        check_int("sa_sweeps", self.sa_sweeps, low=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -123,6 +150,8 @@ class BenchConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        for name in ("instances", "qqa_steps", "sa_sweeps"):  # lists from a --config JSON file
+            object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.instances:
             raise ValueError("instances must name at least one PROBLEM@GRAPH pair")
         for item in self.instances:
@@ -132,44 +161,18 @@ class BenchConfig(CommonOptions):
             if not values:
                 raise ValueError(f"{name} must list at least one budget")
             for v in values:
-                check_range(name, v, low=1)
-        check_range("replicas", self.replicas, low=1)
-        check_range("sa_reads", self.sa_reads, low=1)
+                check_int(name, v, low=1)
+        check_int("replicas", self.replicas, low=1)
+        check_int("sa_reads", self.sa_reads, low=1)
 
 
-def _solve(cfg: SolveConfig) -> int:
-    from iclr25_qqa._experiment import solve_command
-
-    return solve_command(cfg)
-
-
-def _reproduce(cfg: ReproduceConfig) -> int:
-    from iclr25_qqa._experiment import reproduce_command
-
-    return reproduce_command(cfg)
-
-
-def _bench(cfg: BenchConfig) -> int:
-    from iclr25_qqa._experiment import bench_command
-
-    return bench_command(cfg)
+COMMANDS = {
+    "solve": (SolveConfig, "iclr25_qqa._experiment:solve"),
+    "reproduce": (ReproduceConfig, "iclr25_qqa._experiment:reproduce"),
+    "bench": (BenchConfig, "iclr25_qqa._experiment:bench"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point of ``iclr25-qqa``; returns the exit code (0 ok, 1 failure, 2 bad input)."""
-    return run(
-        "iclr25-qqa",
-        {
-            "solve": (SolveConfig, _solve),
-            "reproduce": (ReproduceConfig, _reproduce),
-            "bench": (BenchConfig, _bench),
-        },
-        argv,
-        default="solve",
-        description="Parallel Quasi-Quantum Annealing (Ichikawa & Arai, ICLR 2025, arXiv:2409.02135) in JAX.",
-        version=__version__,
-    )
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())
+    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
