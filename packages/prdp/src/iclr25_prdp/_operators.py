@@ -101,7 +101,10 @@ def _stencil_operator(
 ) -> Operator:
     n = math.prod(grid_shape)
     structure = jax.ShapeDtypeStruct((n,), dtype)
-    return Operator(lx.FunctionLinearOperator(matvec, structure, tags=tuple(tags)), diag, grid_shape)
+    # The matvecs are equinox modules (arrays as leaves, grid data static), so no closure conversion is needed:
+    # two operators built alike have the same pytree structure and share one jax.jit compilation.
+    linear = lx.FunctionLinearOperator(matvec, structure, tags=tuple(tags), closure_convert=False)
+    return Operator(linear, diag, grid_shape)
 
 
 def _grid(shape: int | Sequence[int], name: str = "shape") -> tuple[int, ...]:
@@ -135,15 +138,53 @@ def _shift(u: jax.Array, axis: int, step: int, boundary: str) -> jax.Array:
     return padded[tuple(index)]
 
 
-def _laplacian_matvec(dims: tuple[int, ...], spacings: tuple[float, ...], boundary: str):
-    def matvec(x: jax.Array) -> jax.Array:
-        u = x.reshape(dims)
-        out = jnp.zeros_like(u)
-        for axis, h in enumerate(spacings):
-            out = out + (_shift(u, axis, 1, boundary) - 2 * u + _shift(u, axis, -1, boundary)) / h**2
-        return out.reshape(-1)
+def _laplacian_apply(
+    x: jax.Array, dims: tuple[int, ...], spacings: tuple[float, ...], boundary: str
+) -> jax.Array:
+    u = x.reshape(dims)
+    out = jnp.zeros_like(u)
+    for axis, h in enumerate(spacings):
+        out = out + (_shift(u, axis, 1, boundary) - 2 * u + _shift(u, axis, -1, boundary)) / h**2
+    return out.reshape(-1)
 
-    return matvec
+
+class _ShiftedLaplacian(eqx.Module):
+    """``x -> identity * x + scale * Delta_h x`` (``identity``, ``scale``: scalar arrays, differentiable)."""
+
+    identity: jax.Array
+    scale: jax.Array
+    dims: tuple[int, ...] = eqx.field(static=True)
+    spacings: tuple[float, ...] = eqx.field(static=True)
+    boundary: str = eqx.field(static=True)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.identity * x + self.scale * _laplacian_apply(x, self.dims, self.spacings, self.boundary)
+
+
+class _UpwindAdvectionDiffusion(eqx.Module):
+    """``x -> x + dt (c D_up x - nu Delta_h x)`` in 1-D (``c``, ``nu``, ``dt``: scalar arrays)."""
+
+    velocity: jax.Array
+    nu: jax.Array
+    dt: jax.Array
+    h: float = eqx.field(static=True)
+    boundary: str = eqx.field(static=True)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        c, h, boundary = self.velocity, self.h, self.boundary
+        back = (x - _shift(x, 0, -1, boundary)) / h
+        fwd = (_shift(x, 0, 1, boundary) - x) / h
+        adv = jnp.maximum(c, 0) * back + jnp.minimum(c, 0) * fwd
+        return x + self.dt * (adv - self.nu * _laplacian_apply(x, (x.shape[0],), (h,), boundary))
+
+
+class _SparseMatvec(eqx.Module):
+    """``x -> A @ x`` for a ``jax.experimental.sparse`` matrix (its values are differentiable leaves)."""
+
+    matrix: Any
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.matrix @ x
 
 
 def laplacian(
@@ -178,7 +219,8 @@ def laplacian(
     spacings = tuple(_spacing(m, length, boundary) for m in dims)
     diag = jnp.full(math.prod(dims), -sum(2.0 / h**2 for h in spacings), dtype=dtype)
     tags = [lx.symmetric_tag, lx.negative_semidefinite_tag]
-    return _stencil_operator(_laplacian_matvec(dims, spacings, boundary), diag, dims, dtype, tags)
+    matvec = _ShiftedLaplacian(jnp.zeros((), dtype), jnp.ones((), dtype), dims, spacings, boundary)
+    return _stencil_operator(matvec, diag, dims, dtype, tags)
 
 
 def heat(
@@ -221,12 +263,8 @@ def heat(
     check_float("length", length, low=0.0, low_inclusive=False)
     dtype = jnp.dtype(dtype) if dtype is not None else jnp.zeros(()).dtype
     spacings = tuple(_spacing(m, length, boundary) for m in dims)
-    lap = _laplacian_matvec(dims, spacings, boundary)
     coef = jnp.asarray(nu, dtype) * jnp.asarray(dt, dtype)
-
-    def matvec(x: jax.Array) -> jax.Array:
-        return x - coef * lap(x)
-
+    matvec = _ShiftedLaplacian(jnp.ones((), dtype), -coef, dims, spacings, boundary)
     diag = 1.0 + coef * sum(2.0 / h**2 for h in spacings) * jnp.ones(math.prod(dims), dtype)
     tags = [lx.symmetric_tag, lx.positive_semidefinite_tag]
     return _stencil_operator(matvec, diag, dims, dtype, tags)
@@ -278,14 +316,7 @@ def advection_diffusion(
     c = jnp.asarray(velocity, dtype)
     nu_ = jnp.asarray(nu, dtype)
     dt_ = jnp.asarray(dt, dtype)
-    lap = _laplacian_matvec(dims, (h,), boundary)
-
-    def matvec(x: jax.Array) -> jax.Array:
-        back = (x - _shift(x, 0, -1, boundary)) / h
-        fwd = (_shift(x, 0, 1, boundary) - x) / h
-        adv = jnp.maximum(c, 0) * back + jnp.minimum(c, 0) * fwd
-        return x + dt_ * (adv - nu_ * lap(x))
-
+    matvec = _UpwindAdvectionDiffusion(c, nu_, dt_, h, boundary)
     diag = (1.0 + dt_ * (jnp.abs(c) / h + 2.0 * nu_ / h**2)) * jnp.ones(dims[0], dtype)
     return _stencil_operator(matvec, diag, dims, dtype, ())
 
@@ -322,7 +353,8 @@ def as_operator(
             rows, cols = coo.indices[:, 0], coo.indices[:, 1]
             diag = jnp.zeros(size, coo.dtype).at[rows].add(jnp.where(rows == cols, coo.data, 0))
         structure = jax.ShapeDtypeStruct((size,), A.dtype)
-        return Operator(lx.FunctionLinearOperator(lambda x: A @ x, structure), diag, (size,))
+        linear = lx.FunctionLinearOperator(_SparseMatvec(A), structure, closure_convert=False)
+        return Operator(linear, diag, (size,))
     if isinstance(A, lx.AbstractLinearOperator):
         if A.in_size() != A.out_size() or len(jax.tree_util.tree_leaves(A.in_structure())) != 1:
             raise ValueError("operator must map a single vector to a vector of the same size")

@@ -310,7 +310,7 @@ class HeatEmulator:
         key = jax.random.key(0) if key is None else key
         init_key, shuffle_key = jax.random.split(key)
         op = self.operator()
-        A = op.as_matrix()
+        A = op.as_matrix() if direct else None  # the dense matrix only for the direct-solve arm
         train, val = self.data()
         model = _mlp(self.n**self.dim, self.width, self.depth, init_key)
         graphdef, params = nnx.split(model)

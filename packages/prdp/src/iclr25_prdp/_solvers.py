@@ -78,9 +78,10 @@ def _check_iterations(iterations: Any) -> int | jax.Array:
     )
 
 
-def _check_system(op: Operator, b: Any, x0: Any, diff: str) -> tuple[jax.Array, jax.Array]:
+def _check_system(op: Operator, b: Any, x0: Any, diff: str) -> tuple[jax.Array, jax.Array | None]:
+    """Validate shapes and dtypes (no computation: ``x0 = None`` stays ``None``, casts happen in the jit)."""
     check_choice("diff", diff, DIFF_MODES)
-    b = jnp.asarray(b)
+    b = b if isinstance(b, (jax.Array, np.ndarray)) else jnp.asarray(b)
     if not jnp.issubdtype(b.dtype, jnp.floating):
         raise TypeError(f"b must have a floating dtype, got {b.dtype}")
     if b.ndim != 1 or b.shape[0] != op.size:
@@ -88,11 +89,11 @@ def _check_system(op: Operator, b: Any, x0: Any, diff: str) -> tuple[jax.Array, 
             f"operator and right-hand side shape mismatch: operator acts on vectors of length {op.size}, "
             f"b has shape {tuple(b.shape)} (batch with jax.vmap)"
         )
-    x0 = jnp.zeros_like(b) if x0 is None else jnp.asarray(x0)
-    if x0.shape != b.shape:
-        raise ValueError(f"x0 must have the shape of b {tuple(b.shape)}, got {tuple(x0.shape)}")
-    dtype = jnp.result_type(b.dtype, x0.dtype, op.dtype)
-    return b.astype(dtype), x0.astype(dtype)
+    if x0 is not None:
+        x0 = x0 if isinstance(x0, (jax.Array, np.ndarray)) else jnp.asarray(x0)
+        if x0.shape != b.shape:
+            raise ValueError(f"x0 must have the shape of b {tuple(b.shape)}, got {tuple(x0.shape)}")
+    return b, x0
 
 
 def _raise_or_flag(bad: jax.Array, message: str, x: jax.Array) -> jax.Array:
@@ -268,16 +269,58 @@ def solve(
     iterations = _check_iterations(iterations)
     b, x0 = _check_system(op, b, x0, diff)
 
-    problems: list[tuple[jax.Array, str]] = []
-    if method in ("jacobi", "gauss_seidel"):
-        message = f"{method}: the operator has a zero on its diagonal, so {method} is undefined"
-        zero_diagonal = jnp.any(op.diagonal() == 0)
-        if not _is_traced(zero_diagonal) and bool(zero_diagonal):
-            raise ValueError(message)
-        problems.append((zero_diagonal, message))
-    elif not op.symmetric:
+    if method in ("conjugate_gradient", "steepest_descent") and not op.symmetric:
         _probe_symmetry(op)
+    if diff == "implicit" and isinstance(iterations, int):
+        # implicit mode never differentiates the loop itself, so K can be traced: one compilation for every K
+        iterations = np.asarray(iterations, np.int32)
+    x, bad = _solve_jit(op, b, x0, iterations, method, diff, float(omega))
+    if method in ("jacobi", "gauss_seidel"):
+        message = _zero_diagonal_message(method)
+    else:
+        message = (
+            f"{method}: met non-positive curvature p^T A p <= 0; the operator is not symmetric positive "
+            "definite (negate a negative definite operator such as the Laplacian, or use jacobi)"
+        )
+    return _raise_or_flag(bad, message, x)
 
+
+def _zero_diagonal_message(method: str) -> str:
+    return f"{method}: the operator has a zero on its diagonal, so {method} is undefined"
+
+
+@eqx.filter_jit
+def _solve_jit(
+    op: Operator,
+    b: jax.Array,
+    x0: jax.Array | None,
+    iterations: int | jax.Array,
+    method: str,
+    diff: str,
+    omega: float,
+) -> tuple[jax.Array, jax.Array]:
+    """The compiled solve; arrays (operator leaves, ``b``, ``x0``, a traced ``K``) are traced, the rest static.
+
+    Compiles once per (operator structure, shapes, dtypes, method, diff, omega), and per value of ``K`` only when
+    ``K`` is a Python int (unrolled mode: reverse-mode differentiation of the loop needs a static length).
+    """
+    return _solve_core(op, b, x0, iterations, method, diff, omega)
+
+
+def _solve_core(
+    op: Operator,
+    b: jax.Array,
+    x0: jax.Array | None,
+    iterations: int | jax.Array,
+    method: str,
+    diff: str,
+    omega: float,
+) -> tuple[jax.Array, jax.Array]:
+    """``(x_K, failure flag)``; the flag is a zero diagonal (Jacobi, Gauss-Seidel) or non-positive curvature
+    (CG, steepest descent), and the caller turns it into an error."""
+    dtype = jnp.result_type(b.dtype, op.dtype, *(() if x0 is None else (x0.dtype,)))
+    b = b.astype(dtype)
+    x0 = jnp.zeros_like(b) if x0 is None else x0.astype(dtype)
     iterate = _ITERATIONS[method]
     kwargs = {"omega": omega}
     if diff == "unrolled":
@@ -295,17 +338,9 @@ def solve(
 
         d, bad = jax.lax.custom_linear_solve(op.mv, b - op.mv(x0c), forward, adjoint, has_aux=True)
         x = x0c + d
-    if method in ("conjugate_gradient", "steepest_descent"):
-        problems.append(
-            (
-                bad,
-                f"{method}: met non-positive curvature p^T A p <= 0; the operator is not symmetric positive "
-                "definite (negate a negative definite operator such as the Laplacian, or use jacobi)",
-            )
-        )
-    for flag, message in problems:
-        x = _raise_or_flag(flag, message, x)
-    return x
+    if method in ("jacobi", "gauss_seidel"):
+        bad = jnp.any(op.diagonal() == 0)
+    return x, bad
 
 
 def _named(method: str) -> Callable[..., jax.Array]:
