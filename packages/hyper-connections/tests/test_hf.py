@@ -10,7 +10,6 @@ import transformers
 from torch import nn
 
 from iclr25_hyper_connections import (
-    SUPPORTED_MODEL_TYPES,
     HyperConnectedDecoderLayer,
     HyperConnection,
     apply_hyper_connections,
@@ -51,7 +50,7 @@ def tiny(model_type: str = "llama", seed: int = 0) -> nn.Module:
 IDS = torch.randint(0, 97, (2, 11), generator=torch.Generator().manual_seed(0))
 
 
-@pytest.mark.parametrize("model_type", SUPPORTED_MODEL_TYPES)
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "qwen3"])
 @pytest.mark.parametrize("n", [1, 2, 4])
 def test_logits_unchanged_at_init(model_type: str, n: int) -> None:
     base = tiny(model_type)
@@ -145,7 +144,7 @@ def test_unsupported_architecture_names_the_supported_ones() -> None:
         transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=50)
     )
     with pytest.raises(
-        ValueError, match=r"model_type in llama, mistral, qwen2, qwen3.*got model_type 'gpt2'"
+        ValueError, match=r"model_type in llama, mistral, .*qwen2, .*qwen3, .*got model_type 'gpt2'"
     ):
         apply_hyper_connections(gpt2)
     with pytest.raises(ValueError, match=r"no \.config"):

@@ -8,12 +8,14 @@ SmolLM2 tokenizer. Hyper-connection variants are the same model (same seed, same
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -21,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from iclr25_hyper_connections._hf import apply_hyper_connections
-from iclr25_hyper_connections._hyper_connection import param_groups
+from iclr25_hyper_connections._hyper_connection import hyper_connections_of, param_groups
 from iclr25_hyper_connections._variants import Variant
 from iclr25_shared.cli import Result, RunContext
 
@@ -36,7 +38,9 @@ __all__ = [
     "bench",
     "build_model",
     "consecutive_layer_similarity",
+    "consecutive_sublayer_similarity",
     "load_corpus",
+    "paired_interval",
     "reproduce",
     "saved_activation_bytes",
     "train",
@@ -137,11 +141,14 @@ class ModelSpec:
     context: int = 64
 
 
-def build_model(vocab_size: int, spec: ModelSpec, variant: Variant, *, seed: int) -> nn.Module:
+def build_model(
+    vocab_size: int, spec: ModelSpec, variant: Variant, *, seed: int, recompute: bool = True
+) -> nn.Module:
     """A freshly initialised ``LlamaForCausalLM``; hyper-connections applied when ``variant.expansion_rate >= 1``.
 
     The base weights depend only on ``seed`` (drawn under a forked RNG, the global RNG is left untouched), so all
-    variants with the same seed start from identical attention/FFN/embedding weights.
+    variants with the same seed start from identical attention/FFN/embedding weights. ``recompute`` is passed to
+    every :class:`HyperConnection` (same results; ``False`` is faster for small models, ``True`` saves memory).
     """
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -164,6 +171,8 @@ def build_model(vocab_size: int, spec: ModelSpec, variant: Variant, *, seed: int
         apply_hyper_connections(
             model, expansion_rate=variant.expansion_rate, dynamic=variant.dynamic, tanh=variant.tanh
         )
+        for hc in hyper_connections_of(model):
+            hc.recompute = bool(recompute)
     return model
 
 
@@ -233,6 +242,43 @@ def consecutive_layer_similarity(model: nn.Module, batch: Tensor) -> list[float]
     return sims
 
 
+@torch.no_grad()
+def consecutive_sublayer_similarity(model: nn.Module, batch: Tensor) -> list[float]:
+    """The paper's Fig. 3 probe over every sub-layer: median over tokens of ``cos(h_0^j, h_0^{j+1})``.
+
+    ``h_0^j`` is the input of sub-layer ``j`` (attention and FFN counted separately, in forward order): what the
+    attention's ``input_layernorm`` and the FFN's ``post_attention_layernorm`` receive (the residual stream for the
+    baseline, ``A_mᵀ H`` with hyper-connections). Llama-style layers only.
+
+    Args:
+        model: a Llama-family model (plain or hyper-connected).
+        batch: ``(batch, seq)`` token ids.
+
+    Returns:
+        ``2·num_layers - 1`` similarities, one per consecutive pair of sub-layers.
+    """
+    from iclr25_hyper_connections._hf import _decoder_layers
+
+    inputs: list[Tensor] = []
+    hooks = []
+    for layer in _decoder_layers(model):
+        inner = getattr(layer, "layer", layer)
+        for norm in (inner.input_layernorm, inner.post_attention_layernorm):
+            hooks.append(norm.register_forward_pre_hook(lambda _m, args: inputs.append(args[0].float())))
+    was_training = model.training
+    model.eval()
+    try:
+        model(input_ids=batch)
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    return [
+        nn.functional.cosine_similarity(a.flatten(0, -2), b.flatten(0, -2), dim=-1).median().item()
+        for a, b in itertools.pairwise(inputs)
+    ]
+
+
 @dataclass
 class TrainResult:
     """One training run.
@@ -244,6 +290,9 @@ class TrainResult:
         curve: rows ``{"step", "train_loss", "val_loss"}`` (val only at evaluation steps; nats/token).
         final_val_loss: loss on the full held-out evaluation set after the last step (nats/token).
         layer_similarity: :func:`consecutive_layer_similarity` on held-out text after training.
+        sublayer_similarity: :func:`consecutive_sublayer_similarity` on the same text.
+        checkpoint_losses: ``{step: loss}`` on the full held-out set at the requested ``checkpoints`` (nats/token).
+        lr: the peak learning rate used.
         seconds: wall-clock training time.
     """
 
@@ -253,6 +302,9 @@ class TrainResult:
     curve: list[dict[str, float]] = field(default_factory=list)
     final_val_loss: float = float("nan")
     layer_similarity: list[float] = field(default_factory=list)
+    sublayer_similarity: list[float] = field(default_factory=list)
+    checkpoint_losses: dict[int, float] = field(default_factory=dict)
+    lr: float = float("nan")
     seconds: float = 0.0
 
 
@@ -271,26 +323,33 @@ def train_lm(
     seed: int,
     device: torch.device,
     progress: Callable[[Any], Any] = lambda it: it,
+    checkpoints: Sequence[int] = (),
+    val_seed: int = 1_000_003,
+    recompute: bool = True,
 ) -> TrainResult:
     """Pre-train one variant from scratch with AdamW (β = 0.9, 0.95), linear warm-up, cosine decay to 10 %.
 
     Batches are random windows of ``spec.context + 1`` tokens from the training stream drawn with
     ``torch.Generator(seed)``; evaluation uses a fixed set of windows from the validation stream (the same for
-    every run). Weight decay follows :func:`param_groups` (no decay on the static HC weights).
+    every run with the same ``val_seed``). Weight decay follows :func:`param_groups` (no decay on the static HC
+    weights). At each step in ``checkpoints`` the loss on the full evaluation set is recorded.
     """
     if len(corpus.train) <= spec.context + 1 or len(corpus.val) <= spec.context + 1:
         raise ValueError(f"corpus too small for context={spec.context}")
-    model = build_model(corpus.vocab_size, spec, variant, seed=seed).to(device)
+    model = build_model(corpus.vocab_size, spec, variant, seed=seed, recompute=recompute).to(device)
     model.train()
     opt = torch.optim.AdamW(param_groups(model, weight_decay=weight_decay), lr=lr, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(seed)
-    val_gen = torch.Generator().manual_seed(1_000_003)
+    val_gen = torch.Generator().manual_seed(val_seed)
     val_starts = torch.randint(
         0, len(corpus.val) - spec.context - 1, (eval_batches * batch_size,), generator=val_gen
     )
     val_batches = [_windows(corpus.val, s, spec.context) for s in val_starts.split(batch_size)]
     quick_val = val_batches[: max(1, len(val_batches) // 4)]
-    result = TrainResult(variant.name, seed, sum(p.numel() for p in model.parameters() if p.requires_grad))
+    result = TrainResult(
+        variant.name, seed, sum(p.numel() for p in model.parameters() if p.requires_grad), lr=lr
+    )
+    checkpoints = set(checkpoints)
     start = time.perf_counter()
     for step in progress(range(steps)):
         for group in opt.param_groups:
@@ -308,10 +367,15 @@ def train_lm(
         row = {"step": step + 1, "train_loss": loss.item()}
         if (step + 1) % eval_every == 0 or step + 1 == steps:
             row["val_loss"] = _eval_loss(model, quick_val, device)
+        if step + 1 in checkpoints and step + 1 != steps:
+            result.checkpoint_losses[step + 1] = _eval_loss(model, val_batches, device)
         result.curve.append(row)
     result.seconds = time.perf_counter() - start
     result.final_val_loss = _eval_loss(model, val_batches, device)
+    if steps in checkpoints:
+        result.checkpoint_losses[steps] = result.final_val_loss
     result.layer_similarity = consecutive_layer_similarity(model, val_batches[0].to(device)[:, :-1])
+    result.sublayer_similarity = consecutive_sublayer_similarity(model, val_batches[0].to(device)[:, :-1])
     return result
 
 
@@ -435,39 +499,230 @@ def _plot_reproduce(ctx: RunContext, results: list[TrainResult], variants: list[
     fig, ax = plt.subplots(figsize=(6, 4))
     for name in variants:
         runs = [r for r in results if r.variant == name]
-        sims = [statistics.fmean(vals) for vals in zip(*(r.layer_similarity for r in runs))]
+        sims = [
+            statistics.fmean(vals)
+            for vals in zip(*((r.sublayer_similarity or r.layer_similarity) for r in runs))
+        ]
         ax.plot(range(1, len(sims) + 1), sims, marker="o", label=name)
-    ax.set_xlabel("layer i (pair i-1, i)")
-    ax.set_ylabel("median cos(h0^(i-1), h0^i)")
-    ax.set_title("Consecutive-layer input similarity (paper)")
+    ax.set_xlabel("sub-layer j (pair j-1, j; attention and FFN counted separately)")
+    ax.set_ylabel("median cos(h0^(j-1), h0^j)")
+    ax.set_title("Consecutive sub-layer input similarity (paper Fig. 3 probe)")
     ax.legend()
     fig.tight_layout()
     ctx.save_figure("layer_similarity.png", fig)
     return ["loss_curves.png", "layer_similarity.png"]
 
 
-def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
-    """Train every variant for every seed; validation loss, paired differences and layer similarity."""
-    device = _setup(cfg, ctx)
-    variants = [Variant.parse(v) for v in cfg.variants]
-    corpus = load_corpus(cfg.tokenizer, max_docs=cfg.max_docs)
-    seeds = [cfg.seed + i for i in range(cfg.num_seeds)]
-    ctx.log.info(
-        f"{len(variants)} variants x {len(seeds)} seeds, {cfg.steps} steps each, {corpus.tokenizer} tokens, {device}"
+# 95 % two-sided Student-t quantiles t_{0.975, df} for df = 1..30 (standard table values).
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def _t975(df: int) -> float:
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964  # Cornish-Fisher expansion of the t quantile around the normal one (error < 1e-4 for df > 30)
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def paired_interval(differences: Sequence[float]) -> tuple[float, float, float]:
+    """Mean of paired differences with its 95 % Student-t confidence interval.
+
+    Args:
+        differences: one difference per seed (e.g. HC loss minus residual loss, nats/token); at least 2.
+
+    Returns:
+        ``(mean, low, high)``.
+
+    Raises:
+        ValueError: fewer than 2 differences or a non-finite one.
+    """
+    diffs = [float(d) for d in differences]
+    if len(diffs) < 2:
+        raise ValueError(f"differences must hold at least 2 values for an interval, got {len(diffs)}")
+    if not all(math.isfinite(d) for d in diffs):
+        raise ValueError(f"differences must be finite, got {diffs}")
+    mean = statistics.fmean(diffs)
+    half = _t975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
+    return mean, mean - half, mean + half
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Setting:
+    variants: tuple[str, ...]
+    lrs: tuple[float, ...]
+    dim: int
+    num_layers: int
+    num_heads: int
+    context: int
+    steps: int
+    batch_size: int
+    warmup: int
+    eval_every: int
+
+
+_SIZES = {
+    "quick": {"variants": ("residual", "shc4", "dhc4"), "lrs": (3e-3, 1e-2), "dim": 32, "steps": 100},
+    "full": {
+        "variants": ("residual", "dhc1", "dhc2", "shc4", "dhc4"),
+        "lrs": (1e-3, 3e-3, 1e-2),
+        "dim": 64,
+        "steps": 600,
+    },
+}
+
+
+def _setting(cfg: ReproduceConfig) -> _Setting:
+    preset = _SIZES[cfg.size]
+    steps = cfg.steps or preset["steps"]
+
+    def pick(name: str, default: Any) -> Any:
+        value = getattr(cfg, name)
+        return default if value is None else value
+
+    return _Setting(
+        variants=pick("variants", preset["variants"]),
+        lrs=pick("lrs", preset["lrs"]),
+        dim=pick("dim", preset["dim"]),
+        num_layers=pick("num_layers", 12),
+        num_heads=pick("num_heads", 4),
+        context=pick("context", 64),
+        steps=steps,
+        batch_size=pick("batch_size", 16),
+        warmup=pick("warmup", max(1, steps // 10)),
+        eval_every=pick("eval_every", max(1, steps // 10)),
     )
-    results = []
+
+
+def _verdict(name: str, ref: str, mean: float, low: float, high: float, sd: float, n: int) -> str:
+    paper = PAPER_V2_LOSS.get(name, float("nan")) - PAPER_V2_LOSS.get(ref, float("nan"))
+    if low > 0:
+        what = f"{name} is worse than {ref}: the interval excludes 0 and the paper's {paper:+.3f}"
+    elif high < 0:
+        what = f"{name} is better than {ref} (interval excludes 0)"
+    else:
+        what = f"no detectable difference between {name} and {ref} (the interval covers 0): inconclusive at this scale"
+    if math.isfinite(paper) and paper < 0 and sd > 0 and not high < 0:
+        need = math.ceil((1.96 * sd / abs(paper)) ** 2) + 1
+        what += (
+            f"; at the observed seed SD of the difference ({sd:.4f}) about {need} seeds would make the interval's "
+            f"half-width {abs(paper):.3f} (the paper's gap at 1B / 500B tokens); the gap itself needs far more tokens"
+        )
+    return what + f" (n = {n} seeds)."
+
+
+def _cached(cache: Path | None, key: dict[str, Any], run: Callable[[], TrainResult]) -> TrainResult:
+    """Run ``run()`` unless ``cache`` holds a finished run with the same ``key`` (then load it); store new runs."""
+    if cache is None:
+        return run()
+    import hashlib
+    import json
+
+    from iclr25_shared.results import atomic_write_text
+
+    text = json.dumps(key, sort_keys=True, default=str)
+    path = cache / f"run-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
+    if path.is_file():
+        data = json.loads(path.read_text())
+        if data.get("key") == json.loads(text):
+            fields = data["result"]
+            fields["checkpoint_losses"] = {int(k): v for k, v in fields["checkpoint_losses"].items()}
+            return TrainResult(**fields)
+    result = run()
+    cache.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(
+        path, json.dumps({"key": json.loads(text), "result": dataclasses.asdict(result)}, indent=1)
+    )
+    return result
+
+
+def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
+    """Tune each variant's learning rate, train it over the seeds; paired differences with 95 % intervals."""
+    device = _setup(cfg, ctx)
+    st = _setting(cfg)
+    variants = [Variant.parse(v) for v in st.variants]
+    corpus = load_corpus(cfg.tokenizer, max_docs=cfg.max_docs)
+    spec = ModelSpec(dim=st.dim, num_layers=st.num_layers, num_heads=st.num_heads, context=st.context)
+    seeds = [cfg.seed + i for i in range(cfg.num_seeds)]
+    tune_seed = cfg.seed + 1000
+    tokens_per_step = st.batch_size * st.context
+    checkpoints = sorted(
+        {max(1, round(st.steps * (i + 1) / cfg.checkpoints)) for i in range(cfg.checkpoints)}
+    )
+    common = {
+        "steps": st.steps,
+        "batch_size": st.batch_size,
+        "weight_decay": cfg.weight_decay,
+        "warmup": st.warmup,
+        "eval_every": st.eval_every,
+        "eval_batches": cfg.eval_batches,
+        "device": device,
+        "recompute": False,
+    }
+    ctx.log.info(
+        f"{len(variants)} variants x ({len(st.lrs) if len(st.lrs) > 1 else 0} tuning + {len(seeds)} seeds), "
+        f"{st.num_layers} blocks d={st.dim}, {st.steps} steps x {tokens_per_step} {corpus.tokenizer} tokens, {device}"
+    )
+    key = {
+        "setting": dataclasses.asdict(st) | {"variants": None},
+        "tokenizer": cfg.tokenizer,
+        "weight_decay": cfg.weight_decay,
+        "eval_batches": cfg.eval_batches,
+        "max_docs": cfg.max_docs,
+        "checkpoints": checkpoints,
+        "torch": torch.__version__,
+    }
+    chosen: dict[str, float] = {}
+    grid_rows = []
+    for variant in variants:
+        if len(st.lrs) == 1:
+            chosen[variant.name] = st.lrs[0]
+            continue
+        losses = {}
+        for lr in st.lrs:
+            res = _cached(
+                cfg.cache,
+                {**key, "role": "tune", "variant": variant.name, "seed": tune_seed, "lr": lr},
+                lambda variant=variant, lr=lr: train_lm(
+                    corpus,
+                    spec,
+                    variant,
+                    lr=lr,
+                    seed=tune_seed,
+                    val_seed=2_000_003,  # tuning windows differ from the reported evaluation windows
+                    progress=lambda it: ctx.progress(it, total=st.steps, desc=f"{variant.name} lr {lr:g}"),
+                    **common,
+                ),
+            )
+            losses[lr] = res.final_val_loss
+            ctx.log.info(f"  tune {variant.name:>10} lr {lr:g}: val loss {res.final_val_loss:.4f}")
+        chosen[variant.name] = min(losses, key=losses.__getitem__)
+        grid_rows.append(
+            {
+                "variant": variant.name,
+                **{f"lr {lr:g}": loss for lr, loss in losses.items()},
+                "chosen": chosen[variant.name],
+            }
+        )
+    results: list[TrainResult] = []
     for seed in seeds:
         for variant in variants:
-            res = train_lm(
-                corpus,
-                _spec(cfg),
-                variant,
-                seed=seed,
-                device=device,
-                progress=lambda it, v=variant, s=seed: ctx.progress(
-                    it, total=cfg.steps, desc=f"{v.name} seed {s}"
+            res = _cached(
+                cfg.cache,
+                {**key, "role": "eval", "variant": variant.name, "seed": seed, "lr": chosen[variant.name]},
+                lambda variant=variant, seed=seed: train_lm(
+                    corpus,
+                    spec,
+                    variant,
+                    lr=chosen[variant.name],
+                    seed=seed,
+                    checkpoints=checkpoints,
+                    progress=lambda it: ctx.progress(it, total=st.steps, desc=f"{variant.name} seed {seed}"),
+                    **common,
                 ),
-                **_train_kwargs(cfg),
             )
             ctx.log.info(
                 f"  {variant.name:>10} seed {seed}: val loss {res.final_val_loss:.4f} ({res.seconds:.0f} s)"
@@ -475,46 +730,78 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             results.append(res)
     summary = summarise(results)
     ref = variants[0].name
-    rows = []
+    by = {v.name: [r for r in results if r.variant == v.name] for v in variants}
+    rows, interval_rows, notes = [], [], []
     for v in variants:
         s = summary[v.name]
-        paired = [
-            a.final_val_loss - b.final_val_loss
-            for a, b in zip(
-                (r for r in results if r.variant == v.name),
-                (r for r in results if r.variant == ref),
-                strict=True,
-            )
-        ]
-        rows.append(
-            {
-                "variant": v.name,
-                "params": int(s["num_params"]),
-                "val loss (mean)": s["val_loss_mean"],
-                "seed std": s["val_loss_std"],
-                f"Δ vs {ref} (paired, per seed)": ", ".join(f"{d:+.4f}" for d in paired),
-                "consecutive-layer cos": s["layer_similarity_mean"],
-                "paper OLMo-1B V2 loss": PAPER_V2_LOSS.get(v.name.replace(" w/o tanh", "")),
-            }
+        row: dict[str, Any] = {
+            "variant": v.name,
+            "params": int(s["num_params"]),
+            "lr": chosen[v.name],
+            "val loss (mean)": s["val_loss_mean"],
+            "seed SD": s["val_loss_std"],
+        }
+        row[f"Δ vs {ref} [95 % CI]"] = None
+        if v.name != ref and len(seeds) >= 2:
+            diffs = [a.final_val_loss - b.final_val_loss for a, b in zip(by[v.name], by[ref], strict=True)]
+            mean, low, high = paired_interval(diffs)
+            row[f"Δ vs {ref} [95 % CI]"] = f"{mean:+.4f} [{low:+.4f}, {high:+.4f}]"
+            notes.append(_verdict(v.name, ref, mean, low, high, statistics.stdev(diffs), len(diffs)))
+            for step in checkpoints:
+                d = [
+                    a.checkpoint_losses[step] - b.checkpoint_losses[step] for a, b in zip(by[v.name], by[ref])
+                ]
+                m, lo, hi = paired_interval(d)
+                interval_rows.append(
+                    {
+                        "variant": v.name,
+                        "tokens": step * tokens_per_step,
+                        "step": step,
+                        f"Δ loss vs {ref}": m,
+                        "95 % CI low": lo,
+                        "95 % CI high": hi,
+                    }
+                )
+        row["consecutive sub-layer cos"] = statistics.fmean(
+            statistics.fmean(r.sublayer_similarity) for r in by[v.name]
         )
-    notes = [
+        paper = PAPER_V2_LOSS.get(v.name)
+        row["paper OLMo-1B V2 loss"] = paper
+        rows.append(row)
+    notes += [
         "Same seed = same initial attention/FFN/embedding weights and the same batches for every variant; "
-        "differences are paired per seed.",
-        "consecutive-layer cos: median over held-out tokens of cos(h0^i, h0^(i+1)) between the inputs of consecutive "
-        "decoder layers, averaged over layers (lower = less representation collapse).",
+        "differences are paired per seed; equal budget = equal steps and tokens.",
+        f"Learning rate per variant: best final validation loss on tuning seed {tune_seed} (other validation "
+        "windows) over the grid " + ", ".join(f"{lr:g}" for lr in st.lrs) + ".",
+        "consecutive sub-layer cos: median over held-out tokens of cos(h0^j, h0^(j+1)) between the inputs of "
+        "consecutive sub-layers (attention and FFN), averaged over pairs and seeds (the paper's Fig. 3 probe; "
+        "lower = less representation collapse).",
+        "paper (OLMo-1B, 500B tokens, V2 loss): residual 2.811, DHCx1 2.819, DHCx2 2.802, SHCx4 2.791, DHCx4 2.781.",
     ]
     if ctx.writes:
         notes.append("plots: " + ", ".join(_plot_reproduce(ctx, results, [v.name for v in variants])))
+    sublayer = {
+        v.name: [statistics.fmean(x) for x in zip(*(r.sublayer_similarity for r in by[v.name]))]
+        for v in variants
+    }
     return Result(
-        metrics={"summary": summary},
+        metrics={
+            "summary": summary,
+            "setting": {**dataclasses.asdict(st), "tokens_per_run": st.steps * tokens_per_step},
+            "chosen_lr": chosen,
+            "sublayer_similarity": sublayer,
+        },
         tables={
             "validation loss": rows,
+            "paired differences at token counts": interval_rows,
+            "lr grid": grid_rows,
             "per run": [
                 {
                     "variant": r.variant,
                     "seed": r.seed,
+                    "lr": r.lr,
                     "final_val_loss": r.final_val_loss,
-                    "layer_similarity": ", ".join(f"{x:.3f}" for x in r.layer_similarity),
+                    "sub-layer cos": ", ".join(f"{x:.3f}" for x in r.sublayer_similarity),
                     "seconds": r.seconds,
                 }
                 for r in results

@@ -1,19 +1,33 @@
-"""Rewire a Hugging Face Llama-family decoder so both residual additions of every layer go through hyper-connections.
+"""Rewire a Hugging Face decoder so that every residual addition goes through a hyper-connection (Algorithm 3).
 
-The decoder layer of Llama, Mistral, Qwen2 and Qwen3 is the same pre-norm block::
+Most decoders in ``transformers`` build each layer from the same parts, differing only in where the norms sit::
 
-    h = h + self_attn(input_layernorm(h))
-    h = h + mlp(post_attention_layernorm(h))
+    pre-norm (Llama, OLMo, Qwen, Mistral, Gemma, Phi-3, ...):
+        h = h + self_attn(input_layernorm(h));          h = h + mlp(post_attention_layernorm(h))
+    norm after the branch (OLMo2, OLMo3, FlexOlmo, EXAONE-4):
+        h = h + post_attention_layernorm(self_attn(h)); h = h + post_feedforward_layernorm(mlp(h))
+    both (Gemma2, Gemma3, GLM-4):
+        h = h + post_attention_layernorm(self_attn(input_layernorm(h)))
+        h = h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)))
+    parallel (Cohere, Phi-1/2):
+        h = h + self_attn(input_layernorm(h)) + mlp(input_layernorm(h))
 
-:func:`apply_hyper_connections` replaces each layer by a :class:`HyperConnectedDecoderLayer` that keeps the original
-sub-modules (so pretrained weights are untouched) and routes each branch through a :class:`HyperConnection`.
-The first layer expands the hidden state to ``n`` streams ``(batch, seq, n, dim)``; the last one sums them, so the
-model's final norm and LM head see ``(batch, seq, dim)`` as before.
+Every such addition is ``h + T(h)`` for a branch ``T``; the adapter table :data:`LAYOUTS` names each model type's
+parts, and :func:`apply_hyper_connections` replaces each layer by a :class:`HyperConnectedDecoderLayer` that keeps
+the original sub-modules (pretrained weights untouched) and routes every branch through a
+:class:`HyperConnection` (one per branch; a parallel layer is one branch). The first layer expands the hidden
+state to ``n`` streams ``(batch, seq, n, dim)``; the last one sums them, so the model's final norm and LM head see
+``(batch, seq, dim)`` as before.
+
+This module imports ``transformers`` (for gradient checkpointing of the rewired layers); the package imports it
+lazily.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import math
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -26,16 +40,16 @@ from iclr25_hyper_connections._hyper_connection import (
     hyper_connections_of,
     reduce_streams,
 )
+from iclr25_shared.checks import check_choice
 
 __all__ = [
+    "LAYOUTS",
     "SUPPORTED_MODEL_TYPES",
     "HyperConnectedDecoderLayer",
+    "LayerLayout",
     "apply_hyper_connections",
     "hyper_connections_of",
 ]
-
-SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
-_LAYER_PARTS = ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm")
 
 try:  # transformers >= 4.52: lets model.gradient_checkpointing_enable() reach the wrapped layers
     from transformers.modeling_layers import GradientCheckpointingLayer as _LayerBase
@@ -43,15 +57,108 @@ except ImportError:  # pragma: no cover - older transformers
     _LayerBase = nn.Module  # type: ignore[assignment,misc]
 
 
+@dataclasses.dataclass(frozen=True)
+class LayerLayout:
+    """Where a decoder layer keeps the parts of its branches (attribute names on the layer; ``None`` = absent).
+
+    Attributes:
+        parallel: attention and FFN read the same normed input and are added together (one branch per layer).
+        attn_in, attn_out: norms before / after ``self_attn``; ``mlp_in``, ``mlp_out``: before / after ``mlp``.
+        attn_dropout, mlp_dropout: dropout applied to the branch output before the residual addition.
+        branch_scale: a float attribute multiplying each branch output (Granite's ``residual_multiplier``).
+        attn_proj, mlp_proj: the output projections (``nn.Linear``) inside ``self_attn`` / ``mlp``, rescaled by
+            ``output_scale`` in :func:`apply_hyper_connections`.
+    """
+
+    parallel: bool = False
+    attn_in: str | None = "input_layernorm"
+    attn_out: str | None = None
+    mlp_in: str | None = "post_attention_layernorm"
+    mlp_out: str | None = None
+    attn_dropout: str | None = None
+    mlp_dropout: str | None = None
+    branch_scale: str | None = None
+    attn_proj: str = "o_proj"
+    mlp_proj: str = "down_proj"
+
+    def parts(self) -> list[str]:
+        """The attribute names a layer must have."""
+        names = ["self_attn", "mlp", self.attn_in, self.attn_out, self.mlp_in, self.mlp_out]
+        names += [self.attn_dropout, self.mlp_dropout]
+        return [n for n in names if n is not None]
+
+
+_PRE = LayerLayout()
+_POST = LayerLayout(
+    attn_in=None, attn_out="post_attention_layernorm", mlp_in=None, mlp_out="post_feedforward_layernorm"
+)
+_SANDWICH = LayerLayout(
+    attn_out="post_attention_layernorm",
+    mlp_in="pre_feedforward_layernorm",
+    mlp_out="post_feedforward_layernorm",
+)
+
+LAYOUTS: dict[str, LayerLayout] = {
+    # pre-norm, Llama-style
+    **dict.fromkeys(
+        (
+            "llama",
+            "mistral",
+            "ministral",
+            "mixtral",
+            "qwen2",
+            "qwen2_moe",
+            "qwen3",
+            "qwen3_moe",
+            "olmo",
+            "olmoe",
+            "gemma",
+            "smollm3",
+            "starcoder2",
+            "helium",
+            "glm",
+            "seed_oss",
+            "arcee",
+            "hunyuan_v1_dense",
+        ),
+        _PRE,
+    ),
+    "apertus": LayerLayout(attn_in="attention_layernorm", mlp_in="feedforward_layernorm"),
+    "phi3": LayerLayout(attn_dropout="resid_attn_dropout", mlp_dropout="resid_mlp_dropout"),
+    "granite": LayerLayout(branch_scale="residual_multiplier"),
+    # norm after the branch (OLMo2 family)
+    **dict.fromkeys(("olmo2", "olmo3", "flex_olmo", "exaone4"), _POST),
+    # norms before and after
+    **dict.fromkeys(("gemma2", "gemma3_text"), _SANDWICH),
+    "glm4": LayerLayout(
+        attn_out="post_self_attn_layernorm", mlp_in="post_attention_layernorm", mlp_out="post_mlp_layernorm"
+    ),
+    # parallel attention + FFN
+    "cohere": LayerLayout(parallel=True, mlp_in=None),
+    "phi": LayerLayout(
+        parallel=True, mlp_in=None, attn_dropout="resid_dropout", mlp_dropout="resid_dropout", attn_proj="dense",
+        mlp_proj="fc2",
+    ),
+}  # fmt: skip
+"""model_type → layout of its decoder layers; each entry is tested for an exact reduction at initialisation."""
+
+SUPPORTED_MODEL_TYPES = tuple(LAYOUTS)
+
+
+def _apply(layer: nn.Module, name: str | None, x: Tensor) -> Tensor:
+    return x if name is None else getattr(layer, name)(x)
+
+
 class HyperConnectedDecoderLayer(_LayerBase):  # type: ignore[misc,valid-type]
-    """A pre-norm decoder layer whose two residual connections are hyper-connections (paper Algorithm 3).
+    """A decoder layer whose residual connections are hyper-connections (paper Algorithm 3).
 
     Args:
-        layer: the original decoder layer (its ``self_attn``, ``mlp``, ``input_layernorm`` and
-            ``post_attention_layernorm`` are reused, not copied).
-        attn_hc, mlp_hc: the hyper-connections of the attention and FFN branches.
+        layer: the original decoder layer (its attention, MLP, norms and dropouts are reused, not copied).
+        hcs: one :class:`HyperConnection` per branch: ``(attention, FFN)``, or one for a parallel layer.
+        layout: where ``layer`` keeps its parts.
         expand_input: this is the first layer; expand ``(batch, seq, dim)`` to ``n`` streams on entry.
-        reduce_output: this is the last layer; sum the streams to ``(batch, seq, dim)`` on exit.
+        reduce_output: this is the last layer; sum (or average) the streams to ``(batch, seq, dim)`` on exit.
+        reduce: ``"sum"`` (the paper) or ``"mean"``.
 
     Shapes:
         input/output ``(batch, seq, dim)`` at the ends of the stack, ``(batch, seq, n, dim)`` in between.
@@ -60,24 +167,53 @@ class HyperConnectedDecoderLayer(_LayerBase):  # type: ignore[misc,valid-type]
     def __init__(
         self,
         layer: nn.Module,
-        attn_hc: HyperConnection,
-        mlp_hc: HyperConnection,
+        hcs: list[HyperConnection],
+        layout: LayerLayout = _PRE,
         *,
         expand_input: bool,
         reduce_output: bool,
         reduce: str = "sum",
     ) -> None:
         super().__init__()
+        if len(hcs) != (1 if layout.parallel else 2):
+            raise ValueError(
+                f"a {'parallel' if layout.parallel else 'sequential'} layer needs "
+                f"{1 if layout.parallel else 2} hyper-connections, got {len(hcs)}"
+            )
         self.layer = layer
-        self.attn_hc = attn_hc
-        self.mlp_hc = mlp_hc
+        self.hcs = nn.ModuleList(hcs)
+        self.layout = layout
         self.expand_input = expand_input
         self.reduce_output = reduce_output
         self.reduce = reduce
 
     @property
+    def attn_hc(self) -> HyperConnection:
+        return self.hcs[0]
+
+    @property
+    def mlp_hc(self) -> HyperConnection:
+        return self.hcs[-1]
+
+    @property
     def expansion_rate(self) -> int:
-        return self.attn_hc.expansion_rate
+        return self.hcs[0].expansion_rate
+
+    def _scale(self, x: Tensor) -> Tensor:
+        name = self.layout.branch_scale
+        return x if name is None else x * getattr(self.layer, name)
+
+    def _attn(self, h0: Tensor, kwargs: dict[str, Any]) -> Tensor:
+        layer, lay = self.layer, self.layout
+        out = layer.self_attn(hidden_states=_apply(layer, lay.attn_in, h0), **kwargs)
+        out = out[0] if isinstance(out, tuple) else out
+        return self._scale(_apply(layer, lay.attn_dropout, _apply(layer, lay.attn_out, out)))
+
+    def _mlp(self, h0: Tensor) -> Tensor:
+        layer, lay = self.layer, self.layout
+        out = layer.mlp(_apply(layer, lay.mlp_in, h0))
+        out = out[0] if isinstance(out, tuple) else out
+        return self._scale(_apply(layer, lay.mlp_dropout, _apply(layer, lay.mlp_out, out)))
 
     def forward(self, hidden_states: Tensor, *args: Any, **kwargs: Any) -> Tensor:
         if args:
@@ -85,31 +221,39 @@ class HyperConnectedDecoderLayer(_LayerBase):  # type: ignore[misc,valid-type]
                 "HyperConnectedDecoderLayer takes the hidden states positionally and everything else by keyword "
                 f"(got {len(args)} extra positional argument(s))"
             )
-        layer = self.layer
         streams = expand_streams(hidden_states, self.expansion_rate) if self.expand_input else hidden_states
-
-        h0, residual, beta = self.attn_hc.width_connection(streams)
-        attn_out = layer.self_attn(hidden_states=layer.input_layernorm(h0), **kwargs)
-        attn_out = attn_out[0] if isinstance(attn_out, tuple) else attn_out
-        streams = self.attn_hc.depth_connection(residual, attn_out, beta)
-
-        h0, residual, beta = self.mlp_hc.width_connection(streams)
-        streams = self.mlp_hc.depth_connection(residual, layer.mlp(layer.post_attention_layernorm(h0)), beta)
+        if self.layout.parallel:
+            layer, lay = self.layer, self.layout
+            h0, residual, beta = self.hcs[0].width_connection(streams)
+            x = _apply(layer, lay.attn_in, h0)
+            attn = layer.self_attn(hidden_states=x, **kwargs)
+            attn = attn[0] if isinstance(attn, tuple) else attn
+            branch = _apply(layer, lay.attn_dropout, attn) + _apply(layer, lay.mlp_dropout, layer.mlp(x))
+            streams = self.hcs[0].depth_connection(residual, self._scale(branch), beta)
+        else:
+            h0, residual, beta = self.hcs[0].width_connection(streams)
+            streams = self.hcs[0].depth_connection(residual, self._attn(h0, kwargs), beta)
+            h0, residual, beta = self.hcs[1].width_connection(streams)
+            streams = self.hcs[1].depth_connection(residual, self._mlp(h0), beta)
         if not self.reduce_output:
             return streams
         out = reduce_streams(streams)
         return out / self.expansion_rate if self.reduce == "mean" else out
 
 
+def _unsupported(what: str) -> ValueError:
+    return ValueError(
+        f"apply_hyper_connections supports Hugging Face decoders with model_type in {', '.join(SUPPORTED_MODEL_TYPES)} "
+        f"(layers made of self_attn, mlp and norms; see LAYOUTS); got {what}"
+    )
+
+
 def _decoder_layers(model: nn.Module) -> nn.ModuleList:
     config = getattr(model, "config", None)
     model_type = getattr(config, "model_type", None)
-    if config is None or model_type not in SUPPORTED_MODEL_TYPES:
-        what = f"model_type {model_type!r}" if config is not None else f"{type(model).__name__} (no .config)"
-        raise ValueError(
-            f"apply_hyper_connections supports Hugging Face decoder models with model_type in "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)} (pre-norm layers with self_attn/mlp/input_layernorm/"
-            f"post_attention_layernorm); got {what}"
+    if config is None or model_type not in LAYOUTS:
+        raise _unsupported(
+            f"model_type {model_type!r}" if config is not None else f"{type(model).__name__} (no .config)"
         )
     inner = getattr(model, "model", None)  # *ForCausalLM wraps the bare *Model
     base = inner if isinstance(inner, nn.Module) and hasattr(inner, "layers") else model
@@ -117,6 +261,19 @@ def _decoder_layers(model: nn.Module) -> nn.ModuleList:
     if not isinstance(layers, nn.ModuleList) or len(layers) == 0:
         raise ValueError(f"{type(model).__name__} has no non-empty `layers` ModuleList to rewire")
     return layers
+
+
+def _output_projections(layer: nn.Module, layout: LayerLayout, index: int) -> list[nn.Linear]:
+    projs = []
+    for module_name, attr in (("self_attn", layout.attn_proj), ("mlp", layout.mlp_proj)):
+        proj = getattr(getattr(layer, module_name), attr, None)
+        if not isinstance(proj, nn.Linear):
+            raise ValueError(
+                f"output_scale: decoder layer {index} has no nn.Linear {module_name}.{attr} to rescale "
+                "(mixture-of-experts FFNs are not supported); use output_scale=None"
+            )
+        projs.append(proj)
+    return projs
 
 
 def apply_hyper_connections(
@@ -128,57 +285,73 @@ def apply_hyper_connections(
     norm: NormSpec = "layernorm",
     trainable: bool = True,
     reduce: str = "sum",
+    output_scale: Literal["divide", "multiply"] | None = None,
 ) -> nn.Module:
-    """Replace every residual connection of a Llama-family decoder by a hyper-connection, in place.
+    """Replace every residual connection of a Hugging Face decoder by a hyper-connection, in place.
 
-    Each decoder layer ``k`` gets two :class:`HyperConnection` modules, ``layer_index = 2k`` (attention) and
-    ``2k + 1`` (FFN), initialised as in eq. 14, so **at initialisation the model computes the same logits** (up to
-    the final RMSNorm's ``eps`` acting on ``n·h`` instead of ``h``, a relative change below ~1e-6 in practice):
-    a pretrained model can continue training with hyper-connections. New modules take the dtype and device of
-    the layer's parameters.
+    Each branch gets a :class:`HyperConnection` (``layer_index`` counts branches in forward order: ``2k`` and
+    ``2k + 1`` for layer ``k``'s attention and FFN; ``k`` for a parallel layer), initialised as in eq. 14, so **at
+    initialisation the model computes the same function** (exactly with ``reduce="mean"``; with ``"sum"`` up to
+    the final norm's ``eps`` acting on ``n·h``, a relative change below ~1e-6 in practice): a pretrained model can
+    continue training with hyper-connections. New modules take the dtype and device of the layer's parameters.
 
     Args:
-        model: a ``transformers`` model whose ``config.model_type`` is one of ``llama, mistral, qwen2, qwen3``
-            (``*ForCausalLM`` or the bare ``*Model``). SmolLM2 is ``llama``.
+        model: a ``transformers`` model (``*ForCausalLM`` or the bare ``*Model``) whose ``config.model_type`` is
+            in :data:`SUPPORTED_MODEL_TYPES` (e.g. ``llama`` — SmolLM2 is one —, ``olmo``, ``olmo2``, ``olmoe``,
+            ``gemma2``, ``phi3``, ``qwen3``; the adapter table :data:`LAYOUTS` lists them all).
         expansion_rate: ``n >= 1``.
         dynamic, tanh, norm, trainable: see :class:`HyperConnection`.
-        reduce: ``"sum"`` (the paper) or ``"mean"`` of the streams before the final norm. The final RMSNorm makes
-            them the same function except for its ``eps`` (``RMSNorm_eps(n·h) = RMSNorm_{eps/n²}(h)``); ``"mean"``
-            gives logits identical to the original model at init even for tiny, randomly initialised models.
+        reduce: ``"sum"`` (the paper) or ``"mean"`` of the streams before the final norm. The final RMSNorm /
+            LayerNorm makes them the same function except for its ``eps`` (``Norm_eps(n·h) = Norm_{eps/n²}(h)``);
+            ``"mean"`` gives outputs identical to the original model at init even for tiny random models.
+        output_scale: the paper's training detail for models trained **from scratch**: the initial weights of
+            every output projection (attention ``o_proj`` and FFN ``down_proj``, or the layout's names) are
+            divided (``"divide"``) or multiplied (``"multiply"``) by ``√n`` (the paper says "rescaled by √n"
+            without the direction). ``None`` (default) keeps them, and with it the exact reduction to the
+            original model.
 
     Returns:
         The same ``model`` object (modified in place).
 
     Raises:
         ValueError: unsupported architecture (the message names the supported ones), ``expansion_rate < 1``,
-            or the model already has hyper-connections.
+            bad ``reduce`` / ``output_scale``, or the model already has hyper-connections. Nothing is changed.
         TypeError: ``expansion_rate`` is not an int.
 
     Notes:
         Intermediate ``output_hidden_states`` are not recorded for the rewired layers (they are no longer the
-        model's decoder-layer class); use forward hooks on ``input_layernorm`` to read each layer's input ``h_0``.
+        model's decoder-layer class); use forward pre-hooks on the norms to read each branch input ``h_0``.
         Save with ``torch.save(model.state_dict())`` and reload by applying again, then ``load_state_dict``.
 
     References:
-        arXiv 2409.19606, §2 and Appendix J (Algorithm 3, the transformer with hyper-connections).
+        arXiv 2409.19606, §2, eq. 14 and Appendix J (Algorithm 3, the transformer with hyper-connections).
     """
     n = _check_int("expansion_rate", expansion_rate, low=1)
-    if reduce not in ("sum", "mean"):
-        raise ValueError(f"reduce must be one of sum, mean; got {reduce!r}")
+    check_choice("reduce", reduce, ("sum", "mean"))
+    check_choice("output_scale", output_scale, (None, "divide", "multiply"))
     if hyper_connections_of(model):
         raise ValueError(
             "model already has hyper-connections; apply_hyper_connections must be applied only once"
         )
     layers = _decoder_layers(model)
+    layout = LAYOUTS[model.config.model_type]
+    projections: list[nn.Linear] = []
     for i, layer in enumerate(layers):
-        missing = [p for p in _LAYER_PARTS if not isinstance(getattr(layer, p, None), nn.Module)]
+        missing = [p for p in layout.parts() if not isinstance(getattr(layer, p, None), nn.Module)]
+        if layout.branch_scale is not None and not isinstance(
+            getattr(layer, layout.branch_scale, None), (int, float)
+        ):
+            missing.append(layout.branch_scale)
         if missing:
             raise ValueError(
-                f"decoder layer {i} ({type(layer).__name__}) lacks {', '.join(missing)}; only pre-norm layers with "
-                f"{', '.join(_LAYER_PARTS)} are supported"
+                f"decoder layer {i} ({type(layer).__name__}) lacks {', '.join(missing)}; the "
+                f"{model.config.model_type!r} layout needs {', '.join(layout.parts())}"
             )
+        if output_scale is not None:
+            projections += _output_projections(layer, layout, i)
     dim = int(model.config.hidden_size)
     last = len(layers) - 1
+    per_layer = 1 if layout.parallel else 2
     for i, layer in enumerate(layers):
         ref = next(layer.parameters(), None)
         dtype = ref.dtype if ref is not None else torch.float32
@@ -187,21 +360,27 @@ def apply_hyper_connections(
             HyperConnection(
                 dim,
                 expansion_rate=n,
-                layer_index=2 * i + j,
+                layer_index=per_layer * i + j,
                 dynamic=dynamic,
                 tanh=tanh,
                 norm=norm,
                 trainable=trainable,
             ).to(device=device, dtype=dtype)
-            for j in (0, 1)
+            for j in range(per_layer)
         ]
         layers[i] = HyperConnectedDecoderLayer(
-            layer, hcs[0], hcs[1], expand_input=i == 0, reduce_output=i == last, reduce=reduce
+            layer, hcs, layout, expand_input=i == 0, reduce_output=i == last, reduce=reduce
         )
+    if output_scale is not None:
+        factor = math.sqrt(n) if output_scale == "multiply" else 1 / math.sqrt(n)
+        with torch.no_grad():
+            for proj in projections:
+                proj.weight.mul_(factor)
     model.config.hyper_connections = {
         "expansion_rate": n,
         "dynamic": bool(dynamic),
         "tanh": bool(tanh),
         "reduce": reduce,
+        "output_scale": output_scale,
     }
     return model
