@@ -24,7 +24,7 @@ def files(tmp_path):
 
 
 def test_select_writes_exact_budget(files, tmp_path):
-    out = tmp_path / "idx.npy"
+    out = tmp_path / "run"
     argv = [
         "select",
         "--features",
@@ -42,11 +42,12 @@ def test_select_writes_exact_budget(files, tmp_path):
         "--quiet",
     ]
     assert main(argv) == 0
-    idx = np.load(out)
+    idx = np.load(out / "indices.npy")
     assert idx.shape == (20,)
     assert np.unique(idx).size == 20
-    assert main(argv) == 0
-    np.testing.assert_array_equal(np.load(out), idx)  # deterministic
+    assert main(argv) == 2  # an existing results folder is refused without --overwrite
+    assert main([*argv, "--overwrite"]) == 0
+    np.testing.assert_array_equal(np.load(out / "indices.npy"), idx)  # deterministic
 
 
 def test_select_count_budget_folder_output_and_baseline(files, tmp_path):
@@ -76,7 +77,7 @@ def test_select_count_budget_folder_output_and_baseline(files, tmp_path):
 
 
 def test_select_computes_scores_from_labels(files, tmp_path):
-    out = tmp_path / "idx.npy"
+    out = tmp_path / "run"
     assert (
         main(
             [
@@ -96,7 +97,7 @@ def test_select_computes_scores_from_labels(files, tmp_path):
         )
         == 0
     )
-    assert np.load(out).size == 15
+    assert np.load(out / "indices.npy").size == 15
 
 
 def test_bench_tiny(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The InfoMax DQP solver: invariants of brief §4.5, exactness on tiny instances, partitioning, bad input."""
+"""The InfoMax DQP solver (arXiv:2506.01701 §3): invariants, exactness on tiny instances, partitioning, bad input."""
 
 from __future__ import annotations
 

@@ -15,27 +15,67 @@ with a gradient-based solver on a kNN-sparsified ``K`` and optional dataset part
 (100,)
 """
 
-from iclr25_infomax._baselines import (
-    ccs_select,
-    facility_location_select,
-    greedy_select,
-    kcenter_select,
-    milp_select,
-    random_select,
-    topk_select,
-)
-from iclr25_infomax._scores import (
-    el2n_scores,
-    forgetting_scores,
-    importance_scores,
-    margin_scores,
-    ssp_scores,
-    train_scoring_model,
-)
-from iclr25_infomax._similarity import knn_similarity
-from iclr25_infomax._solver import SolverResult, objective, partition_budgets, select, solve
-from iclr25_infomax._validate import resolve_budget
+from typing import TYPE_CHECKING, Any
+
 from iclr25_shared import distribution_version
+
+if TYPE_CHECKING:
+    from iclr25_infomax._baselines import (
+        ccs_select,
+        facility_location_select,
+        greedy_select,
+        kcenter_select,
+        milp_select,
+        random_select,
+        topk_select,
+    )
+    from iclr25_infomax._scores import (
+        el2n_scores,
+        forgetting_scores,
+        importance_scores,
+        margin_scores,
+        ssp_scores,
+        train_scoring_model,
+    )
+    from iclr25_infomax._similarity import knn_similarity
+    from iclr25_infomax._solver import SolverResult, objective, partition_budgets, select, solve
+    from iclr25_infomax._validate import resolve_budget
+
+_LAZY = {
+    "ccs_select": "_baselines",
+    "facility_location_select": "_baselines",
+    "greedy_select": "_baselines",
+    "kcenter_select": "_baselines",
+    "milp_select": "_baselines",
+    "random_select": "_baselines",
+    "topk_select": "_baselines",
+    "el2n_scores": "_scores",
+    "forgetting_scores": "_scores",
+    "importance_scores": "_scores",
+    "margin_scores": "_scores",
+    "ssp_scores": "_scores",
+    "train_scoring_model": "_scores",
+    "knn_similarity": "_similarity",
+    "SolverResult": "_solver",
+    "objective": "_solver",
+    "partition_budgets": "_solver",
+    "select": "_solver",
+    "solve": "_solver",
+    "resolve_budget": "_validate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public functions on first use, so ``import iclr25_infomax`` loads neither scipy nor torch."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'iclr25_infomax' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"iclr25_infomax.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "SolverResult",
@@ -61,3 +101,7 @@ __all__ = [
     "train_scoring_model",
 ]
 __version__ = distribution_version("iclr25-infomax")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

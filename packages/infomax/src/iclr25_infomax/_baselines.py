@@ -15,6 +15,7 @@ from threadpoolctl import threadpool_limits
 
 from iclr25_infomax._solver import _check_alpha
 from iclr25_infomax._validate import as_features, as_indices, as_scores, as_similarity, resolve_budget
+from iclr25_shared.checks import check_choice, check_float, check_int
 
 __all__ = [
     "ccs_select",
@@ -30,9 +31,7 @@ _DIRECTIONS = ("hard_first", "easy_first")
 
 
 def _seed(seed: Any) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    return int(seed)
+    return check_int("seed", seed, low=0)
 
 
 def random_select(n: int, budget: int | float, *, seed: int = 0) -> np.ndarray:
@@ -44,8 +43,7 @@ def random_select(n: int, budget: int | float, *, seed: int = 0) -> np.ndarray:
     Raises:
         ValueError: ``n < 1``, bad budget or seed.
     """
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
+    n = check_int("n", n, low=1)
     p = resolve_budget(budget, int(n))
     rng = np.random.default_rng(_seed(seed))
     return np.sort(rng.choice(int(n), size=p, replace=False)).astype(np.int64)
@@ -63,8 +61,7 @@ def topk_select(scores: Any, budget: int | float, *, direction: str = "hard_firs
         ValueError: bad scores or budget; ``direction`` not ``hard_first`` / ``easy_first``.
     """
     scores = as_scores(scores)
-    if direction not in _DIRECTIONS:
-        raise ValueError(f"direction must be one of {', '.join(_DIRECTIONS)}; got {direction!r}")
+    check_choice("direction", direction, _DIRECTIONS)
     p = resolve_budget(budget, scores.size)
     key = scores if direction == "hard_first" else -scores
     order = np.lexsort((np.arange(scores.size), -key))
@@ -97,10 +94,8 @@ def ccs_select(
     scores = as_scores(scores)
     n = scores.size
     p = resolve_budget(budget, n)
-    if not 0.0 <= float(hard_prune) < 1.0:
-        raise ValueError(f"hard_prune must be in [0, 1), got {hard_prune!r}")
-    if isinstance(num_strata, bool) or not isinstance(num_strata, (int, np.integer)) or num_strata < 1:
-        raise ValueError(f"num_strata must be an int >= 1, got {num_strata!r}")
+    hard_prune = check_float("hard_prune", hard_prune, low=0.0, high=1.0, high_inclusive=False)
+    num_strata = check_int("num_strata", num_strata, low=1)
     rng = np.random.default_rng(_seed(seed))
     hardest_first = np.lexsort((np.arange(n), -scores))
     n_prune = min(int(np.floor(hard_prune * n)), n - p)
@@ -160,8 +155,7 @@ def kcenter_select(
     x = as_features(features).astype(np.float64)
     n = x.shape[0]
     p = resolve_budget(budget, n)
-    if metric not in ("euclidean", "cosine"):
-        raise ValueError(f"metric must be 'euclidean' or 'cosine'; got {metric!r}")
+    check_choice("metric", metric, ("euclidean", "cosine"))
     if metric == "cosine":
         norms = np.linalg.norm(x, axis=1, keepdims=True)
         x = x / np.where(norms == 0, 1.0, norms)
@@ -228,8 +222,7 @@ def facility_location_select(
         Mirzasoleiman et al., "Coresets for Data-efficient Training of Machine Learning Models" (CRAIG), ICML 2020;
         Minoux, "Accelerated greedy algorithms for maximizing submodular set functions", 1978 (lazy greedy).
     """
-    if not np.isfinite(self_similarity) or self_similarity < 0:
-        raise ValueError(f"self_similarity must be finite and >= 0, got {self_similarity!r}")
+    self_similarity = check_float("self_similarity", self_similarity, low=0.0)
     if sp.issparse(similarity) or np.ndim(similarity) == 2:
         n = similarity.shape[0]
     else:

@@ -1,4 +1,6 @@
-"""Reproduction (data pruning on Fashion-MNIST) and benchmark (selection time / memory / objective quality)."""
+"""What the CLI runs: ``select`` (one coreset), ``reproduce`` (data pruning on Fashion-MNIST) and ``bench``
+(selection time / memory / objective quality). Each command takes ``(cfg, ctx)`` and returns a
+:class:`iclr25_shared.cli.Result`."""
 
 from __future__ import annotations
 
@@ -6,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,10 +24,14 @@ from iclr25_infomax._baselines import (
 from iclr25_infomax._scores import el2n_scores, train_scoring_model
 from iclr25_infomax._similarity import knn_similarity
 from iclr25_infomax._solver import objective, solve
-from iclr25_infomax._validate import resolve_budget
-from iclr25_shared.results import save_figure
+from iclr25_infomax._validate import as_features, as_scores, resolve_budget
+from iclr25_shared.checks import check_choice
+from iclr25_shared.cli import Result, RunContext
 
-__all__ = ["METHODS", "NESTED", "bench_run", "classifier_accuracy", "reproduce_run", "select_by"]
+if TYPE_CHECKING:
+    from iclr25_infomax.cli import BenchConfig, ReproduceConfig, SelectConfig
+
+__all__ = ["METHODS", "NESTED", "bench", "classifier_accuracy", "reproduce", "select", "select_by"]
 
 METHODS = (
     "random",
@@ -85,7 +91,8 @@ def select_by(
             scores[pool], sub, budget, alpha=alpha, iterations=iterations, partitions=partitions, seed=seed
         )
         return pool[res.indices]
-    raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
+    check_choice("method", method, METHODS)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def classifier_accuracy(
@@ -130,7 +137,7 @@ def classifier_accuracy(
 
 
 def _save_plot(
-    path: Path, budgets: Sequence[float], curves: dict[str, tuple[np.ndarray, np.ndarray]]
+    ctx: RunContext, name: str, budgets: Sequence[float], curves: dict[str, tuple[np.ndarray, np.ndarray]]
 ) -> None:
     import matplotlib
 
@@ -146,20 +153,16 @@ def _save_plot(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, ncol=2)
     fig.tight_layout()
-    save_figure(fig, path)
+    ctx.save_figure(name, fig)
 
 
-def reproduce_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
+def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     """Fashion-MNIST data pruning: every method × budget × seed; returns tables, metrics, notes and timings."""
-    import torch
-
-    from iclr25_shared.cli import progress
     from iclr25_shared.data import fashion_mnist
-    from iclr25_shared.device import resolve_device
 
-    device = resolve_device(cfg.device)
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    log = ctx.log.info
+    t_start = time.perf_counter()
+    device = ctx.torch_device()
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     xtr, ytr = fashion_mnist("train")
@@ -236,7 +239,7 @@ def reproduce_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
     train_kw = dict(
         steps=cfg.train_steps, hidden=cfg.hidden, batch_size=cfg.batch_size, lr=cfg.lr, device=device
     )
-    for m, c, s in progress(jobs, total=len(jobs), desc="coreset training", quiet=cfg.quiet):
+    for m, c, s in ctx.progress(jobs, total=len(jobs), desc="coreset training"):
         idx = selections.get((m, c, s), selections.get((m, c, 0)))
         acc[(m, c, s)] = classifier_accuracy(x_train[idx], ytr[idx], x_test, yte, seed=1000 + s, **train_kw)
     full = [
@@ -286,8 +289,7 @@ def reproduce_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
                 100 * (mean_at("infomax", c) - mean_at("hard_first", c)), 2
             )
         claims.append(row)
-    if cfg.out is not None:
-        _save_plot(Path(cfg.out) / "accuracy_vs_budget.png", cfg.budgets, curves)
+    _save_plot(ctx, "accuracy_vs_budget.png", cfg.budgets, curves)
     metrics = {
         "num_train": int(n),
         "num_test": len(yte),
@@ -304,13 +306,13 @@ def reproduce_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
         "Paper's claim (Fig. 1, §4): at small selection ratios InfoMax beats random and score-only selection; "
         "hard-first falls below random at high pruning rates.",
     ]
-    return {
-        "tables": {"test accuracy (%) mean ± SD over seeds": rows, "small-budget comparison": claims},
-        "metrics": metrics,
-        "device": str(device),
-        "notes": notes,
-        "timings": timings,
-    }
+    timings["total"] = time.perf_counter() - t_start
+    return Result(
+        tables={"test accuracy (%) mean ± SD over seeds": rows, "small-budget comparison": claims},
+        metrics=metrics,
+        notes=notes,
+        timings=timings,
+    )
 
 
 def _random_graph(n: int, k: int, rng: np.random.Generator) -> Any:
@@ -332,9 +334,11 @@ def _infomax_indices(
     return solve(scores, K, p, alpha=alpha, iterations=iterations, init=init).indices
 
 
-def bench_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
+def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     """Time / peak memory of InfoMax vs greedy vs facility location at growing N, and objective quality."""
     from iclr25_shared.device import PeakMemory, Timer
+
+    log = ctx.log.info
 
     rows = []
     for n in cfg.sizes:
@@ -416,13 +420,109 @@ def bench_run(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
                     "optimal (of trials)": f"{int(np.sum(np.isclose(vals, 1.0)))}/{len(vals)}",
                 }
             )
-    return {
-        "tables": {"selection time and memory": rows, "objective vs exact MILP optimum": quality},
-        "metrics": {},
-        "notes": [
+    return Result(
+        tables={"selection time and memory": rows, "objective vs exact MILP optimum": quality},
+        notes=[
             "Features: a Gaussian mixture (seeded), d and k as configured; scores uniform in [0, 1).",
             "Peak memory is the process's peak RSS growth during the call (CPU), above what was allocated before.",
             "Ratios are measured in the same run on the same machine.",
         ],
-        "timings": {},
+    )
+
+
+def _load(path: Path, name: str) -> np.ndarray:
+    """A plain ``.npy`` array from ``path``; a file that is not one (empty, truncated, pickled) is bad input."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, EOFError, OSError) as exc:
+        raise ValueError(f"--{name}: {str(path)!r} is not a readable .npy array ({exc})") from None
+
+
+def select(cfg: SelectConfig, ctx: RunContext) -> Result:
+    """One coreset from the user's features / scores (or the sklearn digits); indices saved as ``indices.npy``."""
+    from iclr25_infomax._scores import importance_scores
+    from iclr25_infomax._similarity import knn_similarity
+    from iclr25_infomax._solver import objective, solve
+
+    labels = None
+    if cfg.features is None:
+        from iclr25_shared.data import digits
+
+        images, labels = digits()
+        features = images.reshape(len(images), -1)
+        source = "sklearn digits (1 797 × 64 pixels)"
+    else:
+        features = as_features(_load(cfg.features, "features"), name="features")
+        source = str(cfg.features)
+        if cfg.labels is not None:
+            labels = _load(cfg.labels, "labels")
+    n = features.shape[0]
+    if cfg.scores is not None:
+        scores = as_scores(_load(cfg.scores, "scores"), name="scores")
+        if scores.size != n:
+            raise ValueError(
+                f"--scores has {scores.size} entries but --features has {n} rows; they must match"
+            )
+        if cfg.direction == "easy_first":
+            scores = -scores
+    else:
+        if labels is None and cfg.score_method != "ssp":
+            raise ValueError(
+                f"--score-method {cfg.score_method} needs --labels (or pass --scores, or use ssp)"
+            )
+        if labels is not None and np.shape(labels) != (n,):
+            raise ValueError(f"--labels has shape {np.shape(labels)} but --features has {n} rows")
+        ctx.log.info(f"computing {cfg.score_method} scores for {n} samples")
+        device = ctx.torch_device()
+        scores = importance_scores(
+            cfg.score_method,
+            labels=labels,
+            features=features,
+            direction=cfg.direction,
+            seed=cfg.seed,
+            device=str(device),
+        )
+    if not cfg.k < n:
+        raise ValueError(f"k must be < N = {n} (the number of samples), got {cfg.k}")
+    budget: int | float = int(cfg.budget) if cfg.budget > 1 else float(cfg.budget)
+    p = resolve_budget(budget, n)
+    if cfg.partitions > p:
+        raise ValueError(f"partitions must be <= budget ({p}), got {cfg.partitions}")
+    t0 = time.perf_counter()
+    K = knn_similarity(features, k=cfg.k)
+    t_knn = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if cfg.method == "infomax":
+        res = solve(
+            scores,
+            K,
+            p,
+            alpha=cfg.alpha,
+            iterations=cfg.iterations,
+            partitions=cfg.partitions,
+            seed=cfg.seed,
+            init=cfg.init,
+        )
+        idx = res.indices
+    else:
+        idx = np.sort(
+            select_by(
+                cfg.method, p, scores=scores, similarity=K, features=features, alpha=cfg.alpha, seed=cfg.seed
+            )
+        )
+    t_sel = time.perf_counter() - t0
+    value = objective(idx, scores, K, alpha=cfg.alpha)
+    ctx.log.info(
+        f"selected {idx.size} of {n} with {cfg.method} in {t_sel:.2f}s (kNN {t_knn:.2f}s); objective {value:.4f}"
+    )
+    metrics: dict[str, Any] = {
+        "num_samples": n,
+        "num_selected": int(idx.size),
+        "objective": value,
+        "source": source,
     }
+    if ctx.writes:
+        ctx.save_array("indices", idx)
+    else:
+        metrics["indices"] = " ".join(map(str, idx.tolist()))
+    return Result(metrics=metrics, timings={"knn_graph": t_knn, "select": t_sel})

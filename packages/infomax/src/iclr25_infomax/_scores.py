@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from iclr25_infomax._validate import as_features
+from iclr25_shared.checks import check_choice, check_float, check_int
 
 __all__ = [
     "ScoringRun",
@@ -140,10 +141,7 @@ def ssp_scores(features: Any, *, num_prototypes: int = 100, seed: int = 0) -> np
 
     x = as_features(features).astype(np.float64)
     n = x.shape[0]
-    if isinstance(num_prototypes, bool) or not isinstance(num_prototypes, (int, np.integer)):
-        raise TypeError(f"num_prototypes must be an int, got {num_prototypes!r}")
-    if not 1 <= num_prototypes <= n:
-        raise ValueError(f"num_prototypes must be in [1, {n}], got {num_prototypes}")
+    num_prototypes = check_int("num_prototypes", num_prototypes, low=1, high=n)
     norms = np.linalg.norm(x, axis=1, keepdims=True)
     x = x / np.where(norms == 0, 1.0, norms)
     if n > 20_000:
@@ -235,8 +233,9 @@ def train_scoring_model(
     num_classes = int(y.max()) + 1
     if num_classes < 2:
         raise ValueError("labels must hold at least 2 classes")
-    if epochs < 1 or batch_size < 1 or not lr > 0:
-        raise ValueError(f"epochs and batch_size must be >= 1 and lr > 0, got {epochs}, {batch_size}, {lr}")
+    epochs = check_int("epochs", epochs, low=1)
+    batch_size = check_int("batch_size", batch_size, low=1)
+    lr = check_float("lr", lr, low=0.0, low_inclusive=False)
     dev = resolve_device(device)
     gen = torch.Generator().manual_seed(int(seed))
     torch.manual_seed(int(seed))
@@ -307,10 +306,8 @@ def importance_scores(
     Raises:
         ValueError: unknown method or direction; the inputs the method needs are missing.
     """
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}; got {method!r}")
-    if direction not in DIRECTIONS:
-        raise ValueError(f"direction must be one of {', '.join(DIRECTIONS)}; got {direction!r}")
+    check_choice("method", method, METHODS)
+    check_choice("direction", direction, DIRECTIONS)
     if method == "ssp":
         source = features if features is not None else inputs
         if source is None:

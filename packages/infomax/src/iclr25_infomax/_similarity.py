@@ -8,6 +8,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from iclr25_infomax._validate import as_features
+from iclr25_shared.checks import check_choice, check_int
 
 __all__ = ["knn_similarity"]
 
@@ -74,15 +75,11 @@ def knn_similarity(
     """
     x = as_features(features)
     n = x.shape[0]
-    if metric not in _METRICS:
-        raise ValueError(f"metric must be one of {', '.join(_METRICS)}; got {metric!r}")
-    if backend not in _BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(_BACKENDS)}; got {backend!r}")
+    check_choice("metric", metric, _METRICS)
+    check_choice("backend", backend, _BACKENDS)
     if n < 2:
         raise ValueError(f"features must have at least 2 rows to build a kNN graph, got {n}")
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 1 <= k <= n - 1:
-        raise ValueError(f"k must be an int in [1, {n - 1}] (N - 1, the other samples), got {k!r}")
-    k = int(k)
+    k = check_int("k", k, low=1, high=n - 1)
     if backend == "auto":
         backend = "exact" if n <= EXACT_MAX_N else "hnsw"
     import faiss

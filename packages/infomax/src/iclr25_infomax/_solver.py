@@ -15,17 +15,13 @@ import numpy as np
 import scipy.sparse as sp
 
 from iclr25_infomax._validate import as_indices, as_scores, as_similarity, resolve_budget
+from iclr25_shared.checks import check_choice, check_float, check_int
 
 __all__ = ["SolverResult", "objective", "partition_budgets", "select", "solve"]
 
 
 def _check_alpha(alpha: Any) -> float:
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float, np.floating, np.integer)):
-        raise TypeError(f"alpha must be a non-negative number, got {alpha!r}")
-    value = float(alpha)
-    if not np.isfinite(value) or value < 0:
-        raise ValueError(f"alpha must be a finite number >= 0, got {alpha!r}")
-    return value
+    return check_float("alpha", alpha, low=0.0)
 
 
 def _mask(selection: Any, n: int) -> np.ndarray:
@@ -298,9 +294,7 @@ def _partition_labels(partitions: Any, n: int, p: int, seed: int) -> np.ndarray:
     if isinstance(partitions, bool):
         raise TypeError(f"partitions must be an int count or an (N,) array of group ids, got {partitions!r}")
     if isinstance(partitions, (int, np.integer)):
-        count = int(partitions)
-        if count < 1:
-            raise ValueError(f"partitions must be >= 1, got {count}")
+        count = check_int("partitions", partitions, low=1)
         if count > p:
             raise ValueError(
                 f"partitions must be <= budget ({p}) so every partition selects a sample, got {count}"
@@ -389,12 +383,9 @@ def solve(
     K = as_similarity(similarity, n)
     p = resolve_budget(budget, n)
     alpha = _check_alpha(alpha)
-    if isinstance(iterations, bool) or not isinstance(iterations, (int, np.integer)) or iterations < 1:
-        raise ValueError(f"iterations must be an int >= 1, got {iterations!r}")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
-    if init not in ("score", "greedy"):
-        raise ValueError(f"init must be 'score' or 'greedy'; got {init!r}")
+    iterations = check_int("iterations", iterations, low=1)
+    seed = check_int("seed", seed, low=0)
+    check_choice("init", init, ("score", "greedy"))
     fixed = as_indices([] if initial is None else initial, n, name="initial")
     if fixed.size > p:
         raise ValueError(f"initial has {fixed.size} indices, more than the budget {p}")
