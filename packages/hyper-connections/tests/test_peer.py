@@ -70,4 +70,6 @@ def test_same_function_with_random_connection_weights(peer) -> None:
     with torch.no_grad():
         a, b, ref = ours(IDS).logits, theirs(IDS).logits, base(IDS).logits
     torch.testing.assert_close(a, b, rtol=0, atol=1e-5)  # measured: 1.6e-6
-    assert (a - ref).abs().max() > 0.5  # the weights moved the function far from the residual one (measured 1.5)
+    assert (
+        a - ref
+    ).abs().max() > 0.5  # the weights moved the function far from the residual one (measured 1.5)

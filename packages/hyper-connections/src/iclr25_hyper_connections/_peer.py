@@ -102,3 +102,117 @@ def copy_connection_weights(ours: nn.Module, peer: nn.Module) -> int:
 
 def _is_ours(layer: nn.Module) -> bool:
     return isinstance(layer, HyperConnectedDecoderLayer)
+
+
+def peer(cfg: Any, ctx: Any) -> Any:
+    """This package vs the peer on the same decoder: agreement at and away from init, step time, activations."""
+    import copy
+    import statistics
+
+    from iclr25_hyper_connections._experiment import ModelSpec, build_model, saved_activation_bytes
+    from iclr25_hyper_connections._hf import apply_hyper_connections
+    from iclr25_hyper_connections._variants import Variant
+    from iclr25_shared.cli import Result
+    from iclr25_shared.device import PeakMemory, Timer, seed_everything
+
+    version = peer_version()
+    device = ctx.torch_device()
+    seed_everything(cfg.seed)
+    n = cfg.expansion_rate
+    spec = ModelSpec(dim=cfg.dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads, context=cfg.context)
+    base = build_model(cfg.vocab_size, spec, Variant(name="residual"), seed=cfg.seed).to(device)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    batch = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.context + 1), generator=gen).to(device)
+    ours = apply_hyper_connections(copy.deepcopy(base), expansion_rate=n, norm="rmsnorm")
+    ours_fast = apply_hyper_connections(copy.deepcopy(base), expansion_rate=n, norm="rmsnorm")
+    for m in ours_fast.modules():
+        if isinstance(m, HyperConnection):
+            m.recompute = False
+    theirs = apply_peer_hyper_connections(copy.deepcopy(base), expansion_rate=n)
+    names = ["residual", f"ours DHCx{n}", f"ours DHCx{n} (recompute=False)", f"peer DHCx{n} ({version})"]
+    models = [base, ours, ours_fast, theirs]
+
+    # 1. agreement: at initialisation, and with random connection weights (our stream-norm eps set to ~0)
+    with torch.no_grad():
+        ids = batch[:, :-1]
+        init_diff = (ours.eval()(ids).logits - theirs.eval()(ids).logits).abs().max().item()
+        init_vs_residual = (ours(ids).logits - base.eval()(ids).logits).abs().max().item()
+        probe = copy.deepcopy(ours)
+        probe_peer = copy.deepcopy(theirs)
+        g = torch.Generator().manual_seed(cfg.seed + 1)
+        for hc in (m for m in probe.modules() if isinstance(m, HyperConnection)):
+            for p in (
+                hc.static_alpha,
+                hc.static_beta,
+                hc.dynamic_alpha_fn,
+                hc.dynamic_beta_fn,
+                hc.norm.weight,
+            ):
+                p.add_(0.3 * torch.randn(p.shape, generator=g).to(p.device))
+            hc.dynamic_alpha_scale.fill_(0.5)
+            hc.dynamic_beta_scale.fill_(0.5)
+            hc.norm.eps = 1e-30
+        copy_connection_weights(probe, probe_peer)
+        a, b = probe(ids).logits, probe_peer(ids).logits
+        random_diff = (a - b).abs().max().item()
+        random_scale = (a - base(ids).logits).abs().max().item()
+        del probe, probe_peer
+    for m in models:
+        m.train()
+
+    # 2. time and memory, rounds of one AdamW step per model in rotating order
+    opts = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in models]
+
+    def loss_fn(model: nn.Module) -> Tensor:
+        logits = model(input_ids=batch[:, :-1]).logits
+        return nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+
+    times: list[list[float]] = [[] for _ in models]
+    for r in ctx.progress(range(cfg.warmup_steps + cfg.repeats), desc="peer"):
+        for k in range(len(models)):
+            i = (r + k) % len(models)
+            with Timer(device) as t:
+                opts[i].zero_grad(set_to_none=True)
+                loss_fn(models[i]).backward()
+                opts[i].step()
+            if r >= cfg.warmup_steps:
+                times[i].append(t.seconds)
+    rows = []
+    for i, (name, model) in enumerate(zip(names, models)):
+        opts[i].zero_grad(set_to_none=True)
+        params = list(model.parameters())
+        act = saved_activation_bytes(lambda model=model: loss_fn(model), exclude=params)
+        peak = None
+        if device.type == "cuda":
+            with PeakMemory(device) as mem:
+                loss_fn(model).backward()
+            peak = mem.peak_bytes / 2**20
+        opts[i].zero_grad(set_to_none=True)
+        rows.append(
+            {
+                "implementation": name,
+                "params": sum(p.numel() for p in params),
+                "step ms": 1000 * statistics.median(times[i]),
+                "time vs residual": statistics.median(a / b for a, b in zip(times[i], times[0])),
+                "time vs peer": statistics.median(a / b for a, b in zip(times[i], times[-1])),
+                "saved activations MiB": act / 2**20,
+                "peak memory MiB": peak,
+            }
+        )
+    return Result(
+        metrics={
+            "peer_version": version,
+            "max_abs_logit_diff_at_init": init_diff,
+            "max_abs_logit_diff_at_init_vs_residual": init_vs_residual,
+            "max_abs_logit_diff_random_weights": random_diff,
+            "max_abs_logit_change_random_weights": random_scale,
+        },
+        tables={"ours vs peer": rows},
+        notes=[
+            "Same Llama decoder and base weights; ours with norm='rmsnorm' (the peer's stream norm); both at the "
+            "eq. 14 initialisation with layer_index 2k / 2k+1.",
+            "random weights: every connection weight of ours perturbed and copied into the peer; our stream "
+            "RMSNorm eps set to ~0 (the peer's RMSNorm has none).",
+            "saved activations: bytes autograd keeps for backward; peak memory: CUDA only.",
+        ],
+    )

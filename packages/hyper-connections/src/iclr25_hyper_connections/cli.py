@@ -12,7 +12,16 @@ from iclr25_hyper_connections._variants import MAX_EXPANSION_RATE, check_variant
 from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
-__all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "ReproduceConfig", "TrainConfig", "main"]
+__all__ = [
+    "COMMANDS",
+    "DEFAULT",
+    "PROG",
+    "BenchConfig",
+    "PeerConfig",
+    "ReproduceConfig",
+    "TrainConfig",
+    "main",
+]
 
 PROG = "iclr25-hyper-connections"
 DEFAULT = "reproduce"
@@ -84,15 +93,15 @@ class TrainConfig(_TrainingOptions):
 class ReproduceConfig(CommonOptions):
     """Pre-train residual vs SHC/DHC decoders from scratch over >= 5 seeds, each with its own tuned learning rate.
 
-    The paper's headline comparison (OLMo, arXiv 2409.19606 §4) at small scale on real text: a 12-block decoder on
+    The paper's headline comparison (its OLMo pre-training runs, arXiv 2409.19606) at small scale on real text: a 12-block decoder on
     the Wikipedia summaries; every variant gets the learning rate that did best on a tuning seed (seed + 1000,
     not one of the reported seeds); the reported seeds give every variant the same initial weights and batches,
     so the loss differences are paired; 95 % t-intervals at several token counts; the paper's Fig. 3
     representation-collapse probe over every sub-layer. Options left unset take the --size preset."""
 
     size: Literal["quick", "full"] = "quick"
-    """quick (residual/SHCx4/DHCx4, d=32, 100 steps) or full (adds DHCx1/DHCx2,
-    d=64, 600 steps, 3 learning rates)."""
+    """quick (residual vs DHCx4, d=32, 100 steps, 2 learning rates) or full (residual, DHCx1, DHCx2, SHCx4,
+    DHCx4; d=64, 600 steps, 3 learning rates)."""
     variants: tuple[str, ...] | None = None
     """Variants to compare (the first one is the reference for the differences); default: the size preset."""
     num_seeds: int = 5
@@ -204,10 +213,49 @@ class BenchConfig(CommonOptions):
             check_int("expansion_rates", n, low=1, high=MAX_EXPANSION_RATE)
 
 
+@dataclass(frozen=True, kw_only=True)
+class PeerConfig(CommonOptions):
+    """This package beside the peer implementation (hyper-connections on PyPI) on the same decoder, in one run.
+
+    Reports whether the two agree numerically (at the eq. 14 initialisation and with random connection weights),
+    and step time and activation memory as ratios. Needs `pip install hyper-connections`."""
+
+    dim: int = 256
+    """Hidden size d."""
+    num_layers: int = 4
+    """Decoder layers."""
+    num_heads: int = 4
+    """Attention heads."""
+    context: int = 128
+    """Tokens per sequence."""
+    batch_size: int = 8
+    """Sequences per step."""
+    vocab_size: int = 256
+    """Vocabulary size (random tokens)."""
+    expansion_rate: int = 4
+    """Expansion rate n of both implementations (dynamic HC)."""
+    repeats: int = 7
+    """Timed rounds (one training step of every model each, rotating order); medians reported."""
+    warmup_steps: int = 2
+    """Untimed rounds first."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("dim", "num_layers", "num_heads", "context", "batch_size", "vocab_size", "repeats"):
+            check_int(name, getattr(self, name), low=1)
+        check_int("warmup_steps", self.warmup_steps, low=0)
+        check_int("expansion_rate", self.expansion_rate, low=1, high=MAX_EXPANSION_RATE)
+        if self.dim % self.num_heads or (self.dim // self.num_heads) % 2:
+            raise ValueError(
+                f"num_heads must divide dim into an even head size; got dim={self.dim}, num_heads={self.num_heads}"
+            )
+
+
 COMMANDS = {
     "train": (TrainConfig, "iclr25_hyper_connections._experiment:train"),
     "reproduce": (ReproduceConfig, "iclr25_hyper_connections._experiment:reproduce"),
     "bench": (BenchConfig, "iclr25_hyper_connections._experiment:bench"),
+    "peer": (PeerConfig, "iclr25_hyper_connections._peer:peer"),
 }
 
 

@@ -1,0 +1,121 @@
+"""The reproduction's statistics and bookkeeping: paired t-intervals, per-variant LR choice, resumable runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from iclr25_hyper_connections import _experiment
+from iclr25_hyper_connections._experiment import (
+    ModelSpec,
+    build_model,
+    consecutive_layer_similarity,
+    consecutive_sublayer_similarity,
+    paired_interval,
+)
+from iclr25_hyper_connections._variants import Variant
+from iclr25_hyper_connections.cli import main
+
+TINY = ["--dim", "16", "--num-layers", "2", "--num-heads", "2", "--context", "16", "--batch-size", "4"]
+TINY += ["--max-docs", "40", "--eval-batches", "1", "--eval-every", "2", "--quiet"]
+
+
+def test_paired_interval_has_95_percent_coverage() -> None:
+    # brute force: normal differences, n = 5 seeds; the t-interval must cover the true mean ~95 % of the time
+    rng = np.random.default_rng(0)
+    samples = rng.normal(0.03, 0.02, size=(4000, 5))
+    covered = 0
+    for row in samples:
+        _, low, high = paired_interval(row)
+        covered += low <= 0.03 <= high
+    assert abs(covered / len(samples) - 0.95) < 0.012
+    # the normal-quantile interval (1.96) would under-cover badly at n = 5: the t quantile matters
+    mean, low, high = paired_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0
+    assert high - mean == pytest.approx(4.303 * 1.0 / math.sqrt(3), rel=1e-6)
+
+
+def test_paired_interval_bad_input() -> None:
+    with pytest.raises(ValueError, match="at least 2 values"):
+        paired_interval([0.1])
+    with pytest.raises(ValueError, match="must be finite"):
+        paired_interval([0.1, float("nan")])
+    assert paired_interval([0.5, 0.5, 0.5]) == (0.5, 0.5, 0.5)  # zero spread: a point interval
+
+
+def test_large_df_quantile_is_continuous_with_the_table() -> None:
+    assert _experiment._t975(30) == 2.042
+    assert abs(_experiment._t975(31) - 2.040) < 2e-3
+    assert abs(_experiment._t975(1000) - 1.962) < 2e-3
+
+
+def test_sublayer_probe_at_init_is_the_same_for_residual_and_hc() -> None:
+    spec = ModelSpec(dim=16, num_layers=3, num_heads=2, context=8)
+    ids = torch.randint(0, 50, (2, 8), generator=torch.Generator().manual_seed(0))
+    base = build_model(50, spec, Variant.parse("residual"), seed=1)
+    hc = build_model(50, spec, Variant.parse("dhc4"), seed=1)
+    a, b = consecutive_sublayer_similarity(base, ids), consecutive_sublayer_similarity(hc, ids)
+    assert len(a) == 2 * 3 - 1
+    assert a == pytest.approx(b, abs=1e-6)
+    # every second pair (attention input -> FFN input of the same block) contains the per-layer probe's pairs' ends
+    assert len(consecutive_layer_similarity(base, ids)) == 2
+
+
+def test_reproduce_tunes_each_variant_and_resumes_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = [
+        "reproduce",
+        "--variants",
+        "residual",
+        "shc2",
+        "--num-seeds",
+        "2",
+        "--steps",
+        "2",
+        "--lrs",
+        "1e-3",
+    ]
+    args += ["3e-2", "--checkpoints", "2", *TINY, "--cache", str(tmp_path / "cache")]
+    assert main([*args, "--out", str(tmp_path / "a")]) == 0
+    first = json.loads((tmp_path / "a" / "results.json").read_text())
+    grid = first["tables"]["lr grid"]
+    assert [r["variant"] for r in grid] == ["residual", "SHCx2"]
+    for row in grid:  # the chosen rate is the grid's best for that variant
+        assert row["chosen"] == min((1e-3, 3e-2), key=lambda lr: row[f"lr {lr:g}"])
+    diffs = first["tables"]["paired differences at token counts"]
+    assert [(r["variant"], r["step"], r["tokens"]) for r in diffs] == [("SHCx2", 1, 64), ("SHCx2", 2, 128)]
+    assert all(r["95 % CI low"] <= r["Δ loss vs residual"] <= r["95 % CI high"] for r in diffs)
+    assert len(list((tmp_path / "cache").glob("run-*.json"))) == 2 * 2 + 2 * 2  # tuning + reported runs
+
+    def fail(*_a: object, **_k: object) -> None:
+        raise AssertionError("a cached run was trained again")
+
+    monkeypatch.setattr(_experiment, "train_lm", fail)
+    assert main([*args, "--out", str(tmp_path / "b")]) == 0
+    second = json.loads((tmp_path / "b" / "results.json").read_text())
+    assert second["tables"] == first["tables"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["reproduce", "--lrs", "0"], "lrs must be in (0.0, inf), got 0.0"),
+        (["reproduce", "--checkpoints", "0"], "checkpoints must be an integer in [1, inf), got 0"),
+        (["reproduce", "--size", "huge"], "--size"),
+        (["reproduce", "--dim", "30", "--num-heads", "4"], "num_heads must divide dim"),
+        (["peer", "--expansion-rate", "0"], "expansion_rate must be an integer in [1, 16], got 0"),
+    ],
+)
+def test_bad_reproduce_input_exits_2_with_one_line(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err
+    assert len(err.splitlines()) == 1
