@@ -115,6 +115,13 @@ def test_bench_tiny(tmp_path, capsys):
                 "4",
                 "--small-trials",
                 "2",
+                "--dense-n",
+                "12",
+                "--dense-p",
+                "4",
+                "--alphas",
+                "0.3",
+                "3",
                 "--out",
                 str(tmp_path / "b"),
                 "--quiet",
@@ -126,7 +133,19 @@ def test_bench_tiny(tmp_path, capsys):
     rows = rec["tables"]["selection time and memory"]
     assert rows[0]["N"] == 400
     assert rows[0]["objective infomax/greedy"] >= 1.0 - 1e-9
-    assert "objective / MILP optimum" in capsys.readouterr().out
+    quality = rec["tables"]["objective vs exact MILP optimum"]
+    assert {(r["instance"].split()[0], r["α"]) for r in quality} == {
+        ("knn", 0.3),
+        ("knn", 3.0),
+        ("dense", 0.3),
+        ("dense", 3.0),
+    }
+    for r in quality:
+        assert r["gap max (%)"] >= -1e-6  # nothing beats the exact optimum
+        if r["method"].endswith("default)"):
+            assert r["win/tie/loss vs greedy"].endswith("/0")  # never below greedy
+    assert rec["metrics"]["win_rate_vs_greedy_where_redundancy_binds"].endswith("0 worse")
+    assert "objective vs exact MILP optimum" in capsys.readouterr().out
     assert (
         main(
             [
@@ -142,6 +161,12 @@ def test_bench_tiny(tmp_path, capsys):
                 "--small-k",
                 "3",
                 "--small-trials",
+                "1",
+                "--dense-n",
+                "8",
+                "--dense-p",
+                "2",
+                "--alphas",
                 "1",
                 "--quiet",
             ]
@@ -217,3 +242,28 @@ def test_bad_files_exit_2(files, tmp_path, capsys):
 def test_reproduce_rejects_bad_budgets(capsys):
     assert main(["reproduce", "--budgets", "0.1", "1.5"]) == 2
     assert "budgets" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("which", ["features", "scores", "labels"])
+def test_empty_or_corrupt_npy_exits_2(files, tmp_path, which, capsys):
+    empty = tmp_path / "empty.npy"
+    empty.write_bytes(b"")  # a 0-byte file: what an interrupted writer leaves behind
+    args = {
+        name: str(path) for name, path in files.items() if name != ("labels" if which == "scores" else "x")
+    }
+    if which == "labels":
+        args.pop("scores")
+    args[which] = str(empty)
+    argv = ["select", "--quiet"]
+    for name, path in args.items():
+        argv += [f"--{name}", path]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"--{which}" in err and "not a readable .npy" in err, err
+    truncated = tmp_path / "truncated.npy"
+    np.save(truncated, np.ones(200))
+    truncated.write_bytes(truncated.read_bytes()[:100])
+    argv[argv.index(str(empty))] = str(truncated)
+    assert main(argv) == 2
+    assert f"--{which}" in capsys.readouterr().err

@@ -38,7 +38,14 @@ if TYPE_CHECKING:
         train_scoring_model,
     )
     from iclr25_infomax._similarity import knn_similarity
-    from iclr25_infomax._solver import SolverResult, objective, partition_budgets, select, solve
+    from iclr25_infomax._solver import (
+        SolverResult,
+        objective,
+        partition_budgets,
+        project_capped_simplex,
+        select,
+        solve,
+    )
     from iclr25_infomax._validate import resolve_budget
 
 _LAZY = {
@@ -59,6 +66,7 @@ _LAZY = {
     "SolverResult": "_solver",
     "objective": "_solver",
     "partition_budgets": "_solver",
+    "project_capped_simplex": "_solver",
     "select": "_solver",
     "solve": "_solver",
     "resolve_budget": "_validate",
@@ -92,6 +100,7 @@ __all__ = [
     "milp_select",
     "objective",
     "partition_budgets",
+    "project_capped_simplex",
     "random_select",
     "resolve_budget",
     "select",

@@ -17,7 +17,17 @@ import scipy.sparse as sp
 from iclr25_infomax._validate import as_indices, as_scores, as_similarity, resolve_budget
 from iclr25_shared.checks import check_choice, check_float, check_int
 
-__all__ = ["SolverResult", "objective", "partition_budgets", "select", "solve"]
+__all__ = [
+    "INITS",
+    "SolverResult",
+    "objective",
+    "partition_budgets",
+    "project_capped_simplex",
+    "select",
+    "solve",
+]
+
+INITS = ("relaxed", "greedy", "score")
 
 
 def _check_alpha(alpha: Any) -> float:
@@ -79,6 +89,7 @@ class SolverResult:
         iterations: gradient steps taken (accepted and rejected), summed over partitions.
         converged: every partition stopped at a fixed point (no improving swap left) rather than at ``iterations``.
         budgets: ``(P,)`` the per-partition budgets (they sum to ``p``).
+        starts: per partition, the start whose local optimum was kept: ``"relaxed"``, ``"greedy"`` or ``"score"``.
     """
 
     indices: np.ndarray
@@ -87,6 +98,7 @@ class SolverResult:
     iterations: int = 0
     converged: bool = True
     budgets: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    starts: list[str] = field(default_factory=list)
 
 
 def _ordered(
@@ -109,6 +121,94 @@ def _top(values: np.ndarray, m: int, tiebreak: np.ndarray, pool: np.ndarray) -> 
     return _ordered(cand, values, tiebreak, descending=True)[:m]
 
 
+def project_capped_simplex(y: Any, total: float, *, tol: float = 1e-10, max_iter: int = 200) -> np.ndarray:
+    """Euclidean projection of ``y`` onto the capped simplex ``{x ∈ [0, 1]^N : Σ x = total}``.
+
+    The projection is ``clip(y − τ, 0, 1)`` for the unique shift ``τ`` with ``Σ clip(y − τ, 0, 1) = total`` (KKT
+    conditions of ``min ‖x − y‖²``). ``s(τ)`` is piecewise linear and non-increasing, so ``τ`` is found by
+    safeguarded regula falsi (Illinois) inside a bisection bracket: exact once the bracket holds no breakpoint,
+    ``O(N)`` per evaluation.
+
+    Args:
+        y: ``(N,)`` finite float point to project.
+        total: the sum ``Σ x`` in ``[0, N]``.
+        tol: stop when ``|Σ x − total| <= tol · max(1, total)``.
+        max_iter: evaluations of ``s(τ)`` at most.
+
+    Returns:
+        ``(N,)`` float64 ``x`` with ``0 <= x <= 1`` and ``Σ x = total`` (to ``tol``).
+
+    Raises:
+        ValueError: ``total`` outside ``[0, N]`` or non-finite ``y``.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    if y.ndim != 1 or not np.isfinite(y).all():
+        raise ValueError(f"y must be a finite 1-D array, got shape {y.shape}")
+    total = check_float("total", total, low=0.0, high=float(y.size))
+    lo, hi = float(y.min()) - 1.0, float(y.max())  # s(lo) = N >= total >= 0 = s(hi)
+    s_lo, s_hi = float(y.size), 0.0
+    side = 0
+    x = np.clip(y - hi, 0.0, 1.0)
+    for _ in range(max_iter):
+        if s_lo - s_hi <= 0:
+            break
+        tau = lo + (s_lo - total) * (hi - lo) / (s_lo - s_hi)  # linear interpolation of s on [lo, hi]
+        if not lo < tau < hi:
+            tau = 0.5 * (lo + hi)
+        np.subtract(y, tau, out=x)
+        np.clip(x, 0.0, 1.0, out=x)
+        s = float(x.sum())
+        if abs(s - total) <= tol * max(1.0, total):
+            return x
+        if s > total:
+            lo, s_lo = tau, s
+            if side == -1:  # Illinois: halve the stale end's excess so the bracket shrinks from both sides
+                s_hi = total - 0.5 * (total - s_hi)
+            side = -1
+        else:
+            hi, s_hi = tau, s
+            if side == 1:
+                s_lo = total + 0.5 * (s_lo - total)
+            side = 1
+    return np.clip(y - 0.5 * (lo + hi), 0.0, 1.0)
+
+
+def _relaxed_start(
+    scores: np.ndarray, K: sp.csr_matrix, p: int, alpha: float, steps: int, free: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Projected gradient ascent on the continuous relaxation, annealed to a vertex; returns (x_relaxed, mask).
+
+    Maximises ``g_μ(x) = Iᵀx − α xᵀKx − μ‖x‖²`` over ``{x ∈ [0, 1]^N : Σx = p}`` (fixed samples held at 1) by
+    ``x ← Π(x + η ∇g_μ(x))``, with ``μ`` moved linearly from ``+μ₀`` to ``−μ₀``, ``μ₀ = α ρ`` and ``ρ`` the largest
+    row sum of ``|K|`` (``≥ |λ|`` of ``K``): at ``+μ₀`` the problem is concave (a unique maximiser, reached from any
+    start), at ``μ = 0`` it is the plain relaxation of the DQP, and ``−μ₀`` pushes the iterate to a vertex.
+    ``‖x‖²`` is constant on binary points with ``Σx = p``, so the schedule never changes the discrete objective.
+    Step ``η = 1 / (2(αρ + μ₀))``, the inverse Lipschitz constant of ``∇g_μ``. Rounding: the top-``p`` of ``x``
+    (ties: larger ``∇f``, then smaller index).
+    """
+    n = scores.size
+    fixed = ~free
+    p_free = p - int(fixed.sum())
+    pool = np.flatnonzero(free)
+    rho = float(np.abs(K).sum(axis=1).max()) if K.nnz else 0.0
+    mu0 = alpha * rho
+    x = np.zeros(n)
+    x[fixed] = 1.0
+    if p_free == 0:
+        return x, x.astype(bool)
+    x[pool] = p_free / pool.size
+    if mu0 > 0:
+        eta = 1.0 / (2.0 * (alpha * rho + mu0))
+        for t in range(steps):
+            mu = mu0 * (1.0 - 2.0 * t / max(1, steps - 1))
+            grad = scores - 2.0 * alpha * (K @ x) - 2.0 * mu * x
+            x[pool] = project_capped_simplex(x[pool] + eta * grad[pool], p_free)
+    grad = scores - 2.0 * alpha * (K @ x)
+    mask = fixed.copy()
+    mask[_top(x, p_free, grad, pool)] = True
+    return x, mask
+
+
 def _solve_one(
     scores: np.ndarray,
     K: sp.csr_matrix,
@@ -118,11 +218,22 @@ def _solve_one(
     fixed: np.ndarray,
     refine: bool,
     init: str,
-) -> tuple[np.ndarray, list[float], int, bool]:
-    """Solve one (sub)problem. Returns (mask, history, steps, converged)."""
+    relax_steps: int = 300,
+) -> tuple[np.ndarray, list[float], int, bool, str]:
+    """Solve one (sub)problem. Returns (mask, history, steps, converged, start that won)."""
     n = scores.size
     free = np.ones(n, dtype=bool)
     free[fixed] = False
+    if init == "relaxed":
+        if alpha == 0.0 or p == n or p == fixed.size:
+            return (*_solve_one(scores, K, p, alpha, iterations, fixed, refine, "score")[:4], "score")
+        _, mask = _relaxed_start(scores, K, p, alpha, relax_steps, free)
+        relaxed = _local_search(scores, K, p, alpha, iterations, fixed, refine, mask.astype(np.float64))
+        greedy = _solve_one(scores, K, p, alpha, iterations, fixed, refine, "greedy")
+        # The better of the two local optima (the relaxed one only when strictly better): never below greedy.
+        if relaxed[1][-1] > greedy[1][-1]:
+            return (*relaxed, "relaxed")
+        return greedy
     x = np.zeros(n, dtype=np.float64)
     x[fixed] = 1.0
     if init == "greedy":
@@ -131,6 +242,23 @@ def _solve_one(
         x[_greedy_order(scores, K, p, alpha, fixed)] = 1.0
     else:  # the top-(p - |fixed|) free samples by score (the score-only solution, exact at α = 0)
         x[_top(scores, p - fixed.size, scores, np.flatnonzero(free))] = 1.0
+    return (*_local_search(scores, K, p, alpha, iterations, fixed, refine, x), init)
+
+
+def _local_search(
+    scores: np.ndarray,
+    K: sp.csr_matrix,
+    p: int,
+    alpha: float,
+    iterations: int,
+    fixed: np.ndarray,
+    refine: bool,
+    x: np.ndarray,
+) -> tuple[np.ndarray, list[float], int, bool]:
+    """Gradient-ordered swap phase, then the exact-gain exchange phase, from the binary start ``x``."""
+    n = scores.size
+    free = np.ones(n, dtype=bool)
+    free[fixed] = False
     value = _value(x, scores, K, alpha)
     history = [value]
     if alpha == 0.0 or p == n or p == fixed.size:
@@ -209,6 +337,34 @@ def _best_swaps(
     return outside[pos], best_i[outside[pos]], gain[pos]
 
 
+def _independent_swaps(js: np.ndarray, is_: np.ndarray, gains: np.ndarray, K: sp.csr_matrix) -> np.ndarray:
+    """Which exchanges ``(i_t → j_t)`` to apply together: a set in which no two share a sample or an edge of ``K``.
+
+    Each exchange gets a unique priority (larger gain first, then smaller ``j``); every sample ``v`` records the
+    best priority ``m_v`` of the exchanges touching it, and ``M_v`` is the maximum of ``m`` over ``v`` and its
+    ``K``-neighbours. Exchange ``t`` is taken when its priority is ``>= M`` at both of its samples. Two taken
+    exchanges that touched or neighboured each other would each have to out-rank the other, so they cannot both be
+    taken; the best exchange overall is always taken. Their gains then add up exactly (the objective's pair terms
+    between them are zero). ``O(nnz(K) + #exchanges)``, no Python loop.
+
+    Returns:
+        ``(T,)`` boolean mask over the exchanges.
+    """
+    n = K.shape[0]
+    order = np.lexsort((js, -gains))
+    prio = np.empty(js.size)
+    prio[order] = np.arange(js.size, 0, -1, dtype=np.float64)  # unique, larger = better, all > 0
+    m = np.zeros(n)
+    np.maximum.at(m, js, prio)
+    np.maximum.at(m, is_, prio)
+    best = m.copy()
+    counts = np.diff(K.indptr)
+    rows = counts > 0
+    if rows.any():
+        best[rows] = np.maximum(best[rows], np.maximum.reduceat(m[K.indices], K.indptr[:-1][rows]))
+    return (prio >= best[js]) & (prio >= best[is_])
+
+
 def _refine(
     scores: np.ndarray,
     K: sp.csr_matrix,
@@ -229,17 +385,10 @@ def _refine(
         js, is_, gains = _best_swaps(x, grad, K, diag, alpha, free)
         if js.size == 0:
             return x, history, steps, True
-        order = np.lexsort((js, -gains))
-        blocked = np.zeros(x.size, dtype=bool)
+        take = _independent_swaps(js, is_, gains, K)
         proposal = x.copy()
-        for t in order:
-            j, i = int(js[t]), int(is_[t])
-            if blocked[j] or blocked[i]:
-                continue
-            proposal[i], proposal[j] = 0.0, 1.0
-            for v in (i, j):
-                blocked[v] = True
-                blocked[K.indices[K.indptr[v] : K.indptr[v + 1]]] = True
+        proposal[is_[take]] = 0.0
+        proposal[js[take]] = 1.0
         new_value = _value(proposal, scores, K, alpha)
         if not new_value > value:  # cannot happen for independent swaps, except through rounding
             return x, history, steps, True
@@ -326,24 +475,36 @@ def solve(
     seed: int = 0,
     initial: Any = None,
     refine: bool = True,
-    init: str = "greedy",
+    init: str = "relaxed",
+    relax_steps: int = 300,
 ) -> SolverResult:
     """InfoMax selection with diagnostics; :func:`select` returns only the indices.
 
-    The solver works on the binary iterate ``X`` directly. Each step computes the gradient of the objective,
+    **Default (``init="relaxed"``): the continuous relaxation.** ``X ∈ {0,1}^N`` is relaxed to the capped simplex
+    ``{x ∈ [0, 1]^N : Σx = p}`` and ``x`` follows projected gradient ascent ``x ← Π(x + η∇)`` (``relax_steps``
+    steps, one sparse mat-vec and one ``O(N)`` projection each, :func:`project_capped_simplex`) on
+    ``Iᵀx − α xᵀKx − μ‖x‖²``, with ``μ`` annealed from a value that makes the problem concave to its negative,
+    which drives ``x`` to a vertex (``‖x‖² = p`` on every feasible binary point, so the annealing term never
+    changes the DQP's ranking of subsets). The top-``p`` of the final ``x`` is the binary start of the two
+    discrete phases below. The same phases are also run from the greedy solution, and the better of the two
+    local optima is returned (the relaxed one only when strictly better), so the objective is never below
+    :func:`greedy_select`'s.
+
+    **Discrete phases.** The solver then works on the binary iterate ``X`` directly. Each step computes the gradient of the objective,
     ``∇ = I − 2αKX`` (one sparse mat-vec, ``O(N·k)``), and moves toward the top-``p`` indicator of ``∇``: the
     outsiders with the largest gradient replace the insiders with the smallest, as long as the outsider's gradient
     is larger. A step is accepted only if the exact objective increases; otherwise the number of coordinates it may
     swap (the trust region, initially the full jump to ``top-p(∇)``) is halved. This phase stops at a fixed point
-    ``X = top-p(∇f(X))``, when a single swap no longer improves, or after ``iterations`` steps. By default
-    (``init="greedy"``) ``X`` starts from :func:`greedy_select`, so the result is never worse than greedy;
-    ``init="score"`` starts from the top-``p`` by score, as the paper describes. Either way ``α = 0`` returns exactly
-    the top-``p`` by score (ties to the smaller index) and the objective never falls below the start.
+    ``X = top-p(∇f(X))``, when a single swap no longer improves, or after ``iterations`` steps. ``init="greedy"``
+    starts only from :func:`greedy_select`, ``init="score"`` only from the top-``p`` by score. Every ``init``
+    returns exactly the top-``p`` by score (ties to the smaller index) at ``α = 0``, and the objective never falls
+    below the start.
 
     With ``refine=True`` (default) a second phase applies the exact exchange gain, which adds the pair term the
     linearisation misses, ``Δ_ij = ∇_j − ∇_i − α(K_ii + K_jj) + 2αK_ij``: every round takes, for each outsider, its
     best insider partner, and applies the improving exchanges that share no edge of ``K`` (their gains then add up
-    exactly). It ends at a 1-swap local optimum or after ``iterations`` rounds. Both phases are monotone.
+    exactly; see :func:`_independent_swaps`). It ends at a 1-swap local optimum or after ``iterations`` rounds. Both
+    phases are monotone.
 
     Partitioning (``partitions > 1``) assigns samples to random, equal-size parts (seeded), gives each part a budget
     proportional to its size (the budgets sum to ``p`` exactly) and solves each part on its own block of ``K``
@@ -362,7 +523,8 @@ def solve(
         initial: optional unique indices that must be selected (a warm start / fixed seed set); they count toward
             ``budget``.
         refine: run the exact-gain exchange phase after the gradient phase (our addition; see README).
-        init: ``"greedy"`` (default; our choice) or ``"score"`` (top-p by score, the paper's start).
+        init: ``"relaxed"`` (default: relaxation, best of it and greedy), ``"greedy"`` or ``"score"``.
+        relax_steps: projected-gradient steps on the relaxation per partition (``init="relaxed"`` only, >= 1).
 
     Returns:
         A :class:`SolverResult`.
@@ -385,7 +547,8 @@ def solve(
     alpha = _check_alpha(alpha)
     iterations = check_int("iterations", iterations, low=1)
     seed = check_int("seed", seed, low=0)
-    check_choice("init", init, ("score", "greedy"))
+    check_choice("init", init, INITS)
+    relax_steps = check_int("relax_steps", relax_steps, low=1)
     fixed = as_indices([] if initial is None else initial, n, name="initial")
     if fixed.size > p:
         raise ValueError(f"initial has {fixed.size} indices, more than the budget {p}")
@@ -404,13 +567,23 @@ def solve(
     history: list[float] = []
     steps_total = 0
     all_converged = True
+    starts: list[str] = []
     for g, b in zip(groups, budgets):
         if b == 0:
             continue
         sub_K = K if num_parts == 1 else K[g][:, g].tocsr()
-        mask, hist, steps, conv = _solve_one(
-            scores[g], sub_K, int(b), alpha, int(iterations), np.flatnonzero(is_fixed[g]), bool(refine), init
+        mask, hist, steps, conv, start = _solve_one(
+            scores[g],
+            sub_K,
+            int(b),
+            alpha,
+            int(iterations),
+            np.flatnonzero(is_fixed[g]),
+            bool(refine),
+            init,
+            relax_steps,
         )
+        starts.append(start)
         chosen[g[mask]] = True
         history += hist
         steps_total += steps
@@ -419,7 +592,7 @@ def solve(
     if indices.size != p:  # pragma: no cover - guarded by construction
         raise RuntimeError(f"internal error: selected {indices.size} samples, expected {p}")
     value = _value(chosen.astype(np.float64), scores, K, alpha)
-    return SolverResult(indices, value, history, steps_total, all_converged, budgets)
+    return SolverResult(indices, value, history, steps_total, all_converged, budgets, starts)
 
 
 def select(
@@ -433,7 +606,8 @@ def select(
     seed: int = 0,
     initial: Any = None,
     refine: bool = True,
-    init: str = "greedy",
+    init: str = "relaxed",
+    relax_steps: int = 300,
 ) -> np.ndarray:
     """Select a coreset by InfoMax: exactly ``budget`` unique indices maximising importance minus redundancy.
 
@@ -456,4 +630,5 @@ def select(
         initial=initial,
         refine=refine,
         init=init,
+        relax_steps=relax_steps,
     ).indices

@@ -43,9 +43,11 @@ def as_scores(scores: Any, *, name: str = "scores") -> np.ndarray:
     """``(N,)`` finite float64 scores.
 
     Raises:
-        TypeError: not numeric.
+        TypeError: not numeric, or boolean (a mask passed where scores belong).
         ValueError: not 1-D, empty, or holding NaN/Inf.
     """
+    if np.asarray(scores).dtype == bool:
+        raise TypeError(f"{name} must be real-valued importance scores, got a boolean array (a mask?)")
     try:
         arr = np.asarray(scores, dtype=np.float64)
     except (TypeError, ValueError) as exc:

@@ -25,7 +25,7 @@ SELECTORS = (
     "facility_location",
     "infomax_hp",
 )
-SOLVERS = ("greedy", "score")
+SOLVERS = ("relaxed", "greedy", "score")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,8 +69,11 @@ class SelectConfig(_Options):
     """Maximum solver steps per partition."""
     partitions: int = 1
     """Random dataset partitions solved independently (1 = none)."""
-    init: str = "greedy"
-    """Solver start: greedy (default) or score (top-p by score, the paper's start)."""
+    init: str = "relaxed"
+    """Solver start: relaxed (annealed projected gradient on the continuous relaxation, kept only when it beats the
+    greedy start; default), greedy, or score (top-p by score)."""
+    relax_steps: int = 300
+    """Projected-gradient steps on the relaxation (init relaxed)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -89,6 +92,7 @@ class SelectConfig(_Options):
         check_int("k", self.k, low=1)
         check_int("iterations", self.iterations, low=1)
         check_int("partitions", self.partitions, low=1)
+        check_int("relax_steps", self.relax_steps, low=1)
         if self.features is None and (self.scores is not None or self.labels is not None):
             raise ValueError("--scores/--labels need --features (the default digits data brings its own)")
 
@@ -192,11 +196,17 @@ class BenchConfig(_Options):
     small_k: int = 5
     """Small-instance kNN neighbours."""
     small_trials: int = 10
-    """Random small instances."""
+    """Random small instances per (graph, α)."""
+    dense_n: int = 24
+    """Small dense-K instance size (all clipped cosine similarities)."""
+    dense_p: int = 6
+    """Small dense-K instance budget."""
+    alphas: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0)
+    """Redundancy weights α of the small-instance comparison."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._tuples("sizes")
+        self._tuples("sizes", "alphas")
         if not self.sizes:
             raise ValueError("sizes must list at least one N")
         for n in self.sizes:
@@ -212,6 +222,12 @@ class BenchConfig(_Options):
         check_int("small_p", self.small_p, low=1, high=self.small_n)
         check_int("small_k", self.small_k, low=1, high=self.small_n - 1)
         check_int("small_trials", self.small_trials, low=1)
+        check_int("dense_n", self.dense_n, low=2, high=60)
+        check_int("dense_p", self.dense_p, low=1, high=self.dense_n)
+        if not self.alphas:
+            raise ValueError("alphas must list at least one α")
+        for a in self.alphas:
+            check_float("alphas", a, low=0.0)
         check_choice("graph", self.graph, ("knn", "random"))
 
 
