@@ -148,7 +148,7 @@ def test_bench_tiny_run_reports_ratios(tmp_path, capsys):
                  "--quiet"])  # fmt: skip
     assert code == 0
     results = json.loads((out / "results.json").read_text())
-    rows = results["tables"]["heavy_entries vs brute force (CPU, float64, same process)"]
+    rows = results["tables"]["heavy_entries vs brute force vs matmul floor (CPU, float64, same process)"]
     assert [r["n"] for r in rows] == [64, 128]
     assert all(r["same entries"] for r in rows)
     assert all(r["time ratio (cpu)"] > 0 and r["mem ratio"] > 0 for r in rows)

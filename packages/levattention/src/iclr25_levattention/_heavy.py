@@ -1,9 +1,12 @@
 """The universal set and the exact heavy-entry finder for f(x) = |x|^p attention, p even (arXiv:2410.05462).
 
 A_ij = f(⟨q_i, k_j⟩) / Σ_l f(⟨q_i, k_l⟩). Since A_ij ≤ σ_j (the f-sensitivity of key j), every entry ≥ ε lies in a
-column of U = {j : σ_j ≥ ε}, and |U| ≤ Σ_j σ_j / ε ≤ d^{p/2} / ε whatever Q is. The finder computes U, the exact
-row normalisers Z_i = Σ_l f(⟨q_i, k_l⟩) = ‖R φ(q_i)‖² from the d×d (or D×D) R factor of the keys, and the weights
-of the columns in U only: O(n D² + n |U| d) time, O(n d + D² + |U| d + chunk·|U|) memory, never n².
+column of U = {j : σ_j ≥ ε}, and |U| ≤ Σ_j σ_j / ε ≤ d^{p/2} / ε whatever Q is. The finder orthonormalises the
+keys (thin QR; whitened keys u_j and dual whitened queries w_i with ⟨w_i, u_j⟩ = ⟨q_i, k_j⟩), computes U from the
+leverage scores of φ(u) (the symmetric p/2-th tensor power), the exact row normalisers
+Z_i = Σ_l f(⟨q_i, k_l⟩) = ‖R_φ φ(w_i)‖² from the D×D R factor of φ(u), and the weights of the columns in U only,
+from the raw q_i and k_j as the brute force does: O(n D² + n_q |U| d) time, O(n d + D² + |U| d + chunk·|U|)
+memory, never n². Every step is basis-invariant (K → K M, Q → Q M⁻ᵀ).
 """
 
 from __future__ import annotations
@@ -41,8 +44,10 @@ class HeavyEntries:
         values: ``(m,)`` float64 weights A_ij (≥ eps).
         universal_set: ``(|U|,)`` int64 sorted key indices searched (``None`` for the brute force).
         normalizers: ``(n_queries,)`` float64 row sums Z_i = Σ_l |⟨q_i, k_l⟩|^p.
-        degenerate_rows: ``(r,)`` int64 queries with Z_i = 0 up to rounding (φ(q_i) ⟂ every key): their row of A
-            is 0/0, undefined, and reports no entries.
+        degenerate_rows: ``(r,)`` int64 queries orthogonal to every key (Z_i = 0): their row of A is 0/0,
+            undefined, reports no entries, and has normaliser 0. Decided scale-free: q_i has no component in the
+            span of the keys beyond the rounding level at which the rank of K is decided (in the
+            column-equilibrated basis; coordinates where every key is exactly 0 are ignored).
         eps, p: the threshold and exponent.
         rank: rank of φ(K) (Σ_j σ̄_j); ``bound = rank / eps`` ≥ |U| (≤ d^{p/2} / eps).
     """

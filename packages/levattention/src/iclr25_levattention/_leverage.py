@@ -1,9 +1,12 @@
 """Leverage scores, f-sensitivities of f(x) = |x|^p for even p, and ℓ_p Lewis weights.
 
-Everything here is float64 numpy. Leverage scores are computed from a rank-revealing factorisation: the rows are
-streamed through a TSQR (R of ``[R; block]``), then the SVD of the small ``R`` gives the numerical rank with a
-threshold, so rank-deficient inputs (e.g. the symmetric tensor powers used for p = 4) do not over-count the way a
-plain QR does (a plain QR of the rank-21 φ(K) for d = 6, p = 4 gives Σ τ = 36 instead of 21; see the tests).
+Everything here is float64 numpy. The keys are first orthonormalised: a streamed thin QR (TSQR, R of
+``[R; block]``, only the d×d R is kept) and the SVD of the column-equilibrated R give whitened keys u_j with
+orthonormal columns and the dual whitened queries (:class:`_Whitening`). Leverage scores and the p = 2m tensor
+features φ(u) are computed from the whitened keys, so nothing depends on the basis or the units of K
+(K → K M, Q → Q M⁻ᵀ leaves A unchanged, and now the answers too). The leverage scores of φ(u) come from a second
+TSQR and a rank-revealing SVD, so rank-deficient tensors do not over-count the way a plain QR does (a plain QR of
+the rank-21 φ(K) for d = 6, p = 4 gives Σ τ = 36 instead of 21; see the tests).
 
 References:
     Kannan, Bhattacharyya, Kacham, Woodruff. "LevAttention: Time, Space and Streaming Efficient Algorithm for
@@ -303,8 +306,10 @@ def leverage_scores(K: np.ndarray, *, rank_tol: float | None = None, chunk_size:
     f(x) = x² satisfies A_ij ≤ τ_j (paper §2). Scores lie in [0, 1], sum to rank(K), and are invariant to
     K → K M for invertible M.
 
-    Two passes over the rows in chunks of ``chunk_size`` (TSQR, then scoring), O(n d²) time and O(d² + chunk·d)
-    working memory besides the input.
+    Three streamed passes over the rows in chunks of ``chunk_size`` (TSQR of K, TSQR of the whitened keys,
+    scoring), O(n d²) time and O(d² + n d) working memory besides the input (the whitened keys are kept between
+    the last two passes when they fit in ``FEATURE_CACHE_BYTES``). Basis-invariant: computed from the
+    orthonormalised keys.
 
     Args:
         K: ``(n, d)`` keys, any real dtype (computed in float64).
@@ -339,7 +344,13 @@ def sensitivities(
         K: ``(n, d)`` keys.
         p: positive even integer. For odd or non-integer p use :func:`lewis_weights` (approximate).
         rank_tol: relative singular-value threshold on φ(K) (see :func:`leverage_scores`).
-        chunk_size: rows per chunk; working memory O(D² + chunk·D), D = C(d + m − 1, m).
+        chunk_size: rows per chunk. Working memory O(D² + n·D) floats, D = C(r + m − 1, m) with r = rank K, while
+            n·D·8 bytes ≤ ``FEATURE_CACHE_BYTES`` (256 MiB; φ is computed once and kept for the scoring pass),
+            else O(D² + chunk·D) (φ recomputed per chunk in the scoring pass).
+
+    The features are those of the whitened keys (see the module docstring), so the bounds do not change under
+    K → K M for any invertible M, and the rank decisions (singular values ≤ ``rank_tol · s_max`` of the
+    column-equilibrated factors) do not depend on the units of each coordinate.
 
     Returns:
         ``(n,)`` float64 in [0, 1].

@@ -82,7 +82,7 @@ class BenchConfig(CommonOptions):
 
     min_log_n: int = 10
     """Smallest n is 2^min_log_n."""
-    max_log_n: int = 16
+    max_log_n: int = 17
     """Largest n is 2^max_log_n."""
     d: int = 64
     """Key/query dimension."""
