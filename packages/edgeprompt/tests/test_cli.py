@@ -90,10 +90,18 @@ def test_bench_reports_ratios_against_classifier_only(tmp_path, capsys):
         "8",
         "--num-layers",
         "2",
+        "--subgraph-nodes",
+        "300",
+        "--subgraph-baseline-nodes",
+        "20",
         "--out",
         str(out),
     ]
     assert main(args) == 0
+    tables = json.loads((out / "results.json").read_text())["tables"]
+    sub = tables["2-hop node subgraphs vs a per-node k_hop_subgraph loop"]
+    assert [r["speedup"] for r in sub][1] == 1.0 and sub[0]["seconds_all_nodes"] > 0
+    assert tables["tuning step vs classifier-only"][0]["mode"] == "head on precomputed embeddings"
     rows = json.loads((out / "results.json").read_text())["tables"]["tuning step vs classifier-only"]
     assert [r["prompt"] for r in rows] == ["none", "gpf", "gpf-plus", "edgeprompt", "edgeprompt+"]
     assert rows[0]["time_ratio"] == 1.0
@@ -101,45 +109,85 @@ def test_bench_reports_ratios_against_classifier_only(tmp_path, capsys):
     assert rows[-1]["saved_for_backward_mib"] > rows[0]["saved_for_backward_mib"]
 
 
-def test_reproduce_tiny(tmp_path, capsys):
+def _write_tiny_tu(root, name="TINYTU", graphs=24):
+    """``graphs`` small graphs (triangles / paths, 2 classes by shape), raw TU text format, 1-based ids."""
+    raw = root / name / "raw"
+    raw.mkdir(parents=True)
+    a, indicator, labels, node_labels, offset = [], [], [], [], 0
+    for g in range(graphs):
+        cls = g % 2
+        edges = [(1, 2), (2, 3), (3, 1)] if cls == 0 else [(1, 2), (2, 3), (3, 4)]
+        n = 3 if cls == 0 else 4
+        a += [f"{u + offset}, {v + offset}\n{v + offset}, {u + offset}\n" for u, v in edges]
+        indicator += [f"{g + 1}\n"] * n
+        node_labels += [f"{i % 2}\n" for i in range(n)]
+        labels.append(f"{cls}\n")
+        offset += n
+    (raw / f"{name}_A.txt").write_text("".join(a))
+    (raw / f"{name}_graph_indicator.txt").write_text("".join(indicator))
+    (raw / f"{name}_graph_labels.txt").write_text("".join(labels))
+    (raw / f"{name}_node_labels.txt").write_text("".join(node_labels))
+
+
+def test_reproduce_tiny_on_tu_files(tmp_path, capsys):
+    _write_tiny_tu(tmp_path)
     out = tmp_path / "repro"
     args = [
         "reproduce",
         "--quiet",
+        "--datasets",
+        "TINYTU",
+        "--tu-root",
+        str(tmp_path),
         "--strategies",
         "graphcl",
         "--prompts",
         "none",
         "edgeprompt",
-        "--graph-seeds",
-        "1",
-        "--node-seeds",
-        "1",
-        "--num-graphs",
-        "20",
-        "--pretrain-graphs",
-        "10",
-        "--graph-shots",
-        "1",
+        "edgeprompt+",
+        "--inits",
+        "glorot",
+        "zero",
+        "--lrs",
+        "0.01",
+        "0.1",
+        "--seeds",
+        "2",
+        "--shots",
+        "3",
         "--epochs",
         "2",
         "--pretrain-epochs",
-        "1",
-        "--graph-hidden",
-        "8",
-        "--graph-layers",
         "2",
-        "--node-hidden",
+        "--hidden-channels",
         "8",
+        "--num-layers",
+        "2",
         "--out",
         str(out),
     ]
     assert main(args) == 0
     results = json.loads((out / "results.json").read_text())
-    table = results["tables"]["accuracy (mean ± SD over seeds, %)"]
-    assert {(r["strategy"], r["prompt"]) for r in table} == {("graphcl", "none"), ("graphcl", "edgeprompt")}
-    assert len(table) == 4  # graph and node task
-    assert "EP >= none" in results["tables"]["paper's claims, checked on these means"][0]
+    tables = results["tables"]
+    acc = tables["accuracy (test %, mean ± SD over seeds, at each method's validation-chosen lr)"]
+    # none once, each prompt method once per init
+    assert [(r["prompt"], r["init"]) for r in acc] == [
+        ("none", "-"),
+        ("edgeprompt", "glorot"),
+        ("edgeprompt", "zero"),
+        ("edgeprompt+", "glorot"),
+        ("edgeprompt+", "zero"),
+    ]
+    assert all(r["train/val/test"] == "6/2/10" for r in acc)  # 3 shots x 2 classes; 10 % / 40 % of 24
+    assert len(tables["learning-rate grid (means over seeds)"]) == 2 * 5
+    diffs = tables["paired differences (percentage points, 95% t-interval)"]
+    assert {d["comparison"] for d in diffs} == {
+        "edgeprompt - none",
+        "edgeprompt+ - none",
+        "edgeprompt+ - edgeprompt",
+    }
+    assert all(d["seeds"] == 2 for d in diffs)
+    assert tables["diagnostics (backbone and data)"][0]["shots"] == 3
 
 
 @pytest.mark.parametrize(
@@ -163,6 +211,9 @@ def test_reproduce_tiny(tmp_path, capsys):
         ),
         (["pretrain"], "out: pretrain writes the checkpoint"),
         (["reproduce", "--prompts", "gpt"], "prompts must be one of"),
+        (["reproduce", "--inits", "he"], "inits must be one of glorot, zero, small"),
+        (["reproduce", "--datasets", "NOPE", "--tu-root", "/nonexistent"], "NOPE_A.txt' does not exist"),
+        (["tune", "--init", "he"], "init must be one of glorot, zero, small"),
         (["bench", "--dataset", "karate"], "dataset must be one of fashion-superpixels, digits-grid"),
         (["frobnicate"], "unknown subcommand 'frobnicate'"),
     ],

@@ -34,11 +34,21 @@ if TYPE_CHECKING:
         from_pyg,
         load_dataset,
         node_subgraphs,
+        read_tu,
         superpixel_graph,
         superpixel_graphs,
     )
     from iclr25_edgeprompt._pretrain import STRATEGIES, PretrainSettings, nt_xent, pretrain
-    from iclr25_edgeprompt._prompt import GPF, EdgePrompt, EdgePromptPlus, GPFPlus, NodePrompt, PromptModule
+    from iclr25_edgeprompt._prompt import (
+        GPF,
+        INITS,
+        EdgePrompt,
+        EdgePromptPlus,
+        GPFPlus,
+        NodePrompt,
+        PromptModule,
+        init_prompt,
+    )
     from iclr25_edgeprompt._tuner import PROMPTS, PromptTuner, TuneSettings, make_prompt
 
 # Public name -> private module. Imported on first use, so `import iclr25_edgeprompt` (and the CLI's --help) does
@@ -55,6 +65,7 @@ _LAZY = {
             "from_pyg",
             "load_dataset",
             "node_subgraphs",
+            "read_tu",
             "superpixel_graph",
             "superpixel_graphs",
         ],
@@ -62,7 +73,17 @@ _LAZY = {
     ),
     **dict.fromkeys(["STRATEGIES", "PretrainSettings", "nt_xent", "pretrain"], "_pretrain"),
     **dict.fromkeys(
-        ["GPF", "EdgePrompt", "EdgePromptPlus", "GPFPlus", "NodePrompt", "PromptModule"], "_prompt"
+        [
+            "GPF",
+            "INITS",
+            "EdgePrompt",
+            "EdgePromptPlus",
+            "GPFPlus",
+            "NodePrompt",
+            "PromptModule",
+            "init_prompt",
+        ],
+        "_prompt",
     ),
     **dict.fromkeys(["PROMPTS", "PromptTuner", "TuneSettings", "make_prompt"], "_tuner"),
 }
@@ -86,6 +107,7 @@ __version__ = distribution_version("iclr25-edgeprompt")
 __all__ = [
     "BUILTIN_DATASETS",
     "GPF",
+    "INITS",
     "PROMPTS",
     "STRATEGIES",
     "BackboneConfig",
@@ -105,12 +127,14 @@ __all__ = [
     "digit_grid_graphs",
     "few_shot_split",
     "from_pyg",
+    "init_prompt",
     "load_backbone",
     "load_dataset",
     "make_prompt",
     "node_subgraphs",
     "nt_xent",
     "pretrain",
+    "read_tu",
     "save_backbone",
     "superpixel_graph",
     "superpixel_graphs",

@@ -6,6 +6,7 @@ A checkpoint is two files: ``<stem>.pt``, the backbone's plain ``state_dict`` (l
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from dataclasses import asdict, dataclass
@@ -34,8 +35,18 @@ class BackboneConfig:
         in_channels: input node-feature dim.
         hidden_channels: width of every layer's output.
         num_layers: message-passing layers (paper: 2 for GCN, 5 for GIN).
-        dropout: dropout between layers (inactive in eval mode, i.e. during prompt tuning).
+        dropout: dropout after each layer (inactive in eval mode, i.e. during prompt tuning).
         relu_messages: GIN only: ReLU on each message, the paper's form (see EdgePromptGINConv).
+        batch_norm: a BatchNorm1d after every layer, the official graph-task layout
+            (conv → BatchNorm → ReLU → dropout; the last layer without ReLU). ``None`` (default) = True for GIN,
+            False for GCN, as in the official code (github.com/xbfu/EdgePrompt, ``graph/model.py``,
+            ``node/model.py``). False gives the layout of checkpoints saved before this option existed
+            (conv → ReLU → dropout, no dropout after the last layer).
+        train_eps: GIN only: learn ε (official: a parameter initialised at 0); False keeps it a fixed 0 buffer.
+            The state dict is the same either way (key ``eps``).
+
+    Raises:
+        ValueError / TypeError: a field outside its allowed values (named in the message).
     """
 
     conv: str = "gcn"
@@ -44,18 +55,30 @@ class BackboneConfig:
     num_layers: int = 2
     dropout: float = 0.5
     relu_messages: bool = True
+    batch_norm: bool | None = None
+    train_eps: bool = True
 
     def __post_init__(self) -> None:
         check_choice("conv", self.conv, CONVS)
         for name in ("in_channels", "hidden_channels", "num_layers"):
             check_int(name, getattr(self, name), low=1)
         check_float("dropout", self.dropout, low=0.0, high=1.0, high_inclusive=False)
+        for name in ("relu_messages", "train_eps"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be a bool, got {getattr(self, name)!r}")
+        if self.batch_norm is None:
+            object.__setattr__(self, "batch_norm", self.conv == "gin")
+        elif not isinstance(self.batch_norm, bool):
+            raise TypeError(f"batch_norm must be a bool or None, got {self.batch_norm!r}")
 
 
 class GNNEncoder(nn.Module):
-    """A stack of prompt-aware GCN or GIN layers with ReLU + dropout between layers and mean pooling.
+    """A stack of prompt-aware GCN or GIN layers and mean pooling, laid out as the official code builds them.
 
-    GIN layers use the MLP Linear-BatchNorm-ReLU-Linear. The last layer has no activation.
+    Layer ``l``: ``h = conv_l(h, edge_index, edge_prompt_l)``, then (``batch_norm``) ``BatchNorm1d``, then ReLU
+    (all but the last layer), then dropout. GIN layers use the MLP Linear-BatchNorm-ReLU-Linear and a learnable ε
+    (``train_eps``). With ``batch_norm=False`` the layout is conv → ReLU → dropout between layers (the last layer
+    has no activation), the layout of this package's earlier checkpoints.
 
     Shapes:
         ``forward(x [N, in], edge_index [2, E], prompt=None) -> [N, hidden]``;
@@ -63,6 +86,13 @@ class GNNEncoder(nn.Module):
 
     ``prompt`` is an edge prompt (:class:`EdgePrompt`, :class:`EdgePromptPlus`: queried per layer with that layer's
     input and message edges) or a node prompt (:class:`GPF`, :class:`GPFPlus`: applied to ``x`` once), or None.
+
+    Raises (forward):
+        ValueError: ``x`` is not ``[N, in_channels]`` or has NaN/inf entries; ``edge_index`` is not ``[2, E]``
+            integer or has an entry outside ``[0, N)``.
+
+    References:
+        arXiv:2503.00750 §5.1 (GIN, 5 layers, hidden 128 for graph tasks; GCN, 2 layers for node tasks).
     """
 
     def __init__(self, config: BackboneConfig | None = None, **kwargs: Any) -> None:
@@ -84,7 +114,11 @@ class GNNEncoder(nn.Module):
                     nn.ReLU(),
                     nn.Linear(config.hidden_channels, config.hidden_channels),
                 )
-                self.convs.append(EdgePromptGINConv(mlp, relu_messages=config.relu_messages))
+                self.convs.append(
+                    EdgePromptGINConv(mlp, train_eps=config.train_eps, relu_messages=config.relu_messages)
+                )
+        if config.batch_norm:
+            self.batch_norms = nn.ModuleList(nn.BatchNorm1d(config.hidden_channels) for _ in dims)
         self.dropout = nn.Dropout(config.dropout)
 
     @property
@@ -98,10 +132,7 @@ class GNNEncoder(nn.Module):
         return self.config.hidden_channels
 
     def forward(self, x: Tensor, edge_index: Tensor, prompt: nn.Module | None = None) -> Tensor:
-        if x.dim() != 2 or x.size(-1) != self.config.in_channels:
-            raise ValueError(
-                f"GNNEncoder: expected node features [N, {self.config.in_channels}], got {tuple(x.shape)}"
-            )
+        _check_inputs(x, edge_index, self.config.in_channels)
         if isinstance(prompt, NodePrompt):
             x = prompt(x)
         elif prompt is not None and not isinstance(prompt, PromptModule):
@@ -119,7 +150,10 @@ class GNNEncoder(nn.Module):
             if isinstance(prompt, PromptModule):
                 edge_prompt = _LayerPrompt(prompt, layer, h)
             h = conv(h, edge_index, edge_prompt=edge_prompt)
-            if layer < last:
+            if self.config.batch_norm:
+                h = self.batch_norms[layer](h)
+                h = self.dropout(torch.relu(h) if layer < last else h)
+            elif layer < last:
                 h = self.dropout(torch.relu(h))
         return h
 
@@ -128,6 +162,31 @@ class GNNEncoder(nn.Module):
     ) -> Tensor:
         """Mean-pooled graph embeddings ``[B, hidden]`` (one graph when ``batch`` is None)."""
         return global_mean_pool(self(x, edge_index, prompt), batch)
+
+
+def _check_inputs(x: Tensor, edge_index: Tensor, in_channels: int) -> None:
+    """Node features ``[N, in_channels]`` finite; ``edge_index`` ``[2, E]`` integer with entries in ``[0, N)``."""
+    if not isinstance(x, Tensor) or x.dim() != 2 or x.size(-1) != in_channels:
+        shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+        raise ValueError(f"GNNEncoder: expected node features x of shape [N, {in_channels}], got {shape}")
+    if not bool(torch.isfinite(x).all()):
+        bad = ~torch.isfinite(x)
+        first = tuple(int(i) for i in torch.nonzero(bad)[0])
+        raise ValueError(
+            f"GNNEncoder: node features x have {int(bad.sum())} non-finite entries (NaN/inf), first at {first}"
+        )
+    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
+        shape = tuple(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index).__name__
+        raise ValueError(f"GNNEncoder: edge_index must have shape [2, E], got {shape}")
+    if edge_index.dtype.is_floating_point or edge_index.dtype == torch.bool:
+        raise ValueError(f"GNNEncoder: edge_index must hold integer node ids, got dtype {edge_index.dtype}")
+    if edge_index.numel():
+        low, high = int(edge_index.min()), int(edge_index.max())
+        if low < 0 or high >= x.size(0):
+            raise ValueError(
+                f"GNNEncoder: edge_index entries must be node ids in [0, {x.size(0) - 1}] (x has {x.size(0)} "
+                f"nodes), got min {low}, max {high}"
+            )
 
 
 class _LayerPrompt:
@@ -161,18 +220,52 @@ def save_backbone(model: GNNEncoder, path: str | Path, **metadata: Any) -> Path:
 def load_backbone(path: str | Path, map_location: str | torch.device = "cpu") -> GNNEncoder:
     """Load a checkpoint written by :func:`save_backbone` (``path`` is the .pt or the .json).
 
+    A ``.json`` without ``batch_norm`` / ``train_eps`` (written before those options existed) loads with both
+    False, the layout it was trained with.
+
     Raises:
         FileNotFoundError: the .pt or .json file is missing.
-        ValueError: the state dict does not fit the architecture in the .json.
+        ValueError: the .json is not valid JSON or lacks the architecture (``{"backbone": {...}}`` with at least
+            ``conv`` and ``in_channels``) or has unknown/invalid fields; the .pt is not a readable ``state_dict``
+            of tensors; the state dict does not fit the architecture in the .json.
     """
     pt = Path(path).with_suffix(".pt")
     meta_path = pt.with_suffix(".json")
     for p in (pt, meta_path):
         if not p.is_file():
             raise FileNotFoundError(f"backbone checkpoint file {str(p)!r} does not exist")
-    meta = json.loads(meta_path.read_text())
-    model = GNNEncoder(BackboneConfig(**meta["backbone"]))
-    state = torch.load(pt, map_location=map_location, weights_only=True)
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"backbone: {str(meta_path)!r} is not valid JSON ({exc})") from None
+    arch = meta.get("backbone") if isinstance(meta, dict) else None
+    fields = {f.name for f in dataclasses.fields(BackboneConfig)}
+    if not isinstance(arch, dict) or not {"conv", "in_channels"} <= arch.keys():
+        raise ValueError(
+            f"backbone: {str(meta_path)!r} does not describe an architecture: expected "
+            f'{{"backbone": {{"conv": ..., "in_channels": ..., ...}}}} with fields from {sorted(fields)}, '
+            f"got {_short(meta)}"
+        )
+    unknown = sorted(set(arch) - fields)
+    if unknown:
+        raise ValueError(f"backbone: {str(meta_path)!r} has unknown architecture fields {unknown}")
+    arch = {"batch_norm": False, "train_eps": False, **arch}
+    try:
+        config = BackboneConfig(**arch)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"backbone: {str(meta_path)!r}: {exc}") from None
+    model = GNNEncoder(config)
+    try:
+        state = torch.load(pt, map_location=map_location, weights_only=True)
+    except Exception as exc:  # pickle.UnpicklingError, RuntimeError (zip), EOFError, ... from a damaged file
+        raise ValueError(
+            f"backbone: {str(pt)!r} is not a readable PyTorch state dict ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})"
+        ) from None
+    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
+        raise ValueError(
+            f"backbone: {str(pt)!r} does not hold a state dict of tensors (got {type(state).__name__})"
+        )
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:
@@ -180,3 +273,8 @@ def load_backbone(path: str | Path, map_location: str | torch.device = "cpu") ->
             f"{pt}: state dict does not match the architecture in {meta_path.name}: {exc}"
         ) from None
     return model
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
-from torch_geometric.utils import k_hop_subgraph, to_undirected
+from torch_geometric.utils import to_undirected
 
 from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.errors import DatasetUnavailable
@@ -37,6 +37,7 @@ __all__ = [
     "from_pyg",
     "load_dataset",
     "node_subgraphs",
+    "read_tu",
     "superpixel_graph",
     "superpixel_graphs",
 ]
@@ -54,6 +55,7 @@ _TU = {
         "MUTAG",
         "PROTEINS",
         "COX2",
+        "BZR",
         "IMDB-BINARY",
     )
 }
@@ -150,16 +152,31 @@ def few_shot_split(
     return train_idx, test_idx
 
 
-def node_subgraphs(data: Data, num_hops: int = 2, nodes: Sequence[int] | Tensor | None = None) -> list[Data]:
+def node_subgraphs(
+    data: Data,
+    num_hops: int = 2,
+    nodes: Sequence[int] | Tensor | None = None,
+    *,
+    chunk_size: int = 4096,
+) -> list[Data]:
     """Each target node's ``num_hops``-hop induced subgraph, relabelled, with the node's label.
 
-    Every returned graph has ``x``, ``edge_index``, ``y`` (``[1]``) and ``center`` (``[1]``, the target's index in
-    the subgraph). An isolated node's subgraph is the node alone, with no edges.
+    The same subgraphs as PyG's ``k_hop_subgraph(node, num_hops, edge_index, relabel_nodes=True)`` (flow
+    source→target: the nodes from which the target is reached in at most ``num_hops`` steps; nodes in increasing
+    id order; the induced edges in their input order), computed for all targets at once: the reachable sets are
+    rows of the sparse product ``R_{k+1} = R_k + R_k A`` (``A[i, j] = 1`` for an edge ``j → i``; scipy CSR, in
+    chunks of ``chunk_size`` targets), and each target's induced edges are gathered from a CSR index of in-edges,
+    so the cost is the size of the subgraphs, not nodes × edges.
+
+    Every returned graph has ``x`` (float32), ``edge_index``, ``y`` (``[1]``) and ``center`` (``[1]``, the
+    target's index in the subgraph). An isolated node's subgraph is the node alone, with no edges.
 
     Raises:
-        ValueError: ``data`` has no ``y`` (no labels for a node task), no ``x``, no edges at all, or
-            ``num_hops < 1``.
+        ValueError: ``data`` has no ``y`` (no labels for a node task), no ``x``, no edges at all, an
+            ``edge_index`` entry outside ``[0, num_nodes)``, a target outside it, or ``num_hops < 1``.
     """
+    import scipy.sparse as sp
+
     if getattr(data, "y", None) is None:
         raise ValueError("node classification needs node labels: the graph has no 'y'")
     if getattr(data, "x", None) is None:
@@ -169,20 +186,53 @@ def node_subgraphs(data: Data, num_hops: int = 2, nodes: Sequence[int] | Tensor 
     if data.edge_index is None or data.edge_index.numel() == 0:
         raise ValueError("the graph has no edges; edge prompts (and message passing) need at least one edge")
     check_int("num_hops", num_hops, low=1)
-    targets = range(data.num_nodes) if nodes is None else [int(n) for n in nodes]
-    out = []
-    for node in targets:
-        subset, edge_index, mapping, _ = k_hop_subgraph(
-            node, num_hops, data.edge_index, relabel_nodes=True, num_nodes=data.num_nodes
+    check_int("chunk_size", chunk_size, low=1)
+    n = int(data.num_nodes)
+    ei = data.edge_index.cpu().numpy().astype(np.int64)
+    if ei.min() < 0 or ei.max() >= n:
+        raise ValueError(
+            f"edge_index entries must be node ids in [0, {n - 1}], got min {ei.min()}, max {ei.max()}"
         )
-        out.append(
-            Data(
-                x=data.x[subset].float(),
-                edge_index=edge_index,
-                y=data.y[node].view(1).long(),
-                center=mapping.view(1),
+    src, dst = ei
+    targets = np.arange(n) if nodes is None else np.asarray([int(v) for v in nodes], dtype=np.int64)
+    if targets.size and (targets.min() < 0 or targets.max() >= n):
+        raise ValueError(f"nodes must be ids in [0, {n - 1}], got min {targets.min()}, max {targets.max()}")
+    # In-edges of each node, in input order: in_edges[in_ptr[i]:in_ptr[i + 1]] are the ids of the edges j -> i.
+    in_edges = np.argsort(dst, kind="stable")
+    in_ptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))])
+    adj = sp.csr_matrix((np.ones(src.size, dtype=np.float32), (dst, src)), shape=(n, n))
+    adj.data[:] = 1.0  # duplicate edges sum; only reachability matters
+    x, y = data.x, data.y
+    mask = np.zeros(n, dtype=bool)
+    pos = np.zeros(n, dtype=np.int64)
+    out: list[Data] = []
+    for lo in range(0, targets.size, chunk_size):
+        chunk = targets[lo : lo + chunk_size]
+        reach = sp.csr_matrix(
+            (np.ones(chunk.size, dtype=np.float32), (np.arange(chunk.size), chunk)), shape=(chunk.size, n)
+        )
+        for _ in range(num_hops):
+            reach = reach + reach @ adj
+            reach.data[:] = 1.0
+        reach.sort_indices()
+        for b, node in enumerate(chunk.tolist()):
+            subset = reach.indices[reach.indptr[b] : reach.indptr[b + 1]].astype(np.int64)
+            mask[subset] = True
+            pos[subset] = np.arange(subset.size)
+            starts, counts = in_ptr[subset], in_ptr[subset + 1] - in_ptr[subset]
+            offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(counts)[:-1]]), counts)
+            cand = in_edges[np.arange(counts.sum()) + offsets]
+            keep = np.sort(cand[mask[src[cand]]])
+            mask[subset] = False
+            sub = torch.from_numpy(subset)
+            out.append(
+                Data(
+                    x=x[sub].float(),
+                    edge_index=torch.from_numpy(np.stack([pos[src[keep]], pos[dst[keep]]])),
+                    y=y[node].view(1).long(),
+                    center=torch.tensor([int(pos[node])]),
+                )
             )
-        )
     return out
 
 
@@ -392,6 +442,59 @@ def load_dataset(
     raise ValueError(f"dataset must be one of {', '.join(known)}; got {name!r}")
 
 
+def read_tu(name: str, root: str | Path, *, node_attributes: bool | None = None) -> TaskData:
+    """A TU graph-classification dataset from its raw text files, ``root/<name>/raw/<name>_*.txt``; writes nothing.
+
+    The files are parsed by PyG's own reader (``torch_geometric.io.read_tu_data``, what ``TUDataset`` runs), and the
+    node features are chosen as ``TUDataset(root, name, use_node_attr=node_attributes)`` chooses them: the
+    one-hot node labels, preceded by the continuous node attributes when ``node_attributes``. With ``None``
+    (default) the node labels alone are used, as in the official EdgePrompt code, or the attributes when the
+    dataset has no node labels. Graph labels are renumbered ``0..C-1`` in sorted order (MUTAG's -1/1 become 0/1).
+
+    Args:
+        name: the dataset's name as in its file names (``ENZYMES``, ``MUTAG``, ...).
+        root: the folder holding ``<name>/raw/``.
+        node_attributes: True: attributes and labels; False: labels only; None: labels, else attributes.
+
+    Returns:
+        A graph task: ``x [n_i, d]`` float32, ``edge_index [2, e_i]`` long (local ids), ``y [1]`` long per graph.
+
+    Raises:
+        FileNotFoundError: ``root/<name>/raw`` or its ``<name>_A.txt`` is missing.
+        ValueError: the files give no node features (neither node labels nor attributes), or they are malformed.
+    """
+    from torch_geometric.io import read_tu_data
+
+    raw = Path(root) / name / "raw"
+    if not (raw / f"{name}_A.txt").is_file():
+        raise FileNotFoundError(f"TU dataset {name!r}: {str(raw / (name + '_A.txt'))!r} does not exist")
+    try:
+        data, slices, sizes = read_tu_data(str(raw), name)
+    except (RuntimeError, ValueError, IndexError) as exc:
+        raise ValueError(f"TU dataset {name!r} in {str(raw)!r} could not be parsed: {exc}") from None
+    x = data.x
+    use_attributes = node_attributes
+    if use_attributes is None:
+        use_attributes = sizes["num_node_labels"] == 0
+    if x is not None and not use_attributes:
+        x = x[:, sizes["num_node_attributes"] :]
+    if x is None or x.size(-1) == 0:
+        raise ValueError(
+            f"TU dataset {name!r} has no node labels{'' if use_attributes else ' (try node_attributes=True)'}; "
+            "edge prompts need node features"
+        )
+    ns, es = slices["x"].tolist(), slices["edge_index"].tolist()
+    graphs = [
+        Data(
+            x=x[ns[i] : ns[i + 1]].float(),
+            edge_index=data.edge_index[:, es[i] : es[i + 1]],
+            y=data.y[i].view(1).long(),
+        )
+        for i in range(len(ns) - 1)
+    ]
+    return from_pyg(graphs, task="graph", name=name)
+
+
 def _load_pyg(real: str, *, root: str | Path | None, download: bool, num_hops: int) -> TaskData:
     planetoid = real in _PLANETOID.values()
     url = (
@@ -405,6 +508,8 @@ def _load_pyg(real: str, *, root: str | Path | None, download: bool, num_hops: i
         )
     root = Path(root)
     folder = root / real
+    if not planetoid and not (folder / "processed").is_dir() and (folder / "raw" / f"{real}_A.txt").is_file():
+        return read_tu(real, root)  # raw TU files: read in place, nothing written (root may be read-only)
     present = (folder / "processed").is_dir() or (folder / "raw").is_dir()
     if not present and not download:
         raise DatasetUnavailable(
@@ -419,7 +524,7 @@ def _load_pyg(real: str, *, root: str | Path | None, download: bool, num_hops: i
         else:
             from torch_geometric.datasets import TUDataset
 
-            ds = TUDataset(str(root), real, use_node_attr=True)
+            ds = TUDataset(str(root), real)  # node labels only, as read_tu and the official code
     except OSError as exc:  # URLError is an OSError
         raise DatasetUnavailable(
             f"could not load or download {real!r} from {url} into {str(folder)!r}: {exc}"

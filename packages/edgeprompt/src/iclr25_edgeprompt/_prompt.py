@@ -19,9 +19,44 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from iclr25_shared.checks import check_int
+from iclr25_shared.checks import check_choice, check_int
 
-__all__ = ["GPF", "EdgePrompt", "EdgePromptPlus", "GPFPlus", "NodePrompt", "PromptModule"]
+__all__ = [
+    "GPF",
+    "INITS",
+    "EdgePrompt",
+    "EdgePromptPlus",
+    "GPFPlus",
+    "NodePrompt",
+    "PromptModule",
+    "init_prompt",
+]
+
+#: Prompt initialisations: ``glorot`` (the official code's), ``zero`` (the prompted model starts as the frozen
+#: backbone: classifier-only at step 0) and ``small`` (Glorot scaled by :data:`SMALL_SCALE`).
+INITS = ("glorot", "zero", "small")
+SMALL_SCALE = 0.01
+#: The default, chosen by measurement (README, "Prompt initialisation").
+DEFAULT_INIT = "glorot"
+
+
+def init_prompt(tensor: Tensor, init: str) -> Tensor:
+    """Fill a prompt tensor ``[rows, d]`` in place with ``init`` (one of :data:`INITS`); return it.
+
+    ``glorot`` is Glorot/Xavier uniform, U(±sqrt(6 / (rows + d))), as ``torch_geometric.nn.inits.glorot`` in the
+    official code; ``small`` is that times :data:`SMALL_SCALE`; ``zero`` is all zeros.
+
+    Raises:
+        ValueError: unknown ``init``.
+    """
+    check_choice("init", init, INITS)
+    with torch.no_grad():
+        if init == "zero":
+            return tensor.zero_()
+        nn.init.xavier_uniform_(tensor)
+        if init == "small":
+            tensor.mul_(SMALL_SCALE)
+    return tensor
 
 
 def _dims(num_layers: int, dims: int | Sequence[int], owner: str) -> list[int]:
@@ -67,11 +102,12 @@ class EdgePrompt(PromptModule):
 
     Layer ``l``'s prompt ``p^(l)`` of shape ``[1, dims[l]]`` is added to every message of that layer. For GCN this
     amounts to the degree-dependent shift ``(sum_j norm_ij) * W p`` on node ``i``; for GIN it shifts each message
-    before the ReLU. Glorot-initialised, as in the official code.
+    before the ReLU.
 
     Args:
         num_layers: number of message-passing layers of the backbone.
         dims: input dim of each layer (an int for all layers, or one per layer).
+        init: ``glorot`` (the official code), ``zero`` or ``small`` (see :func:`init_prompt`).
 
     Raises:
         ValueError: ``num_layers < 1``, ``len(dims) != num_layers``, a dim < 1; at call time, features whose width
@@ -81,15 +117,16 @@ class EdgePrompt(PromptModule):
         arXiv:2503.00750, §4.1.
     """
 
-    def __init__(self, num_layers: int, dims: int | Sequence[int]) -> None:
+    def __init__(self, num_layers: int, dims: int | Sequence[int], *, init: str = DEFAULT_INIT) -> None:
         super().__init__()
         self.dims = _dims(num_layers, dims, "EdgePrompt")
+        self.init = check_choice("init", init, INITS)
         self.global_prompt = nn.ParameterList([nn.Parameter(torch.empty(1, d)) for d in self.dims])
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         for p in self.global_prompt:
-            nn.init.xavier_uniform_(p)
+            init_prompt(p, self.init)
 
     def forward(self, layer: int, h: Tensor, edge_index: Tensor) -> Tensor:
         """The prompt of ``layer``: ``[1, dims[layer]]`` (broadcast over the message edges)."""
@@ -111,6 +148,8 @@ class EdgePromptPlus(PromptModule):
         num_layers: number of message-passing layers.
         dims: input dim of each layer.
         num_anchors: anchor prompts per layer ``M`` (the official code uses 10 for node and 5 for graph tasks).
+        init: initialisation of the anchors ``A``: ``glorot`` (the official code), ``zero`` or ``small`` (see
+            :func:`init_prompt`); the score map keeps PyTorch's Linear initialisation.
 
     Raises:
         ValueError: bad ``num_layers``/``dims``/``num_anchors``; features of the wrong width at call time.
@@ -119,9 +158,12 @@ class EdgePromptPlus(PromptModule):
         arXiv:2503.00750, §4.2.
     """
 
-    def __init__(self, num_layers: int, dims: int | Sequence[int], num_anchors: int = 5) -> None:
+    def __init__(
+        self, num_layers: int, dims: int | Sequence[int], num_anchors: int = 5, *, init: str = DEFAULT_INIT
+    ) -> None:
         super().__init__()
         self.dims = _dims(num_layers, dims, "EdgePromptPlus")
+        self.init = check_choice("init", init, INITS)
         check_int("EdgePromptPlus: num_anchors", num_anchors, low=1)
         self.num_anchors = num_anchors
         self.anchors = nn.ParameterList([nn.Parameter(torch.empty(num_anchors, d)) for d in self.dims])
@@ -130,7 +172,7 @@ class EdgePromptPlus(PromptModule):
 
     def reset_parameters(self) -> None:
         for a in self.anchors:
-            nn.init.xavier_uniform_(a)
+            init_prompt(a, self.init)
         for lin in self.scores:
             lin.reset_parameters()
 
@@ -168,17 +210,19 @@ class GPF(NodePrompt):
 
     Args:
         in_channels: node-feature dim ``d``.
+        init: ``glorot`` (default of the GPF code), ``zero`` or ``small`` (see :func:`init_prompt`).
 
     References:
         Fang et al., NeurIPS 2023, arXiv:2209.15240, §4 (GPF).
     """
 
-    def __init__(self, in_channels: int) -> None:
+    def __init__(self, in_channels: int, *, init: str = DEFAULT_INIT) -> None:
         super().__init__()
         check_int("GPF: in_channels", in_channels, low=1)
         self.in_channels = in_channels
+        self.init = check_choice("init", init, INITS)
         self.global_emb = nn.Parameter(torch.empty(1, in_channels))
-        nn.init.xavier_uniform_(self.global_emb)
+        init_prompt(self.global_emb, self.init)
 
     def forward(self, x: Tensor) -> Tensor:
         self._check(x)
@@ -192,19 +236,21 @@ class GPFPlus(NodePrompt):
     Args:
         in_channels: node-feature dim ``d``.
         num_basis: number of basis prompts ``k`` (default 10).
+        init: initialisation of the basis prompts (see :func:`init_prompt`).
 
     References:
         Fang et al., NeurIPS 2023, arXiv:2209.15240, §4 (GPF-plus).
     """
 
-    def __init__(self, in_channels: int, num_basis: int = 10) -> None:
+    def __init__(self, in_channels: int, num_basis: int = 10, *, init: str = DEFAULT_INIT) -> None:
         super().__init__()
         check_int("GPFPlus: in_channels", in_channels, low=1)
         check_int("GPFPlus: num_basis", num_basis, low=1)
         self.in_channels = in_channels
         self.basis = nn.Parameter(torch.empty(num_basis, in_channels))
         self.attention = nn.Linear(in_channels, num_basis, bias=False)
-        nn.init.xavier_uniform_(self.basis)
+        self.init = check_choice("init", init, INITS)
+        init_prompt(self.basis, self.init)
 
     def forward(self, x: Tensor) -> Tensor:
         self._check(x)

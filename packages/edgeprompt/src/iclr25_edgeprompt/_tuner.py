@@ -22,7 +22,15 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader
 
 from iclr25_edgeprompt._backbone import GNNEncoder
-from iclr25_edgeprompt._prompt import GPF, EdgePrompt, EdgePromptPlus, GPFPlus, NodePrompt, PromptModule
+from iclr25_edgeprompt._prompt import (
+    DEFAULT_INIT,
+    GPF,
+    EdgePrompt,
+    EdgePromptPlus,
+    GPFPlus,
+    NodePrompt,
+    PromptModule,
+)
 from iclr25_shared.checks import check_float, check_int
 
 __all__ = ["PROMPTS", "PromptTuner", "TuneSettings", "make_prompt"]
@@ -31,7 +39,7 @@ PROMPTS = ("none", "gpf", "gpf-plus", "edgeprompt", "edgeprompt+")
 
 
 def make_prompt(
-    name: str, backbone: GNNEncoder, *, num_anchors: int = 5, num_basis: int = 10
+    name: str, backbone: GNNEncoder, *, num_anchors: int = 5, num_basis: int = 10, init: str = DEFAULT_INIT
 ) -> nn.Module | None:
     """Build the prompt ``name`` sized for ``backbone``.
 
@@ -40,6 +48,7 @@ def make_prompt(
         backbone: fixes the dims (per-layer input dims for edge prompts, input dim for node prompts).
         num_anchors: anchors per layer for EdgePrompt+.
         num_basis: basis prompts for GPF-plus.
+        init: prompt initialisation, ``glorot``, ``zero`` or ``small`` (:func:`init_prompt`).
 
     Raises:
         ValueError: unknown ``name``.
@@ -47,13 +56,13 @@ def make_prompt(
     if name == "none":
         return None
     if name == "gpf":
-        return GPF(backbone.config.in_channels)
+        return GPF(backbone.config.in_channels, init=init)
     if name == "gpf-plus":
-        return GPFPlus(backbone.config.in_channels, num_basis)
+        return GPFPlus(backbone.config.in_channels, num_basis, init=init)
     if name == "edgeprompt":
-        return EdgePrompt(backbone.config.num_layers, backbone.layer_dims)
+        return EdgePrompt(backbone.config.num_layers, backbone.layer_dims, init=init)
     if name == "edgeprompt+":
-        return EdgePromptPlus(backbone.config.num_layers, backbone.layer_dims, num_anchors)
+        return EdgePromptPlus(backbone.config.num_layers, backbone.layer_dims, num_anchors, init=init)
     raise ValueError(f"prompt must be one of {', '.join(PROMPTS)}; got {name!r}")
 
 
@@ -157,10 +166,14 @@ class PromptTuner(nn.Module):
         *,
         seed: int = 0,
         callback: Callable[[int, float], None] | None = None,
+        cache_embeddings: bool = True,
     ) -> list[float]:
         """Train prompt + head on ``graphs`` (each with ``y [1]``); return the mean loss of each epoch.
 
         Shuffling uses a ``torch.Generator`` seeded with ``seed``. ``callback(epoch, loss)`` runs after each epoch.
+        Without a prompt (classifier only) and with ``cache_embeddings``, the frozen backbone embeds every graph
+        once and the head trains on those fixed embeddings, in the same batches and order (the same optimisation,
+        without re-running the GNN each step).
 
         Raises:
             ValueError: ``graphs`` is empty or a label is outside the head's classes.
@@ -171,6 +184,8 @@ class PromptTuner(nn.Module):
         device = next(self.backbone.parameters()).device
         params = self.trainable_parameters()
         optimizer = torch.optim.Adam(params, lr=settings.lr, weight_decay=settings.weight_decay)
+        if self.prompt is None and cache_embeddings:
+            return self._fit_head(graphs, settings, optimizer, seed, callback)
         loader = DataLoader(
             list(graphs),
             batch_size=settings.batch_size,
@@ -195,6 +210,51 @@ class PromptTuner(nn.Module):
                 total += float(loss.detach()) * batch.num_graphs
                 count += batch.num_graphs
             history.append(total / count)
+            if callback is not None:
+                callback(epoch, history[-1])
+        self.eval()
+        return history
+
+    def _fit_head(
+        self,
+        graphs: Sequence[Data],
+        settings: TuneSettings,
+        optimizer: torch.optim.Optimizer,
+        seed: int,
+        callback: Callable[[int, float], None] | None,
+    ) -> list[float]:
+        """Classifier-only training on embeddings computed once (same batches as the DataLoader path)."""
+        device = next(self.backbone.parameters()).device
+        self.eval()
+        with torch.no_grad():
+            parts = [
+                (self.embed(b.to(device)), b.y.view(-1).to(device))
+                for b in DataLoader(list(graphs), batch_size=256)
+            ]
+        emb = torch.cat([e for e, _ in parts])
+        labels = torch.cat([y for _, y in parts])
+        if int(labels.max()) >= int(self.head(emb[:1]).size(-1)):
+            raise ValueError(f"label {int(labels.max())} is outside the head's classes")
+        gen = torch.Generator().manual_seed(seed)
+        history = []
+        self.train()
+        n = emb.size(0)
+        for epoch in range(settings.epochs):
+            total = 0.0
+            # Per epoch a DataLoader draws its worker base seed from the generator, then its RandomSampler draws
+            # one permutation per full pass plus one (empty slice) at the end; drawing the same keeps the
+            # batches identical to the uncached path.
+            torch.empty((), dtype=torch.int64).random_(generator=gen)
+            order = torch.randperm(n, generator=gen).to(device)
+            torch.randperm(n, generator=gen)
+            for lo in range(0, n, settings.batch_size):
+                idx = order[lo : lo + settings.batch_size]
+                loss = F.cross_entropy(self.head(emb[idx]), labels[idx])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                total += float(loss.detach()) * idx.numel()
+            history.append(total / n)
             if callback is not None:
                 callback(epoch, history[-1])
         self.eval()

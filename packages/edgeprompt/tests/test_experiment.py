@@ -1,0 +1,50 @@
+"""Experiment helpers: the three-way split, paired t-intervals, cached classifier-only training."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from iclr25_edgeprompt import GNNEncoder, PromptTuner, TuneSettings, digit_grid_graphs
+from iclr25_edgeprompt._experiment import paired_interval, split_three_way
+
+
+def test_three_way_split_is_disjoint_sized_and_seeded():
+    labels = torch.arange(100) % 4
+    train, val, test = split_three_way(labels, 5, seed=3, test_fraction=0.4, val_fraction=0.1)
+    assert torch.bincount(labels[train]).tolist() == [5] * 4
+    assert len(val) == 10 and len(test) == 40
+    assert not set(train.tolist()) & set(val.tolist()) and not set(val.tolist()) & set(test.tolist())
+    assert not set(train.tolist()) & set(test.tolist())
+    again = split_three_way(labels, 5, seed=3, test_fraction=0.4, val_fraction=0.1)
+    assert all(torch.equal(a, b) for a, b in zip((train, val, test), again, strict=True))
+    with pytest.raises(ValueError, match="no samples left for testing"):
+        split_three_way(torch.arange(8) % 2, 3, seed=0, test_fraction=0.4, val_fraction=0.5)
+
+
+def test_paired_interval_uses_the_student_t_quantile():
+    # diffs 1, 2, 3: mean 2, SD 1, t_{0.975, 2} = 4.302653 (statistical tables) -> half-width 4.302653 / sqrt(3)
+    mean, low, high = paired_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0
+    assert high - mean == pytest.approx(4.302653 / 3**0.5, rel=1e-6)
+    assert mean - low == pytest.approx(high - mean)
+    assert paired_interval([5.0]) == (5.0, float("-inf"), float("inf"))
+
+
+def test_classifier_only_on_cached_embeddings_is_the_same_optimisation():
+    from iclr25_shared.data import digits
+
+    images, labels = digits()
+    graphs = digit_grid_graphs(images[:50], labels[:50])
+    torch.manual_seed(0)
+    backbone = GNNEncoder(conv="gin", in_channels=3, hidden_channels=8, num_layers=2)
+    histories, weights = [], []
+    for cache in (True, False):
+        torch.manual_seed(1)
+        tuner = PromptTuner(backbone, None, nn.Linear(8, 10))
+        settings = TuneSettings(epochs=4, lr=1e-2, batch_size=16)
+        histories.append(tuner.fit(graphs, settings, seed=5, cache_embeddings=cache))
+        weights.append(tuner.head.weight.detach().clone())
+    assert histories[0] == pytest.approx(histories[1], rel=1e-5)
+    torch.testing.assert_close(weights[0], weights[1], rtol=1e-5, atol=1e-6)
