@@ -81,8 +81,9 @@ def test_logits_and_gradients_unchanged_at_init(model_type: str) -> None:
 
     ref = base(IDS, labels=IDS)
     out = model(IDS, labels=IDS)
-    # bit-exact for pre-norm layers; parallel layers add (attn + mlp) to the stream instead of ((h + attn) + mlp)
-    tol = 1e-5 if LAYOUTS[model_type].parallel else 1e-6
+    # measured bit-identical for every type but cohere, whose layer computes (h + attn) + mlp where the hyper-
+    # connection adds h + (attn + mlp): one rounding apart (9e-8 at logits of size 0.3)
+    tol = 1e-6 if model_type == "cohere" else 0.0
     torch.testing.assert_close(out.logits, ref.logits, rtol=0, atol=tol)
     ref.loss.backward()
     out.loss.backward()
@@ -92,9 +93,10 @@ def test_logits_and_gradients_unchanged_at_init(model_type: str) -> None:
         if p.grad is None:  # e.g. experts not routed to
             assert grads[name] is None or not grads[name].any(), name
             continue
-        torch.testing.assert_close(
-            grads[name], p.grad, rtol=1e-4, atol=1e-6, msg=lambda m, k=name: f"{k}: {m}"
-        )
+        # the backward pass sums the n streams' contributions in another order: equal to float rounding
+        # (measured: max |Δ| <= 1.1e-6 · max |grad| over all 30 types)
+        err = (grads[name] - p.grad).abs().max() / p.grad.abs().max().clamp_min(1e-30)
+        assert err < 1e-5, (name, err.item())
         checked += 1
     assert checked >= 4 * COMMON["num_hidden_layers"]
     # the hyper-connection weights get gradients too (they will train)
