@@ -99,3 +99,28 @@ def test_load_dataset_reads_raw_tu_in_place(tmp_path):
     data = load_dataset("MUTAG", root=tmp_path)
     assert len(data.graphs) == 2 and data.in_channels == 3
     assert not (tmp_path / "MUTAG" / "processed").exists()
+
+
+@pytest.mark.slow
+def test_superpixel_graphs_are_cached_by_content(tmp_path, monkeypatch):
+    from iclr25_edgeprompt import _data
+
+    monkeypatch.setenv("ICLR25_CACHE", str(tmp_path))
+    first = load_dataset("fashion-superpixels", num_graphs=20, seed=1)
+    assert len(list((tmp_path / "edgeprompt-superpixels").glob("*.pt"))) == 1
+
+    def boom(*args, **kwargs):
+        raise AssertionError("segmentation ran again")
+
+    monkeypatch.setattr(_data, "superpixel_graphs", boom)
+    again = load_dataset("fashion-superpixels", num_graphs=20, seed=1)
+    for g, h in zip(first.graphs, again.graphs, strict=True):
+        assert torch.equal(g.x, h.x) and torch.equal(g.edge_index, h.edge_index) and torch.equal(g.y, h.y)
+    with pytest.raises(AssertionError, match="segmentation ran again"):  # other images: not in the cache
+        load_dataset("fashion-superpixels", num_graphs=20, seed=2)
+    # a damaged cache file is recomputed
+    monkeypatch.undo()
+    monkeypatch.setenv("ICLR25_CACHE", str(tmp_path))
+    next((tmp_path / "edgeprompt-superpixels").glob("*.pt")).write_bytes(b"junk")
+    fixed = load_dataset("fashion-superpixels", num_graphs=20, seed=1)
+    assert torch.equal(fixed.graphs[0].x, first.graphs[0].x)
