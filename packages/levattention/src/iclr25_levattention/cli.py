@@ -68,12 +68,21 @@ class ReproduceConfig(CommonOptions):
     parts: Literal["all", "A", "B"] = "all"
     """Which parts to run."""
     lm: bool = True
-    """Part A: include queries/keys of SmolLM2-135M (needs the packaged model); --no-lm uses only Fashion-MNIST."""
+    """Part A: queries/keys of SmolLM2-135M (needs the packaged model); --no-lm uses Fashion-MNIST PCA-16 instead."""
+    vit_models: Literal["all", "full", "lev"] = "all"
+    """Part B: which ViTs to train (full: (i) and (iii); lev: (ii)), so each fits its own run."""
+    vit_epochs: int = 0
+    """Part B epochs (0: the size's default)."""
+    vit_train: int = 0
+    """Part B training images, at most 60 000 (0: the size's default)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("size", self.size, ("quick", "full", "tiny"))
         check_choice("parts", self.parts, ("all", "A", "B"))
+        check_choice("vit_models", self.vit_models, ("all", "full", "lev"))
+        check_int("vit_epochs", self.vit_epochs, low=0, high=1000)
+        check_int("vit_train", self.vit_train, low=0, high=60000)
 
 
 @dataclass(frozen=True, kw_only=True)
