@@ -224,7 +224,8 @@ _COMPILED: dict[Any, Any] = {}
 
 
 def _compiled_chunk(static: _Static, *args: Any) -> Any:
-    """The compiled program that runs one chunk of QQA steps, cached by ``static`` and argument shapes."""
+    """The compiled programs ``(chunk, finish)`` that run one chunk of QQA steps and round the final iterate,
+    cached by ``static`` and argument shapes."""
     import jax
 
     sig = jax.tree_util.tree_map(lambda a: (np.shape(a), str(getattr(a, "dtype", type(a)))), args)
@@ -232,13 +233,18 @@ def _compiled_chunk(static: _Static, *args: Any) -> Any:
     if cache_key not in _COMPILED:
         if len(_COMPILED) >= 32:
             _COMPILED.clear()
-        _COMPILED[cache_key] = jax.jit(_chunk_fn(static), donate_argnums=(0,)).lower(*args).compile()
+        fn = _chunk_fn(static)
+        chunk = jax.jit(fn, donate_argnums=(0,)).lower(*args).compile()
+        finish = jax.jit(fn.finish).lower(args[0], args[4]).compile()  # type: ignore[attr-defined]
+        _COMPILED[cache_key] = (chunk, finish)
     return _COMPILED[cache_key]
 
 
 def _chunk_fn(st: _Static) -> Callable[..., Any]:
     """``run_chunk(carry, ts, gammas, active, arrays, k_noise) -> (carry, per-step outputs)``: a ``lax.scan``
-    of QQA steps; ``carry = (x, opt_state, best_x, best_energy)``. Padding steps (``active`` False) are no-ops."""
+    of QQA steps; ``carry = (x, opt_state, best_x, best_energy)``. Padding steps (``active`` False) leave ``x``
+    unchanged. Step ``t`` first rounds its input ``x_t`` (the result of step ``t-1``) and updates the best, so the
+    per-step rounded outputs lag one step; ``run_chunk.finish(carry, arrays)`` rounds the last iterate."""
     import jax
     import jax.numpy as jnp
     import optax
@@ -273,35 +279,44 @@ def _chunk_fn(st: _Static) -> Callable[..., Any]:
             return jax.nn.one_hot(jnp.argmax(x, axis=-1), st.num_classes, dtype=x.dtype)
         return (x > 0.5).astype(x.dtype)
 
+    def track(x: Any, best_x: Any, best_e: Any, valid: Any, arrays: Any) -> Any:
+        """Energies of the rounded replicas of ``x``; the best rounded point so far (only when ``valid``)."""
+        xr = rounded(x)
+        e = st.energy_fn(arrays, xr)
+        i = jnp.argmin(e)
+        better = valid & (e[i] < best_e)
+        return jnp.where(better, xr[i], best_x), jnp.where(better, e[i], best_e), e, i
+
     def run_chunk(carry: Any, ts: Any, gs: Any, active: Any, arrays: Any, k_noise: Any) -> Any:
         def step(carry: Any, inp: Any) -> Any:
             x, opt_state, best_x, best_e = carry
             t, g, on = inp
+            # Round the current iterate (the previous step's result, t >= 1). It is loop state, so XLA cannot fuse
+            # the previous step's noise sampling into the energy's edge gather (which recomputed erf_inv once
+            # per gathered element and made a step 10x slower).
+            best_x, best_e, e, i = track(x, best_x, best_e, t > 0, arrays)
             (loss, phi), grad = jax.value_and_grad(loss_fn, has_aux=True)(x, g, arrays)
             updates, new_opt = optimizer.update(grad, opt_state, x)
             new_x = optax.apply_updates(x, updates)
             if st.sigma > 0.0:  # Langevin noise: exactly once per step
                 new_x = new_x + st.sigma * jax.random.normal(jax.random.fold_in(k_noise, t), x.shape, x.dtype)
             new_x = jax.lax.with_sharding_constraint(jnp.clip(new_x, low, 1.0), x_sharding)
-            xr = rounded(new_x)
-            e = st.energy_fn(arrays, xr)
-            i = jnp.argmin(e)
-            new_best_x = jnp.where(e[i] < best_e, xr[i], best_x)
-            new_best_e = jnp.minimum(e[i], best_e)
 
             def keep(new: Any, old: Any) -> Any:
                 return jnp.where(on, new, old)
 
-            carry = (
-                keep(new_x, x),
-                jax.tree_util.tree_map(keep, new_opt, opt_state),
-                keep(new_best_x, best_x),
-                keep(new_best_e, best_e),
-            )
-            return carry, (loss, jnp.mean(e), e[i], new_best_e, jnp.mean(phi))
+            carry = (keep(new_x, x), jax.tree_util.tree_map(keep, new_opt, opt_state), best_x, best_e)
+            return carry, (loss, jnp.mean(phi), jnp.mean(e), e[i], best_e)
 
         return jax.lax.scan(step, carry, (ts, gs, active))
 
+    def finish(carry: Any, arrays: Any) -> Any:
+        """Round the final iterate (no later step does it) and update the best."""
+        x, opt_state, best_x, best_e = carry
+        best_x, best_e, e, i = track(x, best_x, best_e, jnp.asarray(True), arrays)
+        return (x, opt_state, best_x, best_e), (jnp.mean(e), e[i], best_e)
+
+    run_chunk.finish = finish  # type: ignore[attr-defined]
     return run_chunk
 
 
@@ -448,7 +463,7 @@ def anneal(
     arrays = jax.device_put(problem.energy_arrays(), replicated)
     carry = (x0, opt_state, best_x0, jax.device_put(jnp.asarray(jnp.inf, jnp.float32), replicated))
     t0 = time.perf_counter()
-    compiled = _compiled_chunk(static, carry, ts_all[:c], gs_all[:c], active_all[:c], arrays, k_noise)
+    compiled, finish = _compiled_chunk(static, carry, ts_all[:c], gs_all[:c], active_all[:c], arrays, k_noise)
     compile_time = time.perf_counter() - t0
     outs = []
     trace: list[dict[str, float]] = []
@@ -471,10 +486,21 @@ def anneal(
         )
         if callback is not None:
             callback(done, cfg.steps)
+    carry, last = finish(carry, arrays)
+    jax.block_until_ready(carry)
     wall = time.perf_counter() - t0
+    best_now = problem.decode(np.asarray(carry[2]))
+    trace[-1].update(
+        seconds=wall, best_objective=problem.objective(best_now), feasible=problem.is_feasible(best_now)
+    )
 
-    names = ("loss", "mean_energy", "step_best_energy", "best_energy", "penalty")
-    history = {n: np.concatenate([np.asarray(o[i]) for o in outs])[: cfg.steps] for i, n in enumerate(names)}
+    def series(i: int) -> np.ndarray:
+        return np.concatenate([np.asarray(o[i]) for o in outs])
+
+    history = {"loss": series(0)[: cfg.steps], "penalty": series(1)[: cfg.steps]}
+    for i, name in enumerate(("mean_energy", "step_best_energy", "best_energy")):
+        # entry t of the scan rounds x_t, the result of step t-1: shift by one and append the final rounding
+        history[name] = np.append(series(2 + i)[1 : cfg.steps], np.asarray(last[i]))
     history["gamma"] = schedule
     best_solution = problem.decode(np.asarray(carry[2]))
     best_energy = float(problem.energy(problem.encode(best_solution)))

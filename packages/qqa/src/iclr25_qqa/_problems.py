@@ -21,7 +21,7 @@ import networkx as nx
 import numpy as np
 import scipy.sparse as sp
 
-from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.checks import check_choice, check_float, check_int
 
 __all__ = [
     "PROBLEMS",
@@ -106,8 +106,9 @@ class Problem(ABC):
     Solvers pass the arrays as traced arguments, so instances of equal shape share one compiled program."""
 
     @abstractmethod
-    def energy_arrays(self) -> tuple[Any, ...]:
-        """The instance data ``energy_fn`` needs, as a tuple of float32/int32 jax arrays."""
+    def energy_arrays(self, dtype: Any = None) -> tuple[Any, ...]:
+        """The instance data ``energy_fn`` needs, as a tuple of jax arrays (floats in ``dtype``, default float32;
+        indices int32)."""
 
     def energy(self, x: Any) -> Any:
         """Relaxed energy of ``x`` with shape ``(..., *variable_shape)``; returns a jax array of shape ``(...)``.
@@ -118,7 +119,7 @@ class Problem(ABC):
         x = jnp.asarray(x)
         if not jnp.issubdtype(x.dtype, jnp.floating):
             x = x.astype(jnp.float32)
-        return _jitted(type(self).energy_fn)(self.energy_arrays(), x)
+        return _jitted(type(self).energy_fn)(self.energy_arrays(dtype=x.dtype), x)
 
     @abstractmethod
     def decode(self, x: Any) -> np.ndarray:
@@ -171,10 +172,27 @@ class Problem(ABC):
         return f"{type(self).__name__}(N={self.num_nodes}, |E|={len(self.edge_u)}{extra})"
 
 
+LAYOUTS = ("auto", "edges", "dense")
+"""How a binary problem hands its QUBO to the solver: ``edges`` (an edge list: ``Qx`` costs O(|E|) per replica, a
+gather and a sorted segment sum), ``dense`` (an (N, N) matrix: O(N²) per replica, one matmul) or ``auto``."""
+
+DENSE_FILL = 0.03
+"""``auto`` picks ``dense`` when the off-diagonal non-zeros of ``Q`` fill at least this fraction of the N² entries
+(and N <= :data:`DENSE_MAX_NODES`). Measured on one CPU thread with 100 replicas (README, *Bench*): the edge list
+wins on G11 (0.5 %), G15 (1.5 %) and G43 (2 %), the matmul on G1 (6 %)."""
+
+DENSE_MAX_NODES = 8192
+"""Largest N for which ``auto`` may choose the dense layout (N² float32 = 256 MiB)."""
+
+
 class BinaryProblem(Problem):
     """A QUBO ``E(x) = xᵀQx`` with ``Q`` given by ``diag`` (N,) and off-diagonal entries ``(qu, qv, qw)``.
 
-    ``energy`` is differentiable; its derivative ``2Qx`` is supplied analytically (a gather, not a scatter).
+    ``energy`` is differentiable; its derivative ``2Qx`` is supplied analytically, so a value and its gradient
+    cost one product ``Qx``: O(|E|) per replica with ``layout="edges"``, O(N²) with ``"dense"``.
+
+    Attributes:
+        layout: ``"auto"`` (default), ``"edges"`` or ``"dense"``; see :data:`LAYOUTS`. Assign to change it.
     """
 
     energy_fn = staticmethod(lambda arrays, x: qubo_energy(arrays, x))
@@ -183,36 +201,49 @@ class BinaryProblem(Problem):
     qu: np.ndarray
     qv: np.ndarray
     qw: np.ndarray
+    layout: str = "auto"
 
     @property
     def variable_shape(self) -> tuple[int, ...]:
         return (self.num_nodes,)
 
-    def _padded_neighbours(self) -> tuple[np.ndarray, np.ndarray]:
-        """Off-diagonal ``Q`` as padded neighbour lists (N, D): indices and weights (0 on padding)."""
-        cached = getattr(self, "_ell", None)
-        if cached is not None:
-            return cached
-        n = self.num_nodes
-        off = sp.coo_matrix((self.qw, (self.qu, self.qv)), shape=(n, n))
-        csr = (off + off.T).tocsr()
-        csr.sum_duplicates()
-        lengths = np.diff(csr.indptr)
-        width = max(int(lengths.max(initial=0)), 1)
-        rows = np.repeat(np.arange(n), lengths)
-        pos = np.arange(csr.nnz) - csr.indptr[rows]
-        idx = np.zeros((n, width), np.int32)
-        wts = np.zeros((n, width), np.float64)
-        idx[rows, pos] = csr.indices
-        wts[rows, pos] = csr.data
-        self._ell = (idx, wts)
-        return self._ell
+    def resolved_layout(self) -> str:
+        """``"edges"`` or ``"dense"``: :attr:`layout`, with ``auto`` decided by the fill of ``Q``.
 
-    def energy_arrays(self) -> tuple[Any, ...]:
+        Raises:
+            ValueError: :attr:`layout` is not one of :data:`LAYOUTS`.
+        """
+        check_choice("layout", self.layout, LAYOUTS)
+        if self.layout != "auto":
+            return self.layout
+        n = self.num_nodes
+        fill = 2 * len(self.qu) / float(n * n)
+        return "dense" if n <= DENSE_MAX_NODES and fill >= DENSE_FILL else "edges"
+
+    def energy_arrays(self, dtype: Any = None) -> tuple[Any, ...]:
+        """``(diag (N,), Q_off (N, N))`` for the dense layout, ``(diag (N,), src (2|E|,), dst (2|E|,),
+        w (2|E|,))`` for the edge list (both directions, sorted by ``dst``); float arrays in ``dtype``
+        (default float32), indices int32."""
         import jax.numpy as jnp
 
-        idx, wts = self._padded_neighbours()
-        return (jnp.asarray(self.diag, jnp.float32), jnp.asarray(idx), jnp.asarray(wts, jnp.float32))
+        dtype = jnp.float32 if dtype is None else dtype
+        diag = jnp.asarray(self.diag, dtype)
+        if self.resolved_layout() == "dense":
+            n = self.num_nodes
+            q = np.zeros((n, n))
+            np.add.at(q, (self.qu, self.qv), self.qw)
+            np.add.at(q, (self.qv, self.qu), self.qw)
+            return (diag, jnp.asarray(q, dtype))
+        src = np.concatenate([self.qu, self.qv])
+        dst = np.concatenate([self.qv, self.qu])
+        w = np.concatenate([self.qw, self.qw])
+        order = np.argsort(dst, kind="stable")
+        return (
+            diag,
+            jnp.asarray(src[order], jnp.int32),
+            jnp.asarray(dst[order], jnp.int32),
+            jnp.asarray(w[order], dtype),
+        )
 
     def qubo_matrix(self) -> sp.csr_matrix:
         """The symmetric QUBO matrix ``Q`` (N, N), sparse; ``energy(x) == x @ Q @ x``."""
@@ -253,27 +284,49 @@ class _SetProblem(BinaryProblem):
 
     def local_search(self, solution: Any) -> np.ndarray:
         """Drop the node with most chosen conflicting neighbours until feasible, then add free nodes
-        (fewest free neighbours first) until maximal."""
+        (fewest free neighbours first) until maximal. Ties go to the lowest index.
+
+        O((N + |conflict edges|)·log N): both phases keep lazy heaps of (key, node) entries, re-pushed whenever a
+        key changes and skipped when stale.
+        """
+        import heapq
+
         s = self.check_solution(solution).copy()
         a = self.conflicts
-        load = a @ s  # chosen conflicting neighbours of every node
-        while True:
-            bad = np.where((s == 1) & (load > 0))[0]
-            if bad.size == 0:
-                break
-            i = bad[np.argmax(load[bad])]
+        ptr, nbrs = a.indptr, a.indices
+        load = np.asarray(a @ s).astype(np.int64)  # chosen conflicting neighbours of every node
+        heap = [(-int(load[i]), int(i)) for i in np.flatnonzero((s == 1) & (load > 0))]
+        heapq.heapify(heap)
+        while heap:
+            neg, i = heapq.heappop(heap)
+            if s[i] != 1 or load[i] != -neg or load[i] == 0:
+                continue  # stale entry
             s[i] = 0
-            load[a.indices[a.indptr[i] : a.indptr[i + 1]]] -= 1
+            for j in nbrs[ptr[i] : ptr[i + 1]]:
+                load[j] -= 1
+                if s[j] == 1 and load[j] > 0:
+                    heapq.heappush(heap, (-int(load[j]), int(j)))
         free = (s == 0) & (load == 0)
-        while free.any():
-            cand = np.where(free)[0]
-            deg = a[cand] @ free.astype(np.int64)
-            i = cand[np.argmin(deg)]
+        free_deg = np.asarray(a @ free.astype(np.int64)).astype(np.int64)  # free neighbours of every node
+        heap = [(int(free_deg[i]), int(i)) for i in np.flatnonzero(free)]
+        heapq.heapify(heap)
+
+        def leave(j: int) -> None:  # j stops being free: its neighbours lose a free neighbour
+            free[j] = False
+            for m in nbrs[ptr[j] : ptr[j + 1]]:
+                free_deg[m] -= 1
+                if free[m]:
+                    heapq.heappush(heap, (int(free_deg[m]), int(m)))
+
+        while heap:
+            d, i = heapq.heappop(heap)
+            if not free[i] or free_deg[i] != d:
+                continue
             s[i] = 1
-            nbr = a.indices[a.indptr[i] : a.indptr[i + 1]]
-            load[nbr] += 1
-            free[i] = False
-            free[nbr] = False
+            leave(i)
+            for j in nbrs[ptr[i] : ptr[i + 1]]:
+                if free[j]:
+                    leave(int(j))
         return s
 
 
@@ -285,7 +338,10 @@ class MaximumIndependentSet(_SetProblem):
 
     Args:
         graph: undirected simple graph, no self-loops; edge weights are not used (must be finite and >= 0).
-        penalty: ``P`` above (default 2.0, as the official code).
+        penalty: ``P`` above. Default 2.0: any ``P > 1/2`` makes minimisers independent, and the README's MIS
+            numbers were measured at 2. The official research code's class default is 3 (``src/instance.py``;
+            its SAT loader uses 1); pass ``penalty=3`` to match it.
+        layout: ``"auto"``, ``"edges"`` or ``"dense"``: how ``Q`` reaches the solver (:data:`LAYOUTS`).
 
     Raises:
         ValueError: empty graph, self-loops, negative/NaN weights, ``penalty <= 1/2``.
@@ -294,8 +350,9 @@ class MaximumIndependentSet(_SetProblem):
 
     name = "mis"
 
-    def __init__(self, graph: nx.Graph, *, penalty: float = 2.0) -> None:
+    def __init__(self, graph: nx.Graph, *, penalty: float = 2.0, layout: str = "auto") -> None:
         super().__init__(graph)
+        self.layout = check_choice("layout", layout, LAYOUTS)
         self._setup_conflicts(self.edge_u, self.edge_v, penalty)
 
 
@@ -311,8 +368,9 @@ class MaximumClique(_SetProblem):
 
     name = "clique"
 
-    def __init__(self, graph: nx.Graph, *, penalty: float = 2.0) -> None:
+    def __init__(self, graph: nx.Graph, *, penalty: float = 2.0, layout: str = "auto") -> None:
         super().__init__(graph)
+        self.layout = check_choice("layout", layout, LAYOUTS)
         n = self.num_nodes
         adj = self.adjacency.toarray() != 0
         iu, iv = np.triu_indices(n, k=1)
@@ -335,8 +393,9 @@ class MaxCut(BinaryProblem):
     sense = "max"
     objective_name = "cut weight"
 
-    def __init__(self, graph: nx.Graph) -> None:
+    def __init__(self, graph: nx.Graph, *, layout: str = "auto") -> None:
         super().__init__(graph, allow_negative=True)
+        self.layout = check_choice("layout", layout, LAYOUTS)
         self.diag = -np.asarray(self.adjacency.sum(axis=1)).ravel()
         self.qu, self.qv, self.qw = self.edge_u, self.edge_v, self.edge_w
 
@@ -349,19 +408,30 @@ class MaxCut(BinaryProblem):
         return 0
 
     def local_search(self, solution: Any) -> np.ndarray:
-        """Flip the node with the largest positive cut gain until none is left (1-flip local optimum)."""
+        """Flip the node with the largest positive cut gain until none is left (1-flip local optimum); ties go to
+        the lowest index. A lazy max-heap of gains makes each flip O(degree·log N)."""
+        import heapq
+
         s = self.check_solution(solution).copy()
         spin = 2.0 * s - 1.0
-        field = self.adjacency @ spin
         a = self.adjacency
+        ptr, nbrs, wts = a.indptr, a.indices, a.data
+        gain = spin * (a @ spin)  # flipping i changes the cut by spin_i * (W spin)_i
+        heap = [(-float(gain[i]), int(i)) for i in np.flatnonzero(gain > 1e-12)]
+        heapq.heapify(heap)
         for _ in range(50 * self.num_nodes + 1000):
-            gain = spin * field  # flipping i changes the cut by spin_i * (W spin)_i
-            i = int(np.argmax(gain))
-            if gain[i] <= 1e-12:
+            while heap and (-heap[0][0] != gain[heap[0][1]] or gain[heap[0][1]] <= 1e-12):
+                heapq.heappop(heap)  # stale or no longer improving
+            if not heap:
                 break
-            lo, hi = a.indptr[i], a.indptr[i + 1]
-            field[a.indices[lo:hi]] -= 2.0 * spin[i] * a.data[lo:hi]
+            _, i = heapq.heappop(heap)
             spin[i] = -spin[i]
+            gain[i] = -gain[i]
+            for j, w in zip(nbrs[ptr[i] : ptr[i + 1]], wts[ptr[i] : ptr[i + 1]]):
+                # field_j changes by 2 w spin_i(new); gain_j = spin_j field_j
+                gain[j] += 2.0 * w * spin[i] * spin[j]
+                if gain[j] > 1e-12:
+                    heapq.heappush(heap, (-float(gain[j]), int(j)))
         return ((spin + 1) // 2).astype(np.int64)
 
 
@@ -453,7 +523,7 @@ class GraphColoring(CategoricalProblem):
 
     energy_fn = staticmethod(lambda arrays, x: coloring_energy(arrays, x))
 
-    def energy_arrays(self) -> tuple[Any, ...]:
+    def energy_arrays(self, dtype: Any = None) -> tuple[Any, ...]:
         import jax.numpy as jnp
 
         return (jnp.asarray(self.edge_u), jnp.asarray(self.edge_v))
@@ -517,16 +587,17 @@ class BalancedPartition(CategoricalProblem):
 
     energy_fn = staticmethod(lambda arrays, x: partition_energy(arrays, x))
 
-    def energy_arrays(self) -> tuple[Any, ...]:
+    def energy_arrays(self, dtype: Any = None) -> tuple[Any, ...]:
         import jax.numpy as jnp
 
+        dtype = jnp.float32 if dtype is None else dtype
         target = self.num_nodes / self.num_classes
         return (
             jnp.asarray(self.edge_u),
             jnp.asarray(self.edge_v),
-            jnp.asarray(self.edge_w, jnp.float32),
-            jnp.asarray(target, jnp.float32),
-            jnp.asarray(self.balance, jnp.float32),
+            jnp.asarray(self.edge_w, dtype),
+            jnp.asarray(target, dtype),
+            jnp.asarray(self.balance, dtype),
         )
 
     def objective(self, solution: Any) -> float:
@@ -594,13 +665,31 @@ def _jitted(fn: Any) -> Any:
 
 
 def qubo_energy(arrays: tuple[Any, ...], x: Any) -> Any:
-    """``xᵀQx`` over the last axis of ``x`` (..., N); ``arrays = (diag (N,), idx (N, D), wts (N, D))``.
+    """``xᵀQx`` over the last axis of ``x`` (..., N), in ``x``'s dtype.
 
-    ``Q`` is ``diag`` plus the off-diagonal entries held as padded neighbour lists, so ``Qx`` is a gather. The
-    derivative ``2Qx`` is supplied analytically: the backward pass is a gather too, not a scatter-add.
+    ``arrays`` is :meth:`BinaryProblem.energy_arrays`: ``(diag, Q_off)`` (dense) or ``(diag, src, dst, w)`` (edge
+    list, both directions, sorted by ``dst``). The value and the derivative ``2Qx`` share one product ``Qx``
+    (a custom JVP), which costs O(|E|) per replica with the edge list.
     """
-    diag, idx, wts = arrays
-    return _quadratic_form(x, diag.astype(x.dtype), idx, wts.astype(x.dtype))
+    if len(arrays) == 2:
+        diag, q = arrays
+        return _quadratic_form(x, diag.astype(x.dtype), None, None, q.astype(x.dtype))
+    diag, src, dst, w = arrays
+    return _quadratic_form(x, diag.astype(x.dtype), src, dst, w.astype(x.dtype))
+
+
+def _qx(z: Any, diag: Any, src: Any, dst: Any, w: Any) -> Any:
+    """``Qz`` for ``z`` (..., N): dense matmul when ``src`` is None (``w`` is then Q_off), else an edge gather and
+    a sorted segment sum with the replicas as the trailing (contiguous) axis."""
+    import jax
+    import jax.numpy as jnp
+
+    if src is None:
+        return diag * z + z @ w
+    n = z.shape[-1]
+    zt = z.reshape(-1, n).T  # (N, B)
+    off = jax.ops.segment_sum(jnp.take(zt, src, axis=0) * w[:, None], dst, n, indices_are_sorted=True)
+    return diag * z + off.T.reshape(z.shape)
 
 
 def _make_quadratic_form() -> Any:
@@ -608,37 +697,33 @@ def _make_quadratic_form() -> Any:
     import jax.numpy as jnp
     from jax.custom_derivatives import SymbolicZero
 
-    def value_and_qx(z: Any, diag: Any, idx: Any, wts: Any) -> tuple[Any, Any, Any]:
-        gathered = jnp.take(z, idx, axis=-1)  # (..., N, D)
-        q = diag * z + jnp.sum(gathered * wts, axis=-1)
-        return jnp.sum(z * q, axis=-1), q, gathered
-
     @jax.custom_jvp
-    def quadratic_form(z: Any, diag: Any, idx: Any, wts: Any) -> Any:
-        return value_and_qx(z, diag, idx, wts)[0]
+    def quadratic_form(z: Any, diag: Any, src: Any, dst: Any, w: Any) -> Any:
+        return jnp.sum(z * _qx(z, diag, src, dst, w), axis=-1)
 
     def jvp(primals: Any, tangents: Any) -> Any:
-        z, diag, idx, wts = primals
-        dz, ddiag, _, dwts = tangents
-        out, q, gathered = value_and_qx(z, diag, idx, wts)
+        z, diag, src, dst, w = primals
+        dz, ddiag, _, _, dw = tangents
+        q = _qx(z, diag, src, dst, w)
+        out = jnp.sum(z * q, axis=-1)
         t = jnp.zeros_like(out)
         if not isinstance(dz, SymbolicZero):
             t = t + jnp.sum(2.0 * q * dz, axis=-1)
         if not isinstance(ddiag, SymbolicZero):
             t = t + jnp.sum(ddiag * z * z, axis=-1)
-        if not isinstance(dwts, SymbolicZero):
-            t = t + jnp.sum(z * jnp.sum(gathered * dwts, axis=-1), axis=-1)
+        if dw is not None and not isinstance(dw, SymbolicZero):
+            t = t + jnp.sum(z * _qx(z, jnp.zeros_like(diag), src, dst, dw), axis=-1)
         return out, t
 
     quadratic_form.defjvp(jvp, symbolic_zeros=True)
     return quadratic_form
 
 
-def _quadratic_form(z: Any, diag: Any, idx: Any, wts: Any) -> Any:
+def _quadratic_form(z: Any, diag: Any, src: Any, dst: Any, w: Any) -> Any:
     global _QF
     if _QF is None:
         _QF = _make_quadratic_form()
-    return _QF(z, diag, idx, wts)
+    return _QF(z, diag, src, dst, w)
 
 
 _QF: Any = None
@@ -679,9 +764,11 @@ PROBLEMS: dict[str, type[Problem]] = {
 }
 
 
-def make_problem(name: str, graph: nx.Graph, *, k: int | None = None, penalty: float = 2.0) -> Problem:
+def make_problem(
+    name: str, graph: nx.Graph, *, k: int | None = None, penalty: float = 2.0, layout: str = "auto"
+) -> Problem:
     """Build a problem by name: ``mis``, ``clique``, ``maxcut``, ``coloring`` (needs ``k``), ``partition``
-    (``k`` parts, default 2).
+    (``k`` parts, default 2). ``layout`` (binary problems: ``auto``, ``edges``, ``dense``) is :data:`LAYOUTS`.
 
     Raises:
         ValueError: unknown name; ``k`` missing for colouring; ``k`` given for a binary problem.
@@ -691,11 +778,11 @@ def make_problem(name: str, graph: nx.Graph, *, k: int | None = None, penalty: f
     if name in ("mis", "clique"):
         if k is not None:
             raise ValueError(f"k is only used by coloring and partition, not {name}")
-        return PROBLEMS[name](graph, penalty=penalty)  # type: ignore[call-arg]
+        return PROBLEMS[name](graph, penalty=penalty, layout=layout)  # type: ignore[call-arg]
     if name == "maxcut":
         if k is not None:
             raise ValueError("k is only used by coloring and partition, not maxcut")
-        return MaxCut(graph)
+        return MaxCut(graph, layout=layout)
     if name == "coloring":
         if k is None:
             raise ValueError("coloring needs k (the number of colours), e.g. --k 4")
