@@ -171,3 +171,18 @@ def test_unsupported_architecture_lists_the_supported_ones() -> None:
         apply_hyper_connections(gpt2)
     with pytest.raises(ValueError, match="output_scale must be one of None, divide, multiply; got 'up'"):
         apply_hyper_connections(tiny("olmo"), output_scale="up")  # type: ignore[arg-type]
+
+
+def test_gradient_checkpointing_reaches_the_rewired_layers() -> None:
+    model = apply_hyper_connections(tiny("olmo2"), expansion_rate=2).train()
+    ckpt = copy.deepcopy(model)
+    ckpt.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    assert all(layer.gradient_checkpointing for layer in ckpt.model.layers)
+    calls = []
+    hook = ckpt.model.layers[1].layer.self_attn.register_forward_hook(lambda *_: calls.append(1))
+    model(IDS, labels=IDS).loss.backward()
+    ckpt(IDS, labels=IDS).loss.backward()
+    hook.remove()
+    assert len(calls) == 2  # the rewired layer ran again in the backward pass: it was checkpointed
+    for (name, a), (_, b) in zip(model.named_parameters(), ckpt.named_parameters(), strict=True):
+        torch.testing.assert_close(a.grad, b.grad, rtol=0, atol=0, msg=lambda m, k=name: f"{k}: {m}")
