@@ -12,11 +12,21 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from iclr25_prdp._navier_stokes import NavierStokesEmulator
 from iclr25_prdp._problems import ArmResult, HeatEmulator, controller_for, make_experiment
 from iclr25_prdp._solvers import solve
 from iclr25_shared.cli import RunContext
 
-__all__ = ["bench_rows", "iterations_to_reach", "reproduce_experiment", "save_plots", "summary_row"]
+__all__ = [
+    "bench_rows",
+    "equal_accuracy",
+    "iterations_to_reach",
+    "mean_interval",
+    "reproduce_experiment",
+    "save_plots",
+    "summary_row",
+    "summary_rows",
+]
 
 
 def summary_row(experiment: str, arm: str, result: ArmResult, baseline: ArmResult | None) -> dict[str, Any]:
@@ -48,48 +58,144 @@ def iterations_to_reach(result: ArmResult, threshold: float) -> int | None:
     return None
 
 
+# two-sided 97.5 % quantiles of Student's t for df = 1..10 (standard table values)
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
+
+
+def mean_interval(values: Sequence[float]) -> dict[str, float]:
+    """Mean, sample SD and the 95 % t-interval of the mean (``nan`` bounds for a single value)."""
+    x = np.asarray(values, dtype=np.float64)
+    mean = float(x.mean())
+    if x.size < 2:
+        return {"mean": mean, "sd": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": int(x.size)}
+    sd = float(x.std(ddof=1))
+    t = _T975[x.size - 2] if x.size - 1 <= len(_T975) else 1.96
+    half = t * sd / math.sqrt(x.size)
+    return {"mean": mean, "sd": sd, "ci_low": mean - half, "ci_high": mean + half, "n": int(x.size)}
+
+
+def first_reach(result: ArmResult, threshold: float) -> int | None:
+    """Index of the first logged epoch whose validation metric is ``<= threshold`` (``None`` if never)."""
+    for i, metric in enumerate(result.log.metric):
+        if metric <= threshold:
+            return i
+    return None
+
+
+def equal_accuracy(converged: ArmResult, prdp: ArmResult) -> dict[str, Any]:
+    """Cost of each arm until it first reaches the same validation error, and the saving.
+
+    The common target is the worse of the two final metrics, so both arms reach it within their runs.
+    Cost = cumulative solver iterations and wall time (training + validation, after JIT compilation) up to
+    and including the first epoch at or below the target. Savings are ``1 - PRDP / converged``.
+    """
+    target = max(converged.final_metric, prdp.final_metric)
+    i_c, i_p = first_reach(converged, target), first_reach(prdp, target)
+    assert i_c is not None and i_p is not None  # both final metrics are <= target
+    it_c, it_p = converged.log.cumulative_iterations[i_c], prdp.log.cumulative_iterations[i_p]
+    t_c, t_p = converged.log.wall_time[i_c], prdp.log.wall_time[i_p]
+    return {
+        "target metric": target,
+        "converged: epoch": i_c,
+        "PRDP: epoch": i_p,
+        "converged: iterations": it_c,
+        "PRDP: iterations": it_p,
+        "iterations saved": 1 - it_p / it_c if it_c else math.nan,
+        "converged: wall s": t_c,
+        "PRDP: wall s": t_p,
+        "time saved": 1 - t_p / t_c if t_c > 0 else math.nan,
+        "PRDP final K": prdp.final_iterations,
+    }
+
+
 def reproduce_experiment(
     name: str,
     *,
     epochs: int | None,
     diff: str,
     method: str,
-    key: jax.Array,
+    seeds: Sequence[int],
     say: Callable[[str], None],
-) -> tuple[dict[str, ArmResult], dict[str, Any]]:
-    """Train ``name`` three ways (converged fixed K, PRDP, coarse fixed K; plus a direct solve for 1-D heat)."""
-    experiment = make_experiment(name, method=method, diff=diff)
+    grid: int | None = None,
+) -> tuple[dict[str, ArmResult], dict[str, Any], list[dict[str, Any]]]:
+    """Train ``name`` with the converged fixed ``K_eps`` and with PRDP for every seed; the first seed also with a
+    coarse fixed ``K`` (and a direct solve for 1-D heat and Navier-Stokes).
+
+    Returns ``(arms of the first seed, summary, per-seed equal-accuracy rows)``.
+    """
+    experiment = make_experiment(name, method=method, diff=diff, grid=grid)
     spec = experiment.spec
     epochs = epochs or spec.epochs
-    arms: dict[str, ArmResult] = {}
-    plan: list[tuple[str, dict[str, Any]]] = [
-        (f"converged K={spec.converged_iterations}", {"iterations": spec.converged_iterations}),
-        ("PRDP", {"controller": controller_for(spec)}),
-        (f"coarse K={spec.coarse_iterations}", {"iterations": spec.coarse_iterations}),
-    ]
-    if isinstance(experiment, HeatEmulator) and experiment.dim == 1:
-        plan.append(("direct", {"direct": True}))
-    for label, kwargs in plan:
-        start = time.perf_counter()
-        result = experiment.train(epochs=epochs, key=key, **kwargs)
-        result.label = label
-        arms[label] = result
-        say(
-            f"  {name:16s} {label:18s} metric {result.final_metric:.4g}  iterations {result.total_iterations}"
-            f"  ({time.perf_counter() - start:.1f} s)"
-        )
-    extra: dict[str, Any] = {"epochs": epochs, "metric": spec.metric_name, "controller": spec.controller}
-    converged = arms[plan[0][0]]
-    prdp = arms["PRDP"]
-    extra["savings_vs_converged"] = 1 - prdp.total_iterations / converged.total_iterations
-    extra["final_metric_ratio_vs_converged"] = prdp.final_metric / converged.final_metric
+    data = experiment.data() if isinstance(experiment, NavierStokesEmulator) else None
+    extra_kwargs = {"data": data} if data is not None else {}
+    first: dict[str, ArmResult] = {}
+    rows: list[dict[str, Any]] = []
+    for index, seed in enumerate(seeds):
+        plan: list[tuple[str, dict[str, Any]]] = [
+            (f"converged K={spec.converged_iterations}", {"iterations": spec.converged_iterations}),
+            ("PRDP", {"controller": controller_for(spec)}),
+        ]
+        if index == 0:
+            plan.append((f"coarse K={spec.coarse_iterations}", {"iterations": spec.coarse_iterations}))
+            if (isinstance(experiment, HeatEmulator) and experiment.dim == 1) or data is not None:
+                plan.append(("direct", {"direct": True}))
+        arms: dict[str, ArmResult] = {}
+        for label, kwargs in plan:
+            start = time.perf_counter()
+            result = experiment.train(epochs=epochs, key=jax.random.key(seed), **kwargs, **extra_kwargs)
+            result.label = label
+            arms[label] = result
+            say(
+                f"  {name:16s} seed {seed} {label:18s} metric {result.final_metric:.4g}  "
+                f"iterations {result.total_iterations}  ({time.perf_counter() - start:.1f} s)"
+            )
+        if index == 0:
+            first = arms
+        row = {"experiment": name, "seed": seed, **equal_accuracy(arms[plan[0][0]], arms["PRDP"])}
+        row["converged: final metric"] = arms[plan[0][0]].final_metric
+        row["PRDP: final metric"] = arms["PRDP"].final_metric
+        rows.append(row)
+    summary: dict[str, Any] = {
+        "epochs": epochs,
+        "metric": spec.metric_name,
+        "controller": spec.controller,
+        "seeds": list(seeds),
+        "iterations saved at equal accuracy": mean_interval([r["iterations saved"] for r in rows]),
+        "time saved at equal accuracy": mean_interval([r["time saved"] for r in rows]),
+    }
+    converged, prdp = first[plan_label(spec)], first["PRDP"]
+    summary["savings_vs_converged (whole run, first seed)"] = (
+        1 - prdp.total_iterations / converged.total_iterations
+    )
     if name == "poisson-inverse":
-        for threshold in (1e-3, 1e-4):
+        for threshold in (1e-3, 1e-4, 1e-5):
             a, b = iterations_to_reach(prdp, threshold), iterations_to_reach(converged, threshold)
-            extra[f"iterations_to_theta_error_{threshold:g}"] = {"PRDP": a, "converged": b}
+            summary[f"iterations_to_theta_error_{threshold:g}"] = {"PRDP": a, "converged": b}
             if a is not None and b:
-                extra[f"savings_to_theta_error_{threshold:g}"] = 1 - a / b
-    return arms, extra
+                summary[f"savings_to_theta_error_{threshold:g}"] = 1 - a / b
+    return first, summary, rows
+
+
+def plan_label(spec: Any) -> str:
+    return f"converged K={spec.converged_iterations}"
+
+
+def summary_rows(name: str, summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Mean +- SD and the 95 % interval of the equal-accuracy savings, one row per measure."""
+    out = []
+    for measure in ("iterations saved at equal accuracy", "time saved at equal accuracy"):
+        s = summary[measure]
+        out.append(
+            {
+                "experiment": name,
+                "measure": measure,
+                "seeds": s["n"],
+                "mean": f"{100 * s['mean']:.1f} %",
+                "SD": f"{100 * s['sd']:.1f} %" if s["n"] > 1 else "",
+                "95 % CI": f"[{100 * s['ci_low']:.1f}, {100 * s['ci_high']:.1f}] %" if s["n"] > 1 else "",
+            }
+        )
+    return out
 
 
 def save_plots(ctx: RunContext, name: str, arms: dict[str, ArmResult], metric_name: str) -> list[Path]:
