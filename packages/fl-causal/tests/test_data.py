@@ -163,3 +163,36 @@ def test_outcome_needed_at_horizon():
     df = frame(Y=[np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan])
     with pytest.raises(ValueError, match=r"column 'Y' is missing at the horizon .*rows \[2\]"):
         make(df, outcome="Y")
+
+
+def _truncate_by_loop(df: pd.DataFrame, horizon: float) -> pd.DataFrame:
+    """One subject at a time: rows after the horizon dropped; a subject followed past it gets a row at it."""
+    out = []
+    for _, g in df.groupby("id", sort=False):
+        kept = g[g.time <= horizon].copy()
+        if g.time.iloc[-1] > horizon:  # followed past the horizon: no event by then
+            if kept.time.iloc[-1] < horizon:
+                row = kept.iloc[[-1]].copy()
+                row["time"] = horizon
+                kept = pd.concat([kept, row])
+            kept.loc[kept.index[-1], ["dead", "drop"]] = 0
+        out.append(kept)
+    return pd.concat(out).reset_index(drop=True)
+
+
+@pytest.mark.parametrize("horizon", [0.5, 1.0, 1.3, 2.0])
+def test_truncate_matches_a_per_subject_loop(horizon):
+    """The vectorised truncate (issue 20: the per-subject loop took 7 s for 4 000 people) against the loop."""
+    rng = np.random.default_rng(int(horizon * 10))
+    rows = []
+    for i in rng.permutation(300):  # ids grouped but not sorted
+        times = np.r_[0.0, np.sort(rng.choice(np.arange(1, 21) / 10, size=rng.integers(1, 6), replace=False))]
+        event = rng.choice(["dead", "drop", "none"])
+        for j, t in enumerate(times):
+            last = j == len(times) - 1
+            rows.append({"id": i, "time": t, "L": rng.standard_normal(), "A": float(rng.integers(2)),
+                         "dead": int(last and event == "dead"), "drop": int(last and event == "drop")})  # fmt: skip
+    df = pd.DataFrame(rows)
+    data = LongitudinalData(df, treatment="A", covariates=["L"], death="dead", censor="drop", horizon=2.0)
+    got = data.truncate(horizon).frame
+    pd.testing.assert_frame_equal(got, _truncate_by_loop(df, horizon)[list(got.columns)], check_dtype=False)

@@ -48,6 +48,18 @@ def test_multi_response_equals_separate_fits(xy):
         np.testing.assert_allclose(both[:, t], fit_glm(X, Y[:, t], w, link="logit"), rtol=1e-9, atol=1e-10)
 
 
+@pytest.mark.parametrize("extra", ["zero", "duplicate", "nearly_duplicate"])
+def test_rank_deficient_designs_give_the_full_rank_fit(xy, extra):
+    """A column that is 0 (the integrals on the first interval) or collinear: the Cholesky solve falls back to the
+    pseudo-inverse, and the fitted values equal those of the full-rank design."""
+    X, y, w = xy
+    col = {"zero": np.zeros(len(X)), "duplicate": X[:, 1], "nearly_duplicate": X[:, 1] * (1 + 1e-15)}[extra]
+    Y = np.column_stack([y, np.random.default_rng(6).random(len(y))])
+    full = fit_glm(X, Y, w, link="logit")
+    deficient = fit_glm(np.column_stack([X, col]), Y, w, link="logit")
+    np.testing.assert_allclose(np.column_stack([X, col]) @ deficient, X @ full, rtol=1e-7, atol=1e-9)
+
+
 def test_ridge_penalty_shrinks_and_zero_is_mle(xy):
     X, y, w = xy
     mle = fit_glm(X, y, w, link="logit")

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from iclr25_shared.checks import check_float
+
 __all__ = ["DiscreteData", "LongitudinalData"]
 
 _TOL = 1e-9
@@ -246,31 +248,29 @@ class LongitudinalData:
         Events after ``horizon`` are dropped; a subject still alive after it gets a last row at ``horizon``
         (values carried forward), so it counts as observed to the horizon, not censored.
         """
-        horizon = float(horizon)
+        horizon = check_float("horizon", horizon, low=0.0, low_inclusive=False)
         df = self.frame
         t = df[self.time].to_numpy(dtype=float)
         keep = t <= horizon + _TOL
-        beyond = self._end > horizon + _TOL
-        out = df[keep].copy()
-        extra = []
-        for b in np.flatnonzero(beyond):
-            rows = np.arange(self._first[b], self._last[b] + 1)
-            rows = rows[t[rows] <= horizon + _TOL]
-            if not len(rows) or abs(t[rows[-1]] - horizon) <= _TOL:
-                if len(rows):
-                    for col in (self.death, self.censor):
-                        if col is not None:
-                            out.loc[df.index[rows[-1]], col] = 0
-                continue
-            row = df.iloc[rows[-1]].copy()
-            row[self.time] = horizon
-            for col in (self.death, self.censor):
-                if col is not None:
-                    row[col] = 0
-            extra.append(row)
-        if extra:
-            out = pd.concat([out, pd.DataFrame(extra)]).sort_values([self.id, self.time], kind="stable")
-        out = out.reset_index(drop=True)
+        beyond = (self._end > horizon + _TOL)[
+            self._block
+        ]  # per row: its subject is followed past the horizon
+        is_last = np.zeros(len(t), bool)
+        is_last[self._last] = True
+        nxt_kept = np.r_[keep[1:], False] & ~is_last  # the subject's next row is kept too
+        last_kept = keep & beyond & ~nxt_kept  # each such subject's last row at or before the horizon
+        on_horizon = last_kept & (np.abs(t - horizon) <= _TOL)
+        events = [c for c in (self.death, self.censor) if c is not None]
+        out = df.copy()
+        for col in events:
+            out.loc[on_horizon, col] = 0  # events after the horizon are dropped
+        extra = out[last_kept & ~on_horizon].copy()
+        extra[self.time] = horizon  # followed to the horizon: values carried forward, no event
+        for col in events:
+            extra[col] = 0
+        order_key = np.r_[self._block[keep], self._block[last_kept & ~on_horizon]]
+        out = pd.concat([out[keep], extra])
+        out = out.iloc[np.lexsort((out[self.time].to_numpy(dtype=float), order_key))].reset_index(drop=True)
         return LongitudinalData(
             out,
             id=self.id,

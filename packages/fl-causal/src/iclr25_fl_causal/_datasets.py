@@ -77,10 +77,12 @@ def hiv_art(horizon: float = 45.0) -> LongitudinalData:
 def gvhd(horizon: float = 1825.0) -> LongitudinalData:
     """The bone-marrow-transplant cohort (KMsurv::bmt, 137 patients) as prepared in zEpid's ``gvhd.dat``.
 
-    Rows at day 0 and at each change of the time-varying states, in days. Treatment ``gvhd`` (acute graft-versus-
-    host disease, absorbing); time-varying ``relapse`` and ``platnorm`` (platelets back to normal); baseline
-    ``age``, ``male``, ``cmv``, ``wait`` (months on the waiting list), ``all`` (ALL diagnosis). ``dead``; a
-    subject alive before ``horizon`` is censored at the end of follow-up. This is the set-up of the parametric
+    Rows at day 0 and at each change of the time-varying states, in days. Treatment ``gvhd``: graft-versus-host
+    disease has started (columns ``t_gvhd``/``d_gvhd`` of the file, absorbing). It is not acute GvHD alone: of the 73
+    recorded onsets, 34 are by day 100 and 39 after it (days 10 to 307), past the usual acute/chronic boundary.
+    Time-varying ``relapse`` and ``platnorm`` (platelets back to normal); baseline ``age``, ``male``, ``cmv``,
+    ``wait`` (months on the waiting list), ``all`` (ALL diagnosis). ``dead``; a subject alive before ``horizon`` is
+    censored at the end of follow-up. This is the set-up of the parametric
     g-formula example of Keil et al. (2014), Epidemiology 25(6):889.
     """
     gv = pd.read_csv(zepid_file("gvhd.dat"), sep=r"\s+", index_col=False)
