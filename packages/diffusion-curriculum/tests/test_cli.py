@@ -7,6 +7,8 @@ import torch
 
 from iclr25_diffusion_curriculum import CurriculumSampler, PatiencePacer, TimestepClusters
 from iclr25_diffusion_curriculum.cli import main
+from iclr25_shared.data import fashion_mnist
+from iclr25_shared.testing import require
 
 TINY = [
     "--steps",
@@ -87,6 +89,7 @@ def test_train_end_to_end_on_digits_writes_model_samples_and_state(tmp_path, cap
 
 
 def test_train_on_fashion_mnist_uniform_writes_the_difficulty_analysis(tmp_path, capsys):
+    require(fashion_mnist, "test")
     argv = [
         "train",
         "--dataset",
@@ -129,6 +132,11 @@ def test_train_on_fashion_mnist_uniform_writes_the_difficulty_analysis(tmp_path,
             "num_clusters must be an integer in [1, 5]",
         ),
         (["reproduce", "--num-seeds", "0"], "num_seeds"),
+        (["reproduce", "--methods", "curriculum"], "methods must list uniform"),
+        (["reproduce", "--methods", "uniform", "uniform"], "no duplicates"),
+        (["reproduce", "--weight-ema", "1.0"], "weight_ema"),
+        (["reproduce", "--sync-every", "0"], "sync_every"),
+        (["reproduce", "--combine", "/nonexistent/run"], "does not exist"),
         (["bench", "--batch-size", "0"], "batch_size"),
         (["fly"], "unknown subcommand"),
     ],
@@ -139,6 +147,19 @@ def test_bad_input_exits_2_with_one_line(argv, needle, capsys):
     assert needle in err
     assert len(err.splitlines()) == 1
     assert "Traceback" not in err
+
+
+def test_full_replaces_only_the_options_left_at_their_quick_defaults():
+    from iclr25_diffusion_curriculum.cli import ReproduceConfig
+
+    quick = ReproduceConfig()
+    assert quick.effective() is quick
+    full = ReproduceConfig(full=True).effective()
+    for k, v in ReproduceConfig.FULL.items():
+        assert getattr(full, k) == v, k
+    mine = ReproduceConfig(full=True, num_seeds=1, seed=3, steps=900).effective()
+    assert (mine.num_seeds, mine.seed, mine.steps) == (1, 3, 900)
+    assert mine.patience == ReproduceConfig.FULL["patience"]
 
 
 def test_bench_reports_overhead_ratios(tmp_path, capsys):
@@ -171,6 +192,7 @@ def test_bench_reports_overhead_ratios(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_reproduce_tiny_end_to_end(tmp_path):
+    require(fashion_mnist, "test")
     argv = [
         "reproduce",
         "--steps",
@@ -188,6 +210,10 @@ def test_reproduce_tiny_end_to_end(tmp_path):
         "2",
         "--num-fid-samples",
         "40",
+        "--methods",
+        "uniform",
+        "curriculum",
+        "reverse",
         "--num-inference-steps",
         "2",
         "--heldout-images",
@@ -206,12 +232,39 @@ def test_reproduce_tiny_end_to_end(tmp_path):
     res = json.loads((tmp_path / "results.json").read_text())
     for name in (
         "difficulty.png",
-        "fid_curve.png",
+        "convergence.png",
+        "runs.json",
         "samples_uniform.png",
         "samples_curriculum.png",
         "samples_reverse.png",
     ):
         assert (tmp_path / name).is_file()
-    rows = res["tables"]["Final results (mean over seeds)"]
+    rows = res["tables"]["Final results (EMA weights)"]
     assert [r["method"] for r in rows] == ["uniform", "curriculum", "reverse"]
-    assert len(res["tables"]["Held-out ε-MSE per timestep cluster at the end"]) == 3
+    assert len(res["tables"]["Held-out ε-MSE per timestep cluster at the end (mean over seeds)"]) == 3
+    # one row per (method, metric, checkpoint): 2 methods × 2 metrics × 2 checkpoints
+    assert len(res["tables"]["Paired difference to uniform per checkpoint"]) == 8
+    assert res["metrics"]["heldout_paired_delta_eval_noise_sd"] >= 0
+    # the per-seed runs of two one-seed runs, combined, give exactly the summary of the two-seed run
+    singles = []
+    for seed in (0, 1):
+        out = tmp_path / f"s{seed}"
+        args = [a for a in argv if a != str(tmp_path)]
+        i = args.index("--num-seeds")
+        args[i + 1] = "1"
+        assert main([*args, str(out), "--seed", str(seed)]) == 0
+        singles.append(str(out))
+    combined = tmp_path / "combined"
+    assert main(["reproduce", *argv[argv.index("--steps") : -1], str(combined), "--combine", *singles]) == 0
+    got = json.loads((combined / "results.json").read_text())
+    assert (
+        got["tables"]["Paired difference to uniform per checkpoint"]
+        == res["tables"]["Paired difference to uniform per checkpoint"]
+    )
+    assert got["metrics"]["verdicts"] == res["metrics"]["verdicts"]
+    # runs with other settings are refused
+    other = tmp_path / "other"
+    args = [a for a in argv if a != str(tmp_path)]
+    args[args.index("--patience") + 1] = "2"
+    assert main([*args, str(other), "--seed", "5", "--num-seeds", "1"]) == 0
+    assert main(["reproduce", "--out", str(tmp_path / "bad"), "--combine", singles[0], str(other)]) == 2

@@ -109,6 +109,8 @@ class TrainLog:
             unweighted ε-MSE (the input of :func:`cluster_loss_curves`).
         stages: ``(steps,)`` the curriculum stage used at each step.
         skipped: steps whose loss was non-finite (no optimiser step was taken).
+        ema_model: the exponential moving average of the weights (a copy of the model), or ``None`` without
+            ``ema_decay``.
     """
 
     losses: np.ndarray
@@ -117,6 +119,7 @@ class TrainLog:
     sample_losses: np.ndarray
     stages: np.ndarray
     skipped: int = 0
+    ema_model: Any = None
 
 
 def train_diffusion(
@@ -131,6 +134,8 @@ def train_diffusion(
     generator: torch.Generator,
     device: torch.device,
     snr_gamma: float | None = None,
+    ema_decay: float | None = None,
+    sync_every: int = 1,
     on_step: Callable[[int, torch.nn.Module], None] | None = None,
     progress: Callable[[Any], Any] = lambda it: it,
 ) -> TrainLog:
@@ -138,23 +143,74 @@ def train_diffusion(
 
     Each step: draw a batch of images and ε from ``generator``, ``t = sampler.sample(B)``,
     ``x_t = scheduler.add_noise(x_0, ε, t)``, loss ``= mean(w · ‖ε̂ − ε‖²)`` with ``w = 1`` or Min-SNR-γ weights,
-    an Adam step, then ``sampler.update(loss)``. ``on_step(k, model)`` is called after step ``k`` (1-based).
+    an Adam step, then ``sampler.update(loss)``.
+
+    Device synchronisation: the per-sample timesteps and losses stay on ``device`` until the end of training; the
+    batch loss is read back once every ``sync_every`` steps (one transfer of the last ``sync_every`` losses),
+    which feeds the pacer in order and detects non-finite losses. With ``sync_every = 1`` (default) the pacer sees
+    each loss before the next step, as in the paper (§4.2), and a non-finite loss skips that optimiser step. With
+    ``sync_every = k > 1`` a stage change takes effect up to ``k − 1`` steps late (losses of steps drawn in an
+    earlier stage than the pacer's current one are not fed to it, so every stage is judged on its own losses), and
+    a non-finite loss raises ``FloatingPointError`` at the next read (the step was already taken).
+
+    Args:
+        ema_decay: keep an exponential moving average of the weights with this decay (``diffusers``'
+            ``EMAModel``: the decay ramps as ``min(ema_decay, (1 + k)/(10 + k))`` from optimiser step ``k``); the
+            EMA copy is returned as ``TrainLog.ema_model`` and is what ``on_step`` receives. ``None``: no EMA.
+        sync_every: steps between loss read-backs (see above), ``>= 1``.
+        on_step: ``on_step(k, eval_model)`` after step ``k`` (1-based); ``eval_model`` is the EMA copy when
+            ``ema_decay`` is set, else ``model``.
 
     Raises:
-        ValueError: the scheduler's ``num_train_timesteps`` differs from the sampler's clusters.
+        ValueError: the scheduler's ``num_train_timesteps`` differs from the sampler's clusters, or a bad argument.
+        FloatingPointError: a non-finite loss with ``sync_every > 1``.
     """
+    from iclr25_shared.checks import check_float, check_int
+
+    check_int("steps", steps, low=1)
+    check_int("batch_size", batch_size, low=1)
+    check_int("sync_every", sync_every, low=1)
+    if ema_decay is not None:
+        check_float("ema_decay", ema_decay, low=0.0, high=1.0, high_inclusive=False)
     sampler.check_scheduler(scheduler)
     if not sampler.clusters.discrete:
         raise ValueError("train_diffusion trains a discrete DDPM; use scheme='uniform' clusters")
     model.to(device).train()
     opt = torch.optim.Adam(model.parameters(), lr=lr)
+    ema = ema_model = None
+    if ema_decay is not None:
+        import copy
+
+        from diffusers.training_utils import EMAModel
+
+        ema_model = copy.deepcopy(model).eval()
+        for p in ema_model.parameters():
+            p.requires_grad_(False)
+        ema = EMAModel(model.parameters(), decay=ema_decay)
     alphas = scheduler.alphas_cumprod.to(device)
     n = images.shape[0]
-    losses, stages = np.zeros(steps, np.float32), np.zeros(steps, np.int16)
-    s_steps = np.zeros(steps * batch_size, np.int32)
-    s_t = np.zeros(steps * batch_size, np.int32)
-    s_loss = np.zeros(steps * batch_size, np.float32)
+    stages = np.zeros(steps, np.int16)
+    d_losses = torch.zeros(steps, dtype=torch.float32, device=device)
+    d_t = torch.zeros((steps, batch_size), dtype=torch.int64, device=device)
+    d_sample_loss = torch.zeros((steps, batch_size), dtype=torch.float32, device=device)
     skipped = 0
+    read_upto = 0
+
+    def read_back(upto: int) -> None:
+        nonlocal read_upto, skipped
+        values = d_losses[read_upto:upto].cpu().numpy()
+        for j, value in enumerate(values):
+            if not np.isfinite(value):
+                if sync_every > 1:
+                    raise FloatingPointError(
+                        f"non-finite loss {value} at step {read_upto + j + 1} (sync_every={sync_every}: the "
+                        "optimiser step was taken); rerun with sync_every=1 to skip such steps"
+                    )
+                skipped += 1
+            if int(stages[read_upto + j]) == sampler.stage:  # a loss from an earlier stage is stale: not fed
+                sampler.update(float(value))
+        read_upto = upto
+
     for k in progress(range(steps)):
         idx = torch.randint(0, n, (batch_size,), generator=generator)
         x0 = images[idx].to(device)
@@ -169,20 +225,32 @@ def train_diffusion(
             loss = (weights * per_sample).mean()
         else:
             loss = per_sample.mean()
-        sl = slice(k * batch_size, (k + 1) * batch_size)
-        s_steps[sl], s_t[sl], s_loss[sl] = k, t.cpu().numpy(), per_sample.detach().cpu().numpy()
-        value = float(loss.detach())
-        losses[k] = value
-        if np.isfinite(value):
+        d_t[k] = t
+        d_sample_loss[k] = per_sample.detach()
+        d_losses[k] = loss.detach()
+        take_step = True
+        if sync_every == 1:
+            take_step = bool(torch.isfinite(d_losses[k]))  # the one read-back per step (pacer + NaN guard)
+        if take_step:
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        else:
-            skipped += 1
-        sampler.update(value)
+            if ema is not None:
+                ema.step(model.parameters())
+        if (k + 1) % sync_every == 0 or k + 1 == steps:
+            read_back(k + 1)
         if on_step is not None:
-            on_step(k + 1, model)
-    return TrainLog(losses, s_steps, s_t, s_loss, stages, skipped)
+            eval_model = model
+            if ema is not None:
+                ema.copy_to(ema_model.parameters())
+                eval_model = ema_model
+            on_step(k + 1, eval_model)
+    if ema is not None:
+        ema.copy_to(ema_model.parameters())
+    s_steps = np.repeat(np.arange(steps, dtype=np.int32), batch_size)
+    s_t = d_t.cpu().numpy().astype(np.int32).reshape(-1)
+    s_loss = d_sample_loss.cpu().numpy().reshape(-1)
+    return TrainLog(d_losses.cpu().numpy(), s_steps, s_t, s_loss, stages, skipped, ema_model)
 
 
 @torch.no_grad()

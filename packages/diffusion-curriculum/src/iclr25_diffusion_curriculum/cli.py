@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Literal
+from pathlib import Path
+from typing import Any, ClassVar, Literal
 
 from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
@@ -34,10 +35,11 @@ class _CurriculumOptions(CommonOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         # A --config JSON file gives lists; tyro needs the declared tuples (iclr25_shared.cli does not convert).
-        for name in ("channels", "timestep_range"):
+        for name in ("channels", "timestep_range", "methods", "combine"):
             value = getattr(self, name, None)
             if isinstance(value, list):
-                object.__setattr__(self, name, tuple(value))
+                value = tuple(Path(v) for v in value) if name == "combine" else tuple(value)
+                object.__setattr__(self, name, value)
         check_int("num_train_timesteps", self.num_train_timesteps, low=1)
         check_int("num_clusters", self.num_clusters, low=1, high=self.num_train_timesteps)
         check_int("patience", self.patience, low=1)
@@ -83,6 +85,11 @@ class TrainConfig(_CurriculumOptions):
     """Images in the saved sample grid."""
     num_inference_steps: int = 50
     """DDIM steps for the samples."""
+    weight_ema: float | None = None
+    """Also keep an exponential moving average of the weights with this decay (saved as unet_ema/, used for the
+    samples); None: no EMA."""
+    sync_every: int = 1
+    """Steps between loss read-backs from the device (1: the pacer sees every loss before the next step)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -101,6 +108,9 @@ class TrainConfig(_CurriculumOptions):
 
             TimestepClusters(self.num_train_timesteps, self.num_clusters, timestep_range=self.timestep_range)
         check_int("num_samples", self.num_samples, low=1, high=1024)
+        if self.weight_ema is not None:
+            check_float("weight_ema", self.weight_ema, low=0.0, high=1.0, high_inclusive=False)
+        check_int("sync_every", self.sync_every, low=1)
         check_int("num_inference_steps", self.num_inference_steps, low=1, high=self.num_train_timesteps)
 
     @property
@@ -112,15 +122,23 @@ class TrainConfig(_CurriculumOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(_CurriculumOptions):
-    """Uniform vs curriculum vs reverse on Fashion-MNIST at equal steps (FID, per-cluster loss, difficulty plot).
+    """Uniform vs curriculum (vs reverse) on Fashion-MNIST at equal steps, paired over seeds, EMA weights evaluated.
 
-    Several seeds per method; reports final FID and held-out loss (overall and per cluster), the steps each method
-    needs to reach the uniform run's final FID, sample grids and the difficulty analysis of the uniform runs."""
+    Every method of a seed shares the UNet initialisation, images, noise and evaluation inputs. At each checkpoint:
+    FID (classifier features) and held-out ε-MSE of the EMA weights; reported as paired differences to uniform with
+    95 % t-intervals, plus "steps to reach uniform's final value" and the measured evaluation noise of both
+    metrics. --full is the long setting; --combine summarises earlier runs (e.g. one seed each) without training."""
 
-    steps: int = 1000
-    """Training steps per run."""
-    num_seeds: int = 2
-    """Seeds per method (seed, seed+1, …)."""
+    steps: int = 500
+    """Training steps per run (equal for every method)."""
+    patience: int = 10
+    """τ: consecutive non-improving loss updates before the next stage."""
+    max_steps_per_stage: int | None = 15
+    """Cap on training steps per stage (None: no cap); N−1 stages × cap bounds the curriculum phase."""
+    num_seeds: int = 3
+    """Seeds per method (seed, seed+1, …); the pairs give the intervals."""
+    methods: tuple[Literal["uniform", "curriculum", "reverse"], ...] = ("uniform", "curriculum")
+    """Timestep samplers to compare (uniform, the baseline, is required; reverse = hard-first control)."""
     batch_size: int = 64
     """Images per step."""
     lr: float = 2e-3
@@ -131,53 +149,66 @@ class ReproduceConfig(_CurriculumOptions):
     """UNet block widths."""
     snr_gamma: float | None = None
     """Min-SNR-γ weighting for every method (orthogonality check); None: plain ε-MSE."""
-    num_checkpoints: int = 4
+    weight_ema: float | None = 0.99
+    """Decay of the exponential moving average of the weights that is evaluated (None: the raw weights)."""
+    sync_every: int = 1
+    """Steps between loss read-backs from the device (1: the pacer sees every loss before the next step)."""
+    num_checkpoints: int = 8
     """Evaluations (FID, held-out loss) spread evenly over training."""
-    num_fid_samples: int = 500
+    num_fid_samples: int = 250
     """Generated images per FID evaluation."""
-    num_inference_steps: int = 20
+    num_inference_steps: int = 10
     """DDIM steps for generation."""
-    heldout_images: int = 500
+    heldout_images: int = 250
     """Test images for the held-out loss (each noised once per cluster)."""
     analysis_bins: int = 12
     """Step windows of the difficulty analysis."""
+    combine: tuple[Path, ...] = ()
+    """Result folders of earlier reproduce runs with the same settings (other seeds) to summarise, without training."""
     full: bool = False
-    """Longer run: 28 px, 6 000 steps, 3 seeds, 2 000 FID samples, τ=100, cap 300, EMA 0.98 (hours on CPU)."""
+    """The long setting; replaces the options still at their quick defaults by FULL (see the README)."""
+
+    FULL: ClassVar[dict[str, Any]] = {
+        "steps": 1200,
+        "num_seeds": 4,
+        "weight_ema": 0.995,
+        "patience": 20,
+        "max_steps_per_stage": 30,
+        "num_fid_samples": 500,
+        "heldout_images": 500,
+    }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("steps", self.steps, low=1)
         check_int("num_seeds", self.num_seeds, low=1)
+        if not self.methods or "uniform" not in self.methods or len(set(self.methods)) != len(self.methods):
+            raise ValueError(f"methods must list uniform and no duplicates, got {list(self.methods)}")
+        for m in self.methods:
+            check_choice("methods", m, ("uniform", "curriculum", "reverse"))
         check_int("batch_size", self.batch_size, low=1)
         check_float("lr", self.lr, low=0.0, low_inclusive=False)
         check_int("image_size", self.image_size, low=4, high=64)
         self._check_unet(self.channels, self.image_size)
         if self.snr_gamma is not None:
             check_float("snr_gamma", self.snr_gamma, low=0.0, low_inclusive=False)
-        check_int("num_checkpoints", self.num_checkpoints, low=1, high=self.steps)
+        if self.weight_ema is not None:
+            check_float("weight_ema", self.weight_ema, low=0.0, high=1.0, high_inclusive=False)
+        check_int("sync_every", self.sync_every, low=1)
+        check_int("num_checkpoints", self.num_checkpoints, low=2, high=self.steps)
         check_int("num_fid_samples", self.num_fid_samples, low=10)
         check_int("num_inference_steps", self.num_inference_steps, low=1, high=self.num_train_timesteps)
         check_int("heldout_images", self.heldout_images, low=1, high=10_000)
         check_int("analysis_bins", self.analysis_bins, low=2, high=self.steps)
 
     def effective(self) -> ReproduceConfig:
-        """The config actually run: ``--full`` swaps in the full-size values."""
+        """The config actually run: with ``--full``, each option still at its quick default takes its FULL value
+        (options given explicitly are kept)."""
         if not self.full:
             return self
-        return dataclasses.replace(
-            self,
-            image_size=28,
-            channels=(32, 64),
-            steps=6000,
-            num_seeds=3,
-            num_fid_samples=2000,
-            patience=100,
-            max_steps_per_stage=300,
-            ema=0.98,
-            num_checkpoints=8,
-            heldout_images=2000,
-            full=False,
-        )
+        quick = {f.name: f.default for f in dataclasses.fields(self)}
+        changes = {k: v for k, v in self.FULL.items() if getattr(self, k) == quick[k]}
+        return dataclasses.replace(self, full=False, **changes)
 
 
 @dataclass(frozen=True, kw_only=True)
