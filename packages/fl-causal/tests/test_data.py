@@ -196,3 +196,19 @@ def test_truncate_matches_a_per_subject_loop(horizon):
     data = LongitudinalData(df, treatment="A", covariates=["L"], death="dead", censor="drop", horizon=2.0)
     got = data.truncate(horizon).frame
     pd.testing.assert_frame_equal(got, _truncate_by_loop(df, horizon)[list(got.columns)], check_dtype=False)
+
+
+def test_gvhd_treatment_is_every_recorded_onset_not_acute_gvhd_only():
+    """Issue 20: the BMT cohort's treatment was called acute GvHD, but most recorded onsets are after day 100."""
+    from iclr25_fl_causal import gvhd
+    from iclr25_fl_causal._datasets import zepid_file
+    from iclr25_shared.testing import require
+
+    data = require(gvhd)
+    raw = pd.read_csv(require(zepid_file, "gvhd.dat"), sep=r"\s+", index_col=False)
+    onsets = raw.loc[raw.d_gvhd == 1, "t_gvhd"]
+    assert (len(onsets), int((onsets > 100).sum())) == (73, 39)  # the counts the gvhd() docstring states
+    treated = data.frame[data.frame.gvhd == 1].groupby("id").time.min()
+    assert len(treated) == len(onsets)
+    assert int((treated > 100).sum()) == 39
+    assert "not acute GvHD alone" in gvhd.__doc__

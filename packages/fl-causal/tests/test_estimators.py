@@ -630,3 +630,46 @@ def test_bootstrap_se_tracks_the_monte_carlo_sd_when_the_treatment_model_is_wron
     sd = est.std(ddof=1)
     assert abs(est.mean() - truth) < 3 * sd / np.sqrt(reps)
     assert 0.75 < se.mean() / sd < 1.3
+
+
+def test_endpoint_risk_is_the_last_point_of_the_direct_recursion_with_k_regressions(monkeypatch):
+    """risk_method="endpoint" (issue 20: the curve costs K(K+1)/2 regressions) gives the direct ICE's risk at τ."""
+    from iclr25_fl_causal import _estimators
+
+    params = SimulationParams(eta0=-0.5, eta1=0.7, kappa0=-1.5, kappa1=0.7)
+    dd = simulate(800, params, n_fine=10, seed=12).discretise(0.2)
+    kw = {"outcome_model": "L + A + cum_L", "estimand": "risk"}
+    fits = []
+    real = _estimators._fit_outcome
+    monkeypatch.setattr(
+        _estimators, "_fit_outcome", lambda pb, X, y, w: fits.append(y.shape[1]) or real(pb, X, y, w)
+    )
+    direct = g_computation(dd, "always", risk_method="direct", se="none", **kw)
+    n_direct = sum(fits)
+    fits.clear()
+    end = g_computation(dd, "always", risk_method="endpoint", se="none", **kw)
+    assert (n_direct, sum(fits)) == (15, 5)  # K(K+1)/2 and K responses fitted, K = 5
+    assert end.estimate == pytest.approx(direct.estimate, abs=1e-9)
+    assert end.curve is None
+    tm = {"treatment_model": TM, "censoring_model": "L + A"}
+    d_direct = doubly_robust(dd, "always", risk_method="direct", **kw, **tm)
+    d_end = doubly_robust(dd, "always", risk_method="endpoint", **kw, **tm)
+    assert d_end.estimate == pytest.approx(d_direct.estimate, abs=1e-9)
+    assert d_end.se == pytest.approx(d_direct.se, rel=1e-7)
+
+
+def test_ice_risk_matches_zepid_on_simulated_data_with_death(zepid_ice):
+    """The bench's peer comparison: same data, same estimand (risk at τ), same per-interval models."""
+    from iclr25_fl_causal._experiment import wide_for_zepid
+
+    dd = simulate(400, SimulationParams(eta0=-1.0), n_fine=10, seed=5).discretise(0.2)
+    wide = wide_for_zepid(dd)
+    K = dd.num_intervals
+    ref = zepid_ice(wide, exposures=[f"A{k + 1}" for k in range(K)], outcomes=[f"Y{k + 1}" for k in range(K)])
+    ref.outcome_model(models=[f"A{k + 1} + L{k + 1}" for k in range(K)], print_results=False)
+    ref.fit(treatments=[1] * K)
+    for method in ("endpoint", "direct"):
+        ours = g_computation(
+            dd, "always", outcome_model="A + L", estimand="risk", risk_method=method, se="none"
+        )
+        assert ours.estimate == pytest.approx(ref.marginal_outcome, abs=1e-9)

@@ -175,7 +175,11 @@ class _Problem:
                 raise ValueError(msg + "; pass positivity='warn' to estimate anyway")
             warnings.warn(msg, PositivityWarning, stacklevel=4)
         # Targets.
-        if estimand == "risk":
+        if estimand == "risk" and risk_method == "endpoint":  # one recursion for 1{T_D <= τ}: K regressions
+            self.targets = _Targets(
+                end=np.array([K]), on_death=np.ones((1, K)), alive=np.zeros((n, 1)), kind="fractional"
+            )
+        elif estimand == "risk":
             increments = risk_method == "increments"
             self.targets = _Targets(
                 end=np.arange(1, K + 1),
@@ -515,7 +519,7 @@ def _estimate(
     regime = _check_common(regime, se, n_boot, level, truncate)
     min_followers = check_int("min_followers", min_followers, low=1)
     check_choice("positivity", positivity, ("raise", "warn"))
-    check_choice("risk_method", risk_method, ("increments", "direct"))
+    check_choice("risk_method", risk_method, ("increments", "direct", "endpoint"))
     check_choice("estimand", estimand, _ESTIMANDS)
     check_choice("outcome_family", outcome_family, ("auto", "gaussian", "binomial"))
     cemetery = check_float("cemetery", cemetery)
@@ -659,7 +663,9 @@ def _estimate(
         se_curve, se_end = (np.full(len(psi), np.nan) if estimand == "risk" else None), float("nan")
     z = float(stats.norm.ppf(0.5 + level / 2))
     curve = None
-    if estimand == "risk":
+    if estimand == "risk" and len(pb.targets.end) == 1 and dd.num_intervals > 1:  # risk_method="endpoint"
+        est = float(psi[0])
+    elif estimand == "risk":
         risk = np.cumsum(psi) if pb.targets.increments else psi
         est = float(risk[-1])
         curve = pd.DataFrame(
@@ -715,6 +721,8 @@ _COMMON_DOC = """
         risk_method: (g-computation, DR) ``"increments"``: the risk is the sum of per-interval death
             probabilities, each by its own recursion (the g-computation curve is then non-decreasing by
             construction); ``"direct"``: one recursion per time for 1{T_D <= t_J} (the classic ICE, as zEpid).
+            Both give the whole curve with K(K+1)/2 regressions; ``"endpoint"``: only the risk at τ, by the one
+            recursion for 1{T_D <= τ} (K regressions, equal to the last point of ``"direct"``; ``curve`` is None).
         n_boot, seed: bootstrap replicates and their seed. level: confidence level of the Wald interval.
 
     Returns:

@@ -39,6 +39,8 @@ __all__ = [
     "reproduce",
     "simulate_cmd",
     "simulation_study",
+    "wide_for_zepid",
+    "zepid_rows",
 ]
 
 # Correct models for the simulation on the finest grid (see _simulate): the outcome regressions are
@@ -339,6 +341,97 @@ def ice_statsmodels(dd, formula: str, regime_value: int = 1) -> float:
     return float(np.mean(q_next))
 
 
+def _zepid_ice_class() -> Any:
+    """zEpid's IterativeCondGFormula, or None when zepid (or the pkg_resources it imports) is missing."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from zepid.causal.gformula import IterativeCondGFormula
+    except ModuleNotFoundError:
+        return None
+    return IterativeCondGFormula
+
+
+def wide_for_zepid(dd) -> pd.DataFrame:
+    """A discretised data set without censoring in zEpid's wide ICE layout: L1..LK, A1..AK and Y1..YK, where Y_k
+    is death in interval k (1), survival through it (0), or missing once dead before it."""
+    if dd.has_censoring:
+        raise ValueError("the zEpid comparison covers death without censoring")
+    K = dd.num_intervals
+    cols: dict[str, np.ndarray] = {}
+    for k in range(K):
+        cols[f"L{k + 1}"] = dd.covariates["L"][:, k]
+        cols[f"A{k + 1}"] = dd.treatment[:, k]
+        cols[f"Y{k + 1}"] = np.where(dd.at_risk[:, k], dd.death[:, k].astype(float), np.nan)
+    return pd.DataFrame(cols)
+
+
+def zepid_rows(
+    *,
+    ns: Sequence[int],
+    intervals: Sequence[int],
+    n_fine: int = 40,
+    repeats: int = 3,
+    seed: int = 0,
+    quiet: bool,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Risk of death at τ under always-treat by ICE g-computation: ours vs zEpid's ``IterativeCondGFormula`` on the
+    same data, same estimand, same per-interval models (``A_k + L_k``), timed in the same run."""
+    from iclr25_fl_causal._simulate import SimulationParams
+    from iclr25_shared.cli import progress
+
+    ice = _zepid_ice_class()
+    if ice is None:
+        return [], ['zEpid comparison skipped: zepid is not importable (pip install zepid "setuptools<82")']
+    rows = []
+    params = SimulationParams(eta0=-1.0)
+    cells = [(n, K) for n in ns for K in intervals]
+    for n, K in progress(cells, total=len(cells), desc="zEpid", quiet=quiet):
+        dd = simulate(n, params, n_fine=n_fine, seed=seed).discretise(1.0 / K)
+        wide = wide_for_zepid(dd)
+
+        def theirs(wide=wide, K=K) -> float:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                ref = ice(
+                    wide, exposures=[f"A{k + 1}" for k in range(K)], outcomes=[f"Y{k + 1}" for k in range(K)]
+                )
+                ref.outcome_model(models=[f"A{k + 1} + L{k + 1}" for k in range(K)], print_results=False)
+                ref.fit(treatments=[1] * K)
+            return float(ref.marginal_outcome)
+
+        def ours(method: str, dd=dd) -> float:
+            kw = {"outcome_model": "A + L", "estimand": "risk", "risk_method": method, "se": "none"}
+            return _quiet(g_computation, dd, "always", **kw).estimate
+
+        timed: dict[str, tuple[float, float]] = {}
+        for name, fn in (
+            ("zepid", theirs),
+            ("endpoint", lambda: ours("endpoint")),
+            ("curve", lambda: ours("direct")),
+        ):
+            times, value = [], float("nan")
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                value = fn()
+                times.append(time.perf_counter() - t0)
+            timed[name] = (float(np.median(times)), value)
+        rows.append(
+            {
+                "n": n,
+                "intervals": K,
+                "risk_zepid": timed["zepid"][1],
+                "risk_ours": timed["endpoint"][1],
+                "abs_diff": abs(timed["zepid"][1] - timed["endpoint"][1]),
+                "zepid_s": timed["zepid"][0],
+                "ours_endpoint_s": timed["endpoint"][0],
+                "ours_whole_curve_s": timed["curve"][0],
+                "speedup_vs_zepid": timed["zepid"][0] / timed["endpoint"][0],
+            }
+        )
+    return rows, []
+
+
 def bench_rows(
     *,
     ns: Sequence[int] = (500, 1000, 2000, 4000),
@@ -598,4 +691,15 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         quiet=cfg.quiet,
     )
     res = Result(tables={"scaling": rows}, timings={"scaling": time.perf_counter() - t0})
+    if cfg.zepid:
+        t0 = time.perf_counter()
+        zrows, notes = zepid_rows(
+            ns=cfg.integers("ns"), intervals=cfg.integers("intervals"), repeats=cfg.repeats, seed=cfg.seed,
+            quiet=cfg.quiet,
+        )  # fmt: skip
+        if zrows:
+            res.tables["ICE risk at tau: ours vs zEpid IterativeCondGFormula (same data and models)"] = zrows
+            res.metrics["max_abs_diff_vs_zepid"] = max(r["abs_diff"] for r in zrows)
+        res.notes += notes
+        res.timings["zepid"] = time.perf_counter() - t0
     return res

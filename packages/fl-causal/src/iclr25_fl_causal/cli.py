@@ -156,7 +156,7 @@ class ReproduceConfig(CommonOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """Time and peak memory vs n and grid size (ratios to the smallest cell; linear means ratio/size ≈ 1)."""
+    """Time and peak memory vs n and grid size, and ours vs zEpid's ICE g-formula on the same data, in one run."""
 
     ns: str = "500,1000,2000,4000"
     """Comma-separated numbers of subjects."""
@@ -164,6 +164,8 @@ class BenchConfig(CommonOptions):
     """Comma-separated numbers of grid intervals (must divide 40)."""
     repeats: int = 3
     """Timing repeats (median; >= 1)."""
+    zepid: bool = True
+    """Also time zEpid's IterativeCondGFormula against ours on the same data (skipped when zepid is missing)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
