@@ -56,8 +56,10 @@ class Result:
         se_method: ``"bootstrap"`` (by subject) or ``"influence"`` (influence function, nuisances treated as
             known). grid: the partition points. n: subjects.
         curve: for the risk, a frame (time, estimate, se, low, high) at every grid point, else ``None``.
-        diagnostics: weights (max, mean, effective sample size), regime followers per interval, smallest
-            propensity of the regime's treatment among followers, truncated weights, bootstrap failures.
+        diagnostics: weights (max, mean, effective sample size); regime followers per interval
+            (``followers_per_interval``) and along the path (``followers_through_interval``: at risk at t_k and
+            on the regime in every interval 0..k; ``min_followers_through``); smallest propensity of the regime's
+            treatment among followers, truncated weights, bootstrap failures.
     """
 
     estimator: str
