@@ -51,3 +51,52 @@ def test_heat_emulator_prdp_matches_the_converged_run_with_far_fewer_iterations(
     assert prdp.final_metric <= 1.05 * converged.final_metric
     assert prdp.total_iterations <= 0.5 * converged.total_iterations
     assert coarse.final_metric > 5 * converged.final_metric  # too few iterations do hurt
+
+
+@pytest.mark.slow
+def test_heat_emulator_saves_iterations_at_equal_accuracy_over_three_seeds():
+    import jax
+
+    from iclr25_prdp._reproduce import equal_accuracy, mean_interval
+
+    experiment = make_experiment("heat-emulator")
+    rows = []
+    for seed in range(3):
+        key = jax.random.key(seed)
+        converged = experiment.train(epochs=50, iterations=30, key=key)
+        prdp = experiment.train(epochs=50, controller=controller_for(experiment.spec), key=key)
+        row = equal_accuracy(converged, prdp)
+        # both arms reach the common target, and the cost is counted up to that epoch only
+        assert converged.log.metric[row["converged: epoch"]] <= row["target metric"]
+        assert prdp.log.metric[row["PRDP: epoch"]] <= row["target metric"]
+        rows.append(row)
+    saved = mean_interval([r["iterations saved"] for r in rows])
+    assert all(r["iterations saved"] > 0.5 for r in rows), rows
+    assert saved["ci_low"] > 0.5, saved
+
+
+def test_equal_accuracy_counts_cost_until_the_common_target():
+    from iclr25_prdp._problems import ArmResult
+    from iclr25_prdp._reproduce import equal_accuracy, mean_interval
+    from iclr25_prdp._training import TrainingLog
+
+    def arm(metric, per_epoch):
+        log = TrainingLog(
+            metric=metric,
+            cumulative_iterations=list(np.cumsum([0] + [per_epoch] * (len(metric) - 1))),
+            wall_time=[0.5 * i for i in range(len(metric))],
+        )
+        return ArmResult(label="", log=log, final_iterations=per_epoch)
+
+    converged = arm([1.0, 0.5, 0.2, 0.1, 0.1], 10)  # reaches 0.2 at epoch 2: 20 iterations, 1.0 s
+    prdp = arm([1.0, 0.9, 0.6, 0.4, 0.3, 0.2], 2)  # final 0.2 at epoch 5: 10 iterations, 2.5 s
+    row = equal_accuracy(converged, prdp)
+    assert row["target metric"] == 0.2
+    assert (row["converged: epoch"], row["PRDP: epoch"]) == (2, 5)
+    assert (row["converged: iterations"], row["PRDP: iterations"]) == (20, 10)
+    assert row["iterations saved"] == pytest.approx(0.5)
+    assert row["time saved"] == pytest.approx(1 - 2.5 / 1.0)
+    summary = mean_interval([0.1, 0.2, 0.3])
+    assert summary["mean"] == pytest.approx(0.2)
+    assert summary["sd"] == pytest.approx(0.1)
+    assert summary["ci_low"] == pytest.approx(0.2 - 4.303 * 0.1 / np.sqrt(3))
