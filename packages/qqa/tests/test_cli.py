@@ -117,9 +117,13 @@ def test_bad_graph_files_exit_2(tmp_path, capsys, name, text, message):
 
 def test_bad_reproduce_and_bench_options(capsys):
     assert run_cli(capsys, "reproduce", "--sa-sweeps", "0")[0] == 2
-    code, _, err = run_cli(capsys, "bench", "--instances", "maxcut")
+    code, _, err = run_cli(capsys, "bench", "--instances", "G999", "--gset-dir", "/nonexistent")
     assert code == 2
-    assert "PROBLEM@GRAPH" in err
-    code, _, err = run_cli(capsys, "bench", "--qqa-steps", "0")
+    assert "G999" in err
+    assert "--gset-dir" in err
+    code, _, err = run_cli(capsys, "bench", "--budget", "0")
     assert code == 2
-    assert "qqa_steps" in err
+    assert "budget" in err
+    code, _, err = run_cli(capsys, "bench", "--qqa-replicas", "0")
+    assert code == 2
+    assert "qqa_replicas" in err

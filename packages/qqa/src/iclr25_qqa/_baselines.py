@@ -7,6 +7,7 @@ Greedy baselines follow the lessons of networkx #2446 / #5568: every returned se
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -37,13 +38,16 @@ __all__ = [
 
 @dataclass(frozen=True)
 class BaselineResult:
-    """A baseline's answer: solution (N,), objective in the problem's units, feasibility, wall seconds."""
+    """A baseline's answer: solution (N,), objective in the problem's units, feasibility, wall seconds (the solve
+    only; building the model is excluded)."""
 
     method: str
     solution: np.ndarray
     objective: float
     feasible: bool
     seconds: float
+    per_read: np.ndarray | None = None
+    """Simulated annealing only: the objective of every read, in the order the reads ran (float64 (reads,))."""
 
 
 def _result(method: str, problem: Problem, solution: np.ndarray, seconds: float) -> BaselineResult:
@@ -80,7 +84,11 @@ def simulated_annealing(
     seconds = time.perf_counter() - t0
     best = sampleset.first.sample
     solution = np.array([best[i] for i in range(problem.num_nodes)], dtype=np.int64)
-    return _result(f"SA ({num_reads} reads x {num_sweeps} sweeps)", problem, solution, seconds)
+    order = list(sampleset.variables)
+    samples = np.asarray(sampleset.record.sample)[:, np.argsort(order)]  # rows in read order, columns 0..N-1
+    per_read = np.array([problem.objective(row) for row in samples.astype(np.int64)])
+    res = _result(f"SA ({num_reads} reads x {num_sweeps} sweeps)", problem, solution, seconds)
+    return dataclasses.replace(res, per_read=per_read)
 
 
 def _independent_and_maximal(graph: nx.Graph, chosen: set[Any]) -> bool:

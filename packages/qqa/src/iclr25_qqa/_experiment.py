@@ -380,110 +380,130 @@ def _plot(curves: dict[str, dict[str, Any]], ctx: RunContext) -> None:
 
 
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """QQA at several step budgets against SA at several sweep budgets and greedy, as ratios from one run."""
+    """G-set max-cut at equal wall time: QQA beside SA (each tuned on ``cfg.tune_on``), ``cfg.seeds`` paired seeds,
+    and the QQA step time against the edge-list / dense gradient floor."""
+    from iclr25_qqa import _gset
+
     devices = ctx.jax_devices()
-    rows: list[dict[str, Any]] = []
-    ratios: list[dict[str, Any]] = []
-    for item in cfg.instances:
-        pname, graph = item.split("@", 1)
-        spec = load_graph(graph)
-        problem = make_problem(pname, spec.graph)
-        if not isinstance(problem, BinaryProblem):
-            raise ValueError(
-                f"instances: bench compares against SA on binary problems (mis, clique, maxcut); got {pname}"
-            )
-        best = spec.best_known.get(pname)
-        runs = []
-        for steps in cfg.qqa_steps:
-            res = anneal(
-                problem,
-                key=cfg.seed,
-                devices=devices,
-                replicas=cfg.replicas,
-                steps=steps,
-                callback=_bar(ctx, f"QQA {steps} steps"),
-            )
-            runs.append(res)
-            rows.append(
-                {
-                    "instance": item,
-                    "method": f"QQA S={cfg.replicas}, {steps} steps",
-                    "objective": res.best_objective,
-                    "feasible": res.feasible,
-                    "seconds": round(res.wall_time, 3),
-                    "compile s": round(res.compile_time, 2),
-                    "objective per s": res.best_objective / res.wall_time,
-                }
-            )
-        sas = []
-        for sweeps in cfg.sa_sweeps:
-            sa = simulated_annealing(problem, num_reads=cfg.sa_reads, num_sweeps=sweeps, seed=cfg.seed)
-            sas.append((sweeps, sa))
-            rows.append(
-                {
-                    "instance": item,
-                    "method": f"SA {cfg.sa_reads} reads x {sweeps} sweeps",
-                    "objective": sa.objective,
-                    "feasible": sa.feasible,
-                    "seconds": round(sa.seconds, 3),
-                    "objective per s": sa.objective / sa.seconds,
-                }
-            )
-        gr = greedy(problem, seeds=10, seed=cfg.seed)
-        rows.append(
+    instances = [_gset.load_instance(name, cfg.gset_dir, cfg.layout) for name in cfg.instances]
+    t_start = time.perf_counter()
+    qqa_kw: dict[str, Any] = {"devices": devices}
+    grid_rows: list[dict[str, Any]] = []
+    best_qqa = (cfg.qqa_replicas[0], cfg.qqa_lr[0])
+    best_reads = cfg.sa_reads[0]
+    if cfg.tune_on:
+        tune = _gset.load_instance(cfg.tune_on, cfg.gset_dir, cfg.layout)
+        tune_seed = cfg.seed + 10_000  # not one of the scored seeds
+        ctx.log.info(f"tuning on {tune.label} at {cfg.budget:g} s per run")
+        scores: dict[Any, float] = {}
+        for replicas in cfg.qqa_replicas:
+            step_s = _gset.calibrate_qqa(tune.problem, replicas, tune_seed, **qqa_kw)
+            for lr in cfg.qqa_lr:
+                run = _gset.qqa_run(tune.problem, cfg.budget, tune_seed, replicas, step_s, lr=lr, **qqa_kw)
+                scores[("qqa", replicas, lr)] = run["cut"]
+                grid_rows.append({"method": "QQA", "setting": f"S={replicas}, lr={lr:g}", "steps/sweeps":
+                                  run["steps"], "cut": run["cut"], "seconds": round(run["seconds"], 2)})  # fmt: skip
+        for reads in cfg.sa_reads:
+            sweep_s = _gset.calibrate_sa(tune.problem, tune_seed, reads, cfg.budget)
+            run = _gset.sa_run(tune.problem, cfg.budget, tune_seed, reads, sweep_s)
+            scores[("sa", reads)] = run["cut"]
+            grid_rows.append({"method": "SA", "setting": f"reads={reads}", "steps/sweeps": run["sweeps"],
+                              "cut": run["cut"], "seconds": round(run["seconds"], 2)})  # fmt: skip
+        qqa_keys = [k for k in scores if k[0] == "qqa"]
+        best_qqa = max(qqa_keys, key=lambda k: scores[k])[1:]  # first grid point wins ties
+        best_reads = max((k for k in scores if k[0] == "sa"), key=lambda k: scores[k])[1]
+    replicas, lr = best_qqa
+    ctx.log.info(f"chosen: QQA S={replicas}, lr={lr:g}; SA reads={best_reads}")
+
+    step_rows: list[dict[str, Any]] = []
+    run_rows: list[dict[str, Any]] = []
+    summary_rows: list[dict[str, Any]] = []
+    pooled: list[float] = []
+    for inst in ctx.progress(instances, desc="instances"):
+        prob = inst.problem
+        floor = _gset.step_floor(prob, replicas)
+        step_s = _gset.calibrate_qqa(prob, replicas, cfg.seed, lr=lr, **qqa_kw)
+        sweep_s = _gset.calibrate_sa(prob, cfg.seed, best_reads, cfg.budget)
+        step_ms = 1e3 * step_s
+        step_rows.append(
             {
-                "instance": item,
-                "method": gr.method,
-                "objective": gr.objective,
-                "feasible": gr.feasible,
-                "seconds": round(gr.seconds, 3),
-                "objective per s": gr.objective / gr.seconds,
+                "instance": inst.label,
+                "N": prob.num_nodes,
+                "|E|": len(prob.edge_u),
+                "layout used": prob.resolved_layout(),
+                "QQA step ms": round(step_ms, 2),
+                "edge-list value+grad ms": round(floor["edges"], 2),
+                "dense value+grad ms": round(floor["dense"], 2),
+                "step / edge-list floor": round(step_ms / floor["edges"], 2),
+                "step / best floor": round(step_ms / min(floor.values()), 2),
             }
         )
-        for sweeps, sa in sas:
-            t_qqa = _time_to_reach(problem, runs, sa.objective)
-            closest = min(runs, key=lambda r: abs(math.log(r.wall_time / max(sa.seconds, 1e-9))))
-            ratios.append(
-                {
-                    "instance": item,
-                    "vs": f"SA {sweeps} sweeps ({sa.objective:g} in {sa.seconds:.2f} s)",
-                    "time-to-SA-quality ratio (SA s / QQA s)": (sa.seconds / t_qqa) if t_qqa else None,
-                    "QQA/SA objective at closest time": closest.best_objective / sa.objective
-                    if sa.objective
-                    else None,
-                    "QQA run used": f"{closest.config.steps} steps, {closest.wall_time:.2f} s",
-                }
-            )
-        t_qqa = _time_to_reach(problem, runs, gr.objective)
-        ratios.append(
+        best = inst.best_known
+        diffs = []
+        for k in range(cfg.seeds):
+            seed = cfg.seed + k
+            q = _gset.qqa_run(prob, cfg.budget, seed, replicas, step_s, lr=lr, **qqa_kw)
+            a = _gset.sa_run(prob, cfg.budget, seed, best_reads, sweep_s)
+            row: dict[str, Any] = {"instance": inst.label, "seed": seed}
+            for name, r in (("QQA", q), ("SA", a)):
+                row[f"{name} cut"] = r["cut"]
+                row[f"{name} s"] = round(r["seconds"], 2)
+                if best:
+                    row[f"{name} cut/best"] = round(r["cut"] / best, 4)
+                    for frac in (0.99, 0.995):
+                        t = _gset.first_time(r["trace"], frac * best)
+                        row[f"{name} t{frac * 100:g}% s"] = None if t is None else round(t, 2)
+            run_rows.append(row)
+            diffs.append(q["cut"] - a["cut"])
+            if best:
+                pooled.append((q["cut"] - a["cut"]) / best)
+            ctx.log.info(f"{inst.label} seed {seed}: QQA {q['cut']:g} ({q['seconds']:.1f} s), SA {a['cut']:g} "
+                         f"({a['seconds']:.1f} s), best known {best}")  # fmt: skip
+        mean, lo, hi = _gset.paired_interval(diffs)
+        rows_i = [r for r in run_rows if r["instance"] == inst.label]
+        summary_rows.append(
             {
-                "instance": item,
-                "vs": f"greedy ({gr.objective:g} in {gr.seconds:.2f} s)",
-                "time-to-SA-quality ratio (SA s / QQA s)": (gr.seconds / t_qqa) if t_qqa else None,
-                "QQA/SA objective at closest time": max(r.best_objective for r in runs) / gr.objective
-                if gr.objective
-                else None,
-                "QQA run used": "best of the QQA runs",
+                "instance": inst.label,
+                "best": best,
+                "reference": inst.kind,
+                "QQA mean cut": round(float(np.mean([r["QQA cut"] for r in rows_i])), 1),
+                "SA mean cut": round(float(np.mean([r["SA cut"] for r in rows_i])), 1),
+                "QQA mean cut/best": _mean_of(rows_i, "QQA cut/best"),
+                "SA mean cut/best": _mean_of(rows_i, "SA cut/best"),
+                "QQA − SA (95% CI)": f"{mean:+.1f} [{lo:+.1f}, {hi:+.1f}]",
+                "QQA reached 99% (runs)": sum(r.get("QQA t99% s") is not None for r in rows_i),
+                "SA reached 99% (runs)": sum(r.get("SA t99% s") is not None for r in rows_i),
             }
         )
-        if best is not None:
-            ratios.append(
-                {
-                    "instance": item,
-                    "vs": f"best known {best:g}",
-                    "QQA run used": "best of the QQA runs",
-                    "QQA/SA objective at closest time": max(r.best_objective for r in runs) / best,
-                }
-            )
+    pmean, plo, phi = _gset.paired_interval(pooled)
+    total = time.perf_counter() - t_start
     return Result(
-        metrics={"device": _device_label(devices)},
-        tables={"runs": rows, "ratios": ratios},
+        metrics={
+            "device": _device_label(devices),
+            "budget_s": cfg.budget,
+            "chosen": f"QQA S={replicas}, lr={lr:g}; SA reads={best_reads}",
+            "pooled (QQA − SA)/best, 95% CI": f"{pmean:+.4f} [{plo:+.4f}, {phi:+.4f}] over {len(pooled)} pairs",
+        },
+        tables={
+            "tuning (on " + (cfg.tune_on or "none") + ")": grid_rows,
+            "step time vs floor": step_rows,
+            "equal wall time, per instance": summary_rows,
+            "runs": run_rows,
+        },
+        timings={"total_s": total},
         notes=[
-            "time-to-quality: the earliest wall time (compile excluded) at which any QQA run's best-so-far reached "
-            "the baseline's objective, from the per-chunk trace; None = not reached.",
-            "QQA wall time excludes JIT compilation (reported separately); SA and greedy have no compile step.",
+            f"Equal wall time: each run gets {cfg.budget:g} s; QQA steps = budget / measured step time (compilation "
+            "excluded, reported separately), SA sweeps = budget / measured sweep time (model building excluded).",
+            "Times to 99 % / 99.5 % of the best known: QQA from its best-so-far at every 100-step chunk; SA from "
+            "the best of the reads finished so far (reads run one after another).",
+            "QQA − SA: mean paired difference of cuts over seeds with a two-sided 95 % Student-t interval.",
         ],
     )
+
+
+def _mean_of(rows: list[dict[str, Any]], key: str) -> float | None:
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return round(float(np.mean(vals)), 4) if vals else None
 
 
 def _time_to_reach(problem: Problem, runs: list[AnnealResult], target: float) -> float | None:

@@ -1,0 +1,181 @@
+"""The G-set max-cut benchmark: QQA beside simulated annealing at equal wall time, and the step time against the
+cost of the energy gradient alone.
+
+The G-set (Helmberg & Rendl 1997, rudy generator) is the standard max-cut benchmark; the best-known cuts below are
+literature values (Benlic & Hao, "Breakout local search for the max-cut problem", 2013, and later tables), not
+recomputed here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iclr25_qqa._anneal import anneal
+from iclr25_qqa._baselines import simulated_annealing
+from iclr25_qqa._graphs import load_graph, read_gset
+from iclr25_qqa._problems import MaxCut
+
+__all__ = [
+    "DEFAULT_GSET_DIR",
+    "GSET_BEST_KNOWN",
+    "Instance",
+    "load_instance",
+    "paired_interval",
+    "step_floor",
+]
+
+DEFAULT_GSET_DIR = Path("/work/shared/data/gset")
+"""Where the offline copies of the G-set files live on the development machines (``--gset-dir`` overrides)."""
+
+GSET_BEST_KNOWN: dict[str, float] = {
+    "G1": 11624,
+    "G2": 11620,
+    "G3": 11622,
+    "G11": 564,
+    "G12": 556,
+    "G13": 582,
+    "G14": 3064,
+    "G15": 3050,
+    "G22": 13359,
+    "G43": 6660,
+    "G55": 10294,
+    "G70": 9595,
+}
+"""Best-known G-set cuts (literature). G55: 10294 is the 2013 value (newer tables give 10299); G70: tables differ
+(9541, 9591, 9595), so its gap is uncertain."""
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A benchmark instance: label, the max-cut problem and its best-known (or proven optimal) cut."""
+
+    label: str
+    problem: MaxCut
+    best_known: float | None
+    kind: str
+
+
+def load_instance(name: str, gset_dir: Path, layout: str = "auto") -> Instance:
+    """``G<k>`` (read as ``gset_dir/G<k>.txt``), a path to a rudy file, or a graph spec such as ``torus:60x50``.
+
+    Raises:
+        FileNotFoundError: a ``G<k>`` name whose file is not in ``gset_dir`` (the message names both).
+        ValueError: an unknown spec or a malformed file (named with file and line).
+    """
+    stem = name.strip()
+    if stem.upper().startswith("G") and stem[1:].isdigit():
+        key = "G" + stem[1:]
+        path = Path(gset_dir) / f"{key}.txt"
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"instances: {name!r} needs the file {path} (set --gset-dir to the folder holding G-set files)"
+            )
+        return Instance(key, MaxCut(read_gset(path), layout=layout), GSET_BEST_KNOWN.get(key), "best known")
+    spec = load_graph(stem)
+    best = spec.best_known.get("maxcut")
+    key = Path(stem).stem if os.sep in stem or stem.endswith(".txt") else stem
+    best = GSET_BEST_KNOWN.get(key, best)
+    kind = "optimal (torus)" if stem.startswith("torus:") else "best known"
+    return Instance(spec.name, MaxCut(spec.graph, layout=layout), best, kind)
+
+
+def _median_ms(fn: Any, arg: Any, repeats: int) -> float:
+    import jax
+
+    jax.block_until_ready(fn(arg))
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn(arg))
+        times.append(time.perf_counter() - t0)
+    return 1e3 * float(np.median(times))
+
+
+def step_floor(problem: MaxCut, replicas: int, repeats: int = 20) -> dict[str, float]:
+    """Milliseconds of one energy value + gradient for ``replicas`` replicas, with the edge list and dense ``Q``.
+
+    This is the gather/scatter (or matmul) work alone, the floor a QQA step (which adds the penalty, the
+    diversity term, AdamW, the Langevin noise and the rounded energy) is compared against.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    out = {}
+    old = problem.layout
+    x = jax.random.uniform(jax.random.key(0), (replicas, problem.num_nodes), jnp.float32)
+    try:
+        for layout in ("edges", "dense"):
+            problem.layout = layout
+            arrays = problem.energy_arrays()
+            fn = jax.jit(jax.value_and_grad(lambda z, a=arrays: jnp.sum(MaxCut.energy_fn(a, z))))
+            out[layout] = _median_ms(fn, x, repeats)
+    finally:
+        problem.layout = old
+    return out
+
+
+def first_time(trace: list[tuple[float, float]], target: float) -> float | None:
+    """The first time at which the best-so-far ``value`` of ``(seconds, value)`` pairs reached ``target``."""
+    for seconds, value in trace:
+        if value >= target - 1e-9:
+            return seconds
+    return None
+
+
+def qqa_run(
+    problem: MaxCut, budget: float, seed: int, replicas: int, step_s: float, **kw: Any
+) -> dict[str, Any]:
+    """QQA with as many steps as ``budget`` seconds allow at ``step_s`` seconds per step (measured before)."""
+    steps = max(int(budget / step_s), 2)
+    res = anneal(problem, key=seed, replicas=replicas, steps=steps, chunk=min(100, steps), **kw)
+    trace = [(p["seconds"], p["best_objective"]) for p in res.trace]
+    return {"cut": res.best_objective, "seconds": res.wall_time, "steps": steps, "trace": trace,
+            "compile_s": res.compile_time}  # fmt: skip
+
+
+def calibrate_qqa(problem: MaxCut, replicas: int, seed: int, **kw: Any) -> float:
+    """Seconds per QQA step for this problem and replica count: 400 steps after compilation, timed over the last
+    300 (the first chunk absorbs warm-up)."""
+    res = anneal(problem, key=seed, replicas=replicas, steps=400, chunk=100, **kw)
+    return (res.trace[-1]["seconds"] - res.trace[0]["seconds"]) / 300
+
+
+def sa_run(problem: MaxCut, budget: float, seed: int, reads: int, sweep_s: float) -> dict[str, Any]:
+    """Simulated annealing with ``reads`` reads and as many sweeps as ``budget`` seconds allow.
+
+    Reads run one after another, so the best of the first ``j`` reads was known at ``j/reads`` of the run: that
+    gives the anytime trace used for the time to reach a target.
+    """
+    sweeps = max(int(budget / (sweep_s * reads)), 1)
+    res = simulated_annealing(problem, num_reads=reads, num_sweeps=sweeps, seed=seed)
+    best_so_far = np.maximum.accumulate(res.per_read)
+    trace = [((j + 1) / reads * res.seconds, float(v)) for j, v in enumerate(best_so_far)]
+    return {"cut": res.objective, "seconds": res.seconds, "sweeps": sweeps, "trace": trace}
+
+
+def calibrate_sa(problem: MaxCut, seed: int, reads: int, budget: float) -> float:
+    """Seconds per sweep and read: a 200-sweep probe, then a run sized to a quarter of ``budget`` (so fixed
+    per-call costs do not inflate the estimate) timed again."""
+    probe = simulated_annealing(problem, num_reads=1, num_sweeps=200, seed=seed)
+    sweeps = max(int(budget / 4 / (probe.seconds / 200 * reads)), 200)
+    res = simulated_annealing(problem, num_reads=reads, num_sweeps=sweeps, seed=seed)
+    return res.seconds / (sweeps * reads)
+
+
+def paired_interval(diffs: list[float], level: float = 0.95) -> tuple[float, float, float]:
+    """Mean of paired differences and its two-sided Student-t interval ``(mean, low, high)`` (NaN for n < 2)."""
+    from scipy import stats
+
+    d = np.asarray(diffs, dtype=float)
+    mean = float(d.mean()) if d.size else math.nan
+    if d.size < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.5 + level / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
+    return mean, mean - half, mean + half
