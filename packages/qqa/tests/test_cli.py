@@ -116,7 +116,7 @@ def test_bad_graph_files_exit_2(tmp_path, capsys, name, text, message):
 
 
 def test_bad_reproduce_and_bench_options(capsys):
-    assert run_cli(capsys, "reproduce", "--sa-sweeps", "0")[0] == 2
+    assert run_cli(capsys, "reproduce", "--sa-reads", "0")[0] == 2
     code, _, err = run_cli(capsys, "bench", "--instances", "G999", "--gset-dir", "/nonexistent")
     assert code == 2
     assert "G999" in err

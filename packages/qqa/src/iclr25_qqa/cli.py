@@ -122,13 +122,13 @@ class ReproduceConfig(CommonOptions):
     """quick (about 5-10 min on 2 CPU cores) or full (adds n = 10^4 MIS and S = 100 on the tori)."""
     exact_time_limit: float = 120.0
     """Seconds for each exact MILP (HiGHS) reference."""
-    sa_sweeps: int = 1000
-    """Simulated-annealing sweeps per read (SA gets as many reads as QQA has replicas on that instance)."""
+    sa_reads: int = 4
+    """Simulated-annealing reads; the sweeps per read fill QQA's wall time on each instance (equal time)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_float("exact_time_limit", self.exact_time_limit, low=0.0, low_inclusive=False)
-        check_int("sa_sweeps", self.sa_sweeps, low=1)
+        check_int("sa_reads", self.sa_reads, low=1)
 
 
 @dataclass(frozen=True, kw_only=True)
