@@ -673,3 +673,27 @@ def test_ice_risk_matches_zepid_on_simulated_data_with_death(zepid_ice):
             dd, "always", outcome_model="A + L", estimand="risk", risk_method=method, se="none"
         )
         assert ours.estimate == pytest.approx(ref.marginal_outcome, abs=1e-9)
+
+
+def test_ipw_sandwich_equals_the_closed_form_with_an_estimated_propensity(make_point):
+    """One interval, Horvitz–Thompson IPW of E[Y^1] with a logistic propensity e(L; β̂): the stacked
+    estimating-equation influence function is AY/e − ψ − E[AY(1 − e)X/e]' I^{-1} X(A − e) (Lunceford & Davidian
+    2004, Stat Med 23:2937, eq. for the IPW estimator with estimated propensity)."""
+    wide, data = make_point(seed=9)
+    A, Y = wide.A.to_numpy(), wide.Y.to_numpy()
+    X = sm.add_constant(wide.L.to_numpy())
+    e = _logit_fit(A, X).predict(X)
+    n = len(A)
+    psi = np.mean(A * Y / e)
+    H = np.mean((A * Y * (1 - e) / e)[:, None] * X, axis=0)
+    info = (X * (e * (1 - e))[:, None]).T @ X / n
+    phi = A * Y / e - psi - (X * (A - e)[:, None]) @ np.linalg.solve(info, H)
+    got = ipw(data, "always", grid=1, treatment_model="L", stabilized=False, se="sandwich")
+    assert got.estimate == pytest.approx(psi, abs=1e-10)
+    assert got.se == pytest.approx(phi.std(ddof=1) / np.sqrt(n), rel=1e-5)
+    known = ipw(data, "always", grid=1, treatment_model="L", stabilized=False, se="influence")
+    assert got.se < known.se  # an estimated (correct) propensity makes IPW more precise than known weights
+    with pytest.raises(ValueError, match="se='sandwich' is implemented for IPW"):
+        doubly_robust(data, "always", grid=1, outcome_model="L + A", treatment_model="L", se="sandwich")
+    with pytest.raises(ValueError, match="unpenalised GLM"):
+        ipw(data, "always", grid=1, treatment_model=Model("L", penalty=1.0), se="sandwich")

@@ -256,8 +256,12 @@ def _pooled(per_k: dict[int, np.ndarray], ks: Sequence[int]) -> np.ndarray:
     return np.concatenate([per_k[k] for k in ks], axis=0)
 
 
-def _nuisance_probs(pb: _Problem, w: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(n, K) fitted P(observed A_k | H_k), P(uncensored in k | H_k, A_k) and P(A_k = 1 | H_k), with weights w."""
+def _nuisance_probs(
+    pb: _Problem, w: np.ndarray, blocks: list[dict[str, Any]] | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(n, K) fitted P(observed A_k | H_k), P(uncensored in k | H_k, A_k) and P(A_k = 1 | H_k), with weights w.
+
+    With ``blocks`` (a list), every fit is appended as {kind, fit, X, y, pos} (``pos``: its person-interval rows)."""
     dd = pb.dd
     n, K = dd.n, dd.num_intervals
     ri, rk = pb.rows_i, pb.rows_k
@@ -277,10 +281,18 @@ def _nuisance_probs(pb: _Problem, w: np.ndarray) -> tuple[np.ndarray, np.ndarray
                 if f.any():
                     fit = FittedModel(tm, pb.X_trt[k][f], a[sel][f], w[ri[sel]][f], kind="binary")
                     p_hat[np.flatnonzero(sel)[f]] = fit.predict(pb.X_trt[k][f])
+                    if blocks is not None:
+                        pos = np.flatnonzero(sel)[f]
+                        blocks.append(
+                            {"kind": "treatment", "fit": fit, "X": pb.X_trt[k][f], "y": a[pos], "pos": pos}
+                        )
         else:
             X = _pooled(pb.X_trt, ks)
             fit = FittedModel(tm, X[free], a[free], w[ri[free]], kind="binary")
             p_hat[free] = fit.predict(X[free])
+            if blocks is not None:
+                pos = np.flatnonzero(free)
+                blocks.append({"kind": "treatment", "fit": fit, "X": X[free], "y": a[free], "pos": pos})
         pi[ri, rk] = np.where(a == 1, p_hat, 1.0 - p_hat)
         p_one[ri, rk] = p_hat
     s = np.ones((n, K))
@@ -292,10 +304,17 @@ def _nuisance_probs(pb: _Problem, w: np.ndarray) -> tuple[np.ndarray, np.ndarray
                 sel = rk == k
                 fit = FittedModel(pb.censoring_model, pb.X_cen[k], u[sel], w[ri[sel]], kind="binary")
                 s_hat[sel] = fit.predict(pb.X_cen[k])
+                if blocks is not None:
+                    pos = np.flatnonzero(sel)
+                    blocks.append(
+                        {"kind": "censoring", "fit": fit, "X": pb.X_cen[k], "y": u[sel], "pos": pos}
+                    )
         else:
             X = _pooled(pb.X_cen, ks)
             fit = FittedModel(pb.censoring_model, X, u, w[ri], kind="binary")
             s_hat = fit.predict(X)
+            if blocks is not None:
+                blocks.append({"kind": "censoring", "fit": fit, "X": X, "y": u, "pos": np.arange(len(ri))})
         s[ri, rk] = s_hat
     return pi, s, p_one
 
@@ -429,6 +448,60 @@ def _ipw_parts(pb: _Problem, W: np.ndarray, w: np.ndarray, stabilized: bool) -> 
     return np.array([psi]), (W_end * (V - psi) / mean_w)[:, None]
 
 
+def _ipw_sandwich(pb: _Problem, stabilized: bool) -> np.ndarray:
+    """Influence values (n, T) of IPW with the treatment and censoring models' estimation taken into account.
+
+    ψ̂ = Ψ(P_n, θ̂) with θ̂ the GLM coefficients (stacked estimating equations, M-estimation sandwich):
+    IF_i = IF_i(θ known) + (∂Ψ/∂θ) · n I(θ̂)^{-1} S_i(θ̂), with S_i the subject's score summed over its
+    person-intervals and I the observed information of each fit; ∂Ψ/∂θ by central differences of the weighting
+    functional (weights recomputed, nothing refitted).
+    """
+    from iclr25_fl_causal._glm import _inverse_link
+
+    dd = pb.dd
+    n = dd.n
+    ones = np.ones(n)
+    blocks: list[dict[str, Any]] = []
+    pi, s, _ = _nuisance_probs(pb, ones, blocks)
+    W, _ = _weights(pb, pi, s, None)
+    psi, phi = _ipw_parts(pb, W, ones, stabilized)
+    ri, rk = pb.rows_i, pb.rows_k
+    a_rows = dd.treatment[ri, rk]
+    out = phi.copy()
+    for b in blocks:
+        fit, X, y, pos = b["fit"], b["X"], b["y"], b["pos"]
+        if fit.estimator is not None or fit.beta is None or fit.model.penalty > 0:
+            raise ValueError(
+                "se='sandwich' needs unpenalised GLM treatment and censoring models (no scikit-learn estimator, "
+                "penalty=0); use se='bootstrap'"
+            )
+        beta, link = fit.beta, fit.link
+        mu, dmu = _inverse_link(X @ beta, link)
+        mu = np.clip(mu, 1e-12, 1 - 1e-12)
+        score_rows = X * ((y - mu) * dmu / (mu * (1.0 - mu)))[:, None]
+        info = X.T @ (X * (dmu**2 / (mu * (1.0 - mu)))[:, None])
+        S = np.zeros((n, X.shape[1]))
+        np.add.at(S, ri[pos], score_rows)
+        infl_theta = n * S @ np.linalg.pinv(info, hermitian=True)  # (n, p): n I^{-1} S_i
+        grad = np.zeros((len(psi), X.shape[1]))
+        for j in range(X.shape[1]):
+            h = 1e-5 * max(1.0, abs(beta[j]))
+            vals = []
+            for sign in (1.0, -1.0):
+                bj = beta.copy()
+                bj[j] += sign * h
+                m = _inverse_link(X @ bj, link)[0]
+                pi2, s2 = pi.copy(), s.copy()
+                if b["kind"] == "treatment":
+                    pi2[ri[pos], rk[pos]] = np.where(a_rows[pos] == 1, m, 1.0 - m)
+                else:
+                    s2[ri[pos], rk[pos]] = m
+                vals.append(_ipw_parts(pb, _weights(pb, pi2, s2, None)[0], ones, stabilized)[0])
+            grad[:, j] = (vals[0] - vals[1]) / (2 * h)
+        out += infl_theta @ grad.T
+    return out
+
+
 def _final_weights(pb: _Problem, W: np.ndarray) -> np.ndarray:
     """Each subject's weight at the end of follow-up (death or τ; 0 if censored or off-regime)."""
     dd = pb.dd
@@ -486,7 +559,7 @@ def _check_common(regime: Any, se: str, n_boot: int, level: float, truncate: flo
         regime = Regime.parse(regime)
     if not isinstance(regime, Regime):
         raise TypeError(f"regime must be a Regime or a string such as 'always'; got {type(regime).__name__}")
-    check_choice("se", se, ("bootstrap", "influence", "none"))
+    check_choice("se", se, ("bootstrap", "influence", "sandwich", "none"))
     check_int("n_boot", n_boot, low=2)
     check_probability("level", level, open_low=True, open_high=True)
     if truncate is not None:
@@ -534,6 +607,11 @@ def _estimate(
         raise ValueError("estimand 'mean' needs an outcome column; use estimand='risk' for survival")
     if estimand == "risk" and not dd.death.any():
         raise ValueError("estimand 'risk' needs deaths in the data (a death column with at least one 1)")
+    if se == "sandwich" and (estimator != "ipw" or regime.incremental is not None or truncate is not None):
+        raise ValueError(
+            "se='sandwich' is implemented for IPW with a static, dynamic or fixed stochastic regime and no weight "
+            "truncation; use se='bootstrap'"
+        )
     if se == "influence" and estimator == "gcomp":
         raise ValueError(
             "se='influence' is not valid for g-computation (its variance depends on the outcome regressions' "
@@ -622,10 +700,10 @@ def _estimate(
                 stacklevel=3,
             )
     # Standard errors.
-    if se == "influence":
+    if se in ("influence", "sandwich"):
         if phi is None:  # pragma: no cover - guarded above
             raise ValueError("no influence function for this estimator")
-        infl = phi
+        infl = phi if se == "influence" else _ipw_sandwich(pb, stabilized)
         if estimand == "risk":
             cum = np.cumsum(infl, axis=1) if pb.targets.increments else infl
             se_curve = np.sqrt(cum.var(axis=0, ddof=1) / n)
@@ -719,7 +797,9 @@ _COMMON_DOC = """
             naming the interval (``positivity="raise"``) or warns (``"warn"``: g-computation extrapolates, IPW
             raises where no follower is left). An interval where nobody has the regime's treatment always raises.
         quiet: no bootstrap progress bar.
-        se: ``"bootstrap"`` (resampling subjects, nuisance models refitted), ``"influence"`` or ``"none"``.
+        se: ``"bootstrap"`` (resampling subjects, nuisance models refitted), ``"influence"`` (nuisance models
+            treated as known), ``"sandwich"`` (IPW only: the influence function with the treatment and censoring
+            GLMs' estimation included, M-estimation sandwich) or ``"none"``.
         risk_method: (g-computation, DR) ``"increments"``: the risk is the sum of per-interval death
             probabilities, each by its own recursion (the g-computation curve is then non-decreasing by
             construction); ``"direct"``: one recursion per time for 1{T_D <= t_J} (the classic ICE, as zEpid).

@@ -65,7 +65,7 @@ class EstimateConfig(CommonOptions):
     penalty: float = 1.0
     """Ridge penalty of the outcome regressions (0: plain maximum likelihood)."""
     se: str = "auto"
-    """auto (bootstrap for gcomp/ipw, influence for dr) | bootstrap | influence | none."""
+    """auto (bootstrap for gcomp/ipw, influence for dr) | bootstrap | influence | sandwich (ipw) | none."""
     n_boot: int = 100
     """Bootstrap replicates (>= 2)."""
     truncate: float = 0.0
@@ -79,7 +79,7 @@ class EstimateConfig(CommonOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("estimator", self.estimator, ("gcomp", "ipw", "dr"))
-        check_choice("se", self.se, ("auto", "bootstrap", "influence", "none"))
+        check_choice("se", self.se, ("auto", "bootstrap", "influence", "sandwich", "none"))
         check_int("n_boot", self.n_boot, low=2)
         check_int("min_followers", self.min_followers, low=1)
         check_choice("positivity", self.positivity, ("raise", "warn"))
