@@ -210,7 +210,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     ablation_rows: list[dict[str, Any]] = []
     curves: dict[str, dict[str, Any]] = {}
     t_start = time.perf_counter()
-    items = _instances(cfg.size)
+    items = [it for it in _instances(cfg.size) if it["problem"] in cfg.tasks]
     for item in ctx.progress(items, desc="instances"):
         spec = parse_spec(item["graph"])
         k = int(spec.best_known["chromatic"]) if item["problem"] == "coloring" else None

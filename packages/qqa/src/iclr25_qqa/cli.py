@@ -124,9 +124,19 @@ class ReproduceConfig(CommonOptions):
     """Seconds for each exact MILP (HiGHS) reference."""
     sa_reads: int = 4
     """Simulated-annealing reads; the sweeps per read fill QQA's wall time on each instance (equal time)."""
+    tasks: tuple[Literal["maxcut", "mis", "coloring", "clique"], ...] = (
+        "maxcut",
+        "mis",
+        "coloring",
+        "clique",
+    )
+    """Which parts of the benchmark to run."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        object.__setattr__(self, "tasks", tuple(self.tasks))  # a list from a --config JSON file
+        if not self.tasks:
+            raise ValueError("tasks must name at least one of maxcut, mis, coloring, clique")
         check_float("exact_time_limit", self.exact_time_limit, low=0.0, low_inclusive=False)
         check_int("sa_reads", self.sa_reads, low=1)
 
