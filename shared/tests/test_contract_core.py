@@ -399,3 +399,24 @@ def test_tyro_value_error_panel_names_the_option():
         "│ For full helptext, see p a --help │\n╰──────────╯\n"
     )
     assert _one_line(panel) == "--steps: invalid literal for int() with base 10: 'x'"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Typed(CommonOptions):
+    """Typed fields."""
+
+    methods: tuple[str, ...] = ("a", "b")
+    """Methods."""
+    pair: tuple[int, float] = (1, 2.0)
+    """A pair."""
+    data: Path | None = None
+    """A path."""
+
+
+def test_config_file_values_take_the_field_types(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"methods": ["x"], "pair": [3, 4.5], "data": "d.csv"}))
+    _, cfg = parse("p", {"go": (_Typed, _go)}, ["--config", str(path)], default="go")
+    assert cfg.methods == ("x",) and cfg.pair == (3, 4.5) and cfg.data == Path("d.csv")
+    _, again = parse("p", {"go": (_Typed, _go)}, ["--config", str(path), "--methods", "y", "z"], default="go")
+    assert again.methods == ("y", "z")

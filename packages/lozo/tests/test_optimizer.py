@@ -1,4 +1,4 @@
-"""Invariants of LOZO / LOZO-M / MeZO (brief §3.4), checked from the outside where possible.
+"""Invariants of LOZO / LOZO-M / MeZO (Chen et al., ICLR 2025, arXiv:2410.07698, Algorithms 1-2), checked from the outside where possible.
 
 Most checks use a linear loss f(X) = <G, X>, for which the two-point estimate is exact: c = <G, Z>.
 """
@@ -39,7 +39,7 @@ def make_matrix(m=6, n=5, seed=0):
 
 @pytest.mark.parametrize("interval", [1, 3, 50])
 def test_update_is_minus_lr_c_uvt_over_r_on_every_step_including_v_redraws(interval):
-    """Regression for the official code's seed replay bug (brief §3.4.6): on V-redraw steps the update must still
+    """Regression for the official code's seed replay bug (the official optsuite/LOZO code redraws V from the global RNG before U on V-resample steps): on V-redraw steps the update must still
     use the U of the perturbation. For a linear loss that means <G, dX> = -lr c^2 / r exactly, every step."""
     x, grad = make_matrix()
     lr, rank, eps = 0.01, 2, 1e-3
@@ -72,7 +72,7 @@ def test_linear_loss_estimate_is_exact():
 
 
 def test_unbiased_with_one_over_r():
-    """E[c U V^T / r] = G (brief §3.4.2): the mean step over many fresh (U, V) is -lr G. Without 1/r it is r G."""
+    """E[c U V^T / r] = G (arXiv:2410.07698, the LOZO estimator: E_U[c U V^T | V] = G V V^T, E_V[V V^T] = r I): the mean step over many fresh (U, V) is -lr G. Without 1/r it is r G."""
     torch.manual_seed(0)
     x, grad = make_matrix(4, 3, seed=1)
     start = x.detach().clone()
@@ -258,7 +258,7 @@ def test_conv_weights_are_treated_as_matrices():
 
 
 class GPT2ishBlock(nn.Module):
-    """Norm layers named like GPT-2 (ln_1, ln_f) and LLaMA (norm), which a name filter misses (brief §3.4.8)."""
+    """Norm layers named like GPT-2 (ln_1, ln_f) and LLaMA (norm), which a name filter misses (the official name filter, "bias"/"layer_norm"/"layernorm", misses ln_*)."""
 
     def __init__(self):
         super().__init__()

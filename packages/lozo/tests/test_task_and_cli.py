@@ -71,7 +71,7 @@ def test_label_words_must_be_single_tokens(tiny, wiki):
 
 
 def test_lozo_decreases_the_task_loss_on_the_tiny_llama(tiny, wiki):
-    """LOZO on a real HF Llama: the loss is finite, non-zero and goes down (brief §3.5 issue #2 check)."""
+    """LOZO on a real HF Llama: the loss is finite, non-zero and goes down (regression for https://github.com/optsuite/LOZO/issues/2: zero loss with LOZO)."""
     task = LabelWordTask(tiny.tokenizer, wiki.classes, max_text_tokens=10)
     batch = task.encode(wiki.subset(range(0, 9000, 400)))
     model = tiny.model
@@ -213,10 +213,12 @@ def test_cli_bench_on_tiny(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["--rank", "0"], "rank must be in [1, inf)"),
+        (["--rank", "0"], "rank must be an integer in [1, inf), got 0"),
         (["--eps", "0"], "eps must be in (0.0, inf)"),
+        (["--eps", "inf"], "eps must be a finite number"),
+        (["--lr", "inf"], "lr must be a finite number"),
         (["--lr", "-1"], "lr must be in [0.0, inf)"),
-        (["--interval", "0"], "interval must be in [1, inf)"),
+        (["--interval", "0"], "interval must be an integer in [1, inf)"),
         (["--momentum", "1.0"], "momentum must be in [0.0, 1.0)"),
         (["--optimizer", "sgd"], "--optimizer"),
         (["--shots", "5000"], "exceeds the"),

@@ -53,6 +53,8 @@ import shutil
 import sys
 import tempfile
 import traceback
+import types
+import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -367,11 +369,30 @@ def _defaults_from_file(cls: type, path: Path) -> Any:
         raise UsageError(
             f"--config: unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(fields))}"
         )
-    data = {
-        k: (Path(v) if isinstance(v, str) and "Path" in str(fields[k].type) else v) for k, v in data.items()
-    }
+    hints = typing.get_type_hints(cls)
+    data = {k: _from_json(v, hints.get(k)) for k, v in data.items()}
     data["config"] = path
     return cls(**data)
+
+
+def _from_json(value: Any, hint: Any) -> Any:
+    """A JSON value as the field's type: lists become tuples for tuple fields, strings become Paths for paths."""
+    if hint is None or value is None:
+        return value
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(hint) if a is not type(None)]
+        return _from_json(value, options[0]) if len(options) == 1 else value
+    if (origin is tuple or hint is tuple) and isinstance(value, list):
+        args = typing.get_args(hint)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_from_json(v, args[0]) for v in value)
+        if args and len(args) == len(value):
+            return tuple(_from_json(v, a) for v, a in zip(value, args))
+        return tuple(value)
+    if isinstance(hint, type) and issubclass(hint, Path) and isinstance(value, str):
+        return Path(value)
+    return value
 
 
 def _top_help(prog: str, description: str, commands: Mapping[str, Command], default: str) -> str:

@@ -1,30 +1,142 @@
-"""``iclr25-lozo``: fine-tune, reproduce and bench LOZO from the command line."""
+"""``iclr25-lozo``: LOZO (ICLR 2025, arXiv:2410.07698), low-rank zeroth-order fine-tuning of language models with
+forward passes only. Default: SmolLM2-135M-Instruct fine-tuned on Wikipedia topic classification.
+
+Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
+"""
 
 from __future__ import annotations
 
-from iclr25_lozo import __version__
-from iclr25_lozo._experiment import BenchConfig, FinetuneConfig, ReproduceConfig, bench, finetune, reproduce
-from iclr25_shared.cli import run
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
-__all__ = ["main"]
+from iclr25_shared.checks import check_choice, check_float, check_int
+from iclr25_shared.cli import CommonOptions, run
 
-DESCRIPTION = (
-    "LOZO (ICLR 2025, arXiv 2410.07698): low-rank zeroth-order fine-tuning of language models with forward passes "
-    "only. Default: SmolLM2-135M-Instruct fine-tuned on Wikipedia topic classification."
-)
+__all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "FinetuneConfig", "ReproduceConfig", "main"]
+
+PROG = "iclr25-lozo"
+DEFAULT = "finetune"
+
+Optimizer = Literal["lozo", "lozo-m", "mezo", "adam"]
+OPTIMIZERS = ("lozo", "lozo-m", "mezo", "adam")
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneConfig(CommonOptions):
+    """Fine-tune a causal LM with LOZO (forward passes only) on Wikipedia topic classification; print zero-shot
+    and fine-tuned accuracy."""
+
+    model: str = "smollm2-135m-instruct"
+    """'smollm2-135m-instruct' (packaged), a local folder or .gguf, a Hub id, or 'tiny' (random 2-layer Llama)."""
+    optimizer: Optimizer = "lozo"
+    """lozo, lozo-m (LOZO with momentum), mezo (baseline), or adam (first-order, with backward)."""
+    steps: int = 200
+    """Optimizer steps (each zeroth-order step is two forward passes)."""
+    lr: float = 3e-5
+    """Learning rate."""
+    eps: float = 1e-3
+    """Zeroth-order perturbation scale."""
+    rank: int = 2
+    """LOZO rank r."""
+    interval: int = 50
+    """LOZO lazy-sampling interval nu (steps between redraws of V)."""
+    momentum: float = 0.9
+    """LOZO-M momentum beta (used by lozo-m only)."""
+    weight_decay: float = 0.0
+    """Weight decay (norm layers and biases excluded)."""
+    shots: int = 16
+    """Training examples per class (k-shot)."""
+    eval_per_class: int = 20
+    """Held-out evaluation examples per class."""
+    batch_size: int = 8
+    """Examples per step."""
+    max_text_tokens: int = 24
+    """Each summary is cut to this many tokens before it goes into the prompt."""
+    lora: bool = False
+    """Zeroth-order (or Adam) on LoRA adapters only (peft), the base model frozen."""
+    lora_rank: int = 8
+    """LoRA rank when --lora is set."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Model weights' dtype (the loss is always computed in float32)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("steps", self.steps, low=0)
+        check_float("lr", self.lr, low=0.0)
+        check_float("eps", self.eps, low=0.0, low_inclusive=False)
+        check_int("rank", self.rank, low=1)
+        check_int("interval", self.interval, low=1)
+        check_float("momentum", self.momentum, low=0.0, high=1.0, high_inclusive=False)
+        check_float("weight_decay", self.weight_decay, low=0.0)
+        check_int("shots", self.shots, low=1)
+        check_int("eval_per_class", self.eval_per_class, low=1)
+        check_int("batch_size", self.batch_size, low=1)
+        check_int("max_text_tokens", self.max_text_tokens, low=4)
+        check_int("lora_rank", self.lora_rank, low=1)
+        if self.model.startswith((".", "/", "~")) and not Path(self.model).expanduser().exists():
+            raise ValueError(f"model: path {self.model!r} does not exist")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReproduceConfig(CommonOptions):
+    """The paper's comparison at small scale: MeZO vs LOZO vs LOZO-M vs first-order Adam at equal forward-pass
+    budgets, with a learning-rate grid and 2 seeds on a digits MLP, then SmolLM2 on Wikipedia topics."""
+
+    full: bool = False
+    """The longer run whose numbers are in the README (more steps, 2 seeds and an LR grid for SmolLM2)."""
+    model: str = "smollm2-135m-instruct"
+    """Model for part B (see finetune --model); 'tiny' for a smoke run."""
+    digits_steps: int = 3000
+    """Zeroth-order steps for the digits MLP (Adam gets the same forward-pass budget)."""
+    lm_steps: int = 40
+    """Zeroth-order steps for the SmolLM2 runs (Adam gets the same forward-pass budget)."""
+    seeds: int = 2
+    """Seeds per configuration."""
+    skip_lm: bool = False
+    """Run only part A (digits MLP)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("digits_steps", self.digits_steps, low=3)
+        check_int("lm_steps", self.lm_steps, low=3)
+        check_int("seeds", self.seeds, low=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig(CommonOptions):
+    """Peak memory and time per step of LOZO, MeZO and first-order Adam, each as a ratio to one inference forward
+    pass of the same model and batch (each method measured in a fresh process of this run)."""
+
+    model: str = "smollm2-135m-instruct"
+    """Model to measure (see finetune --model)."""
+    batch_size: int = 8
+    """Sequences per batch."""
+    seq_len: int = 64
+    """Tokens per sequence."""
+    repeats: int = 3
+    """Timed repetitions (the median is reported)."""
+    methods: tuple[str, ...] = ("lozo", "lozo-m", "mezo", "adam")
+    """Which optimizers to measure."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("batch_size", self.batch_size, low=1)
+        check_int("seq_len", self.seq_len, low=2)
+        check_int("repeats", self.repeats, low=1)
+        if not self.methods:
+            raise ValueError(f"methods must name at least one of {', '.join(OPTIMIZERS)}")
+        for m in self.methods:
+            check_choice("methods", m, OPTIMIZERS)
+
+
+COMMANDS = {
+    "finetune": (FinetuneConfig, "iclr25_lozo._experiment:finetune"),
+    "reproduce": (ReproduceConfig, "iclr25_lozo._experiment:reproduce"),
+    "bench": (BenchConfig, "iclr25_lozo._experiment:bench"),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console script ``iclr25-lozo``; returns the exit code."""
-    return run(
-        "iclr25-lozo",
-        {
-            "finetune": (FinetuneConfig, finetune),
-            "reproduce": (ReproduceConfig, reproduce),
-            "bench": (BenchConfig, bench),
-        },
-        argv,
-        default="finetune",
-        description=DESCRIPTION,
-        version=__version__,
-    )
+    """Console script ``iclr25-lozo``; returns the exit code (0 ok, 1 failure, 2 bad input)."""
+    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
