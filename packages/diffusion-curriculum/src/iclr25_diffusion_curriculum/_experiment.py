@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -290,6 +291,9 @@ def reproduce(cfg: Any, ctx: RunContext) -> Result:
     cfg = cfg.effective()
     if cfg.combine:
         runs, meta = _load_runs(cfg)
+        # the summary uses the settings the runs were made with, not this command line's
+        saved = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()}
+        cfg = dataclasses.replace(cfg, **saved)
         grids: dict[str, torch.Tensor] = {}
         timings: dict[str, float] = {}
     else:
@@ -475,7 +479,8 @@ def _run_key(cfg: Any) -> dict[str, Any]:
 
 
 def _load_runs(cfg: Any) -> tuple[list, dict]:
-    """Per-seed records from the ``runs.json`` of earlier runs (``--combine``); settings must agree."""
+    """Per-seed records from the ``runs.json`` of earlier runs (``--combine``); their settings must agree with
+    each other (the command line's own training settings are ignored)."""
     import json
 
     runs: list[dict[str, Any]] = []
@@ -575,6 +580,10 @@ def _summarise(cfg: Any, runs: list[dict[str, Any]], meta: dict[str, Any]) -> di
             }
         )
         metrics[f"{m}_final_fid_mean"] = float(np.mean(fid_final))
+        full_from = [by[m][s]["all_clusters_from_step"] for s in seeds]
+        metrics[f"{m}_fraction_of_steps_on_partial_ranges"] = (
+            float(np.mean([cfg.steps if f is None else f for f in full_from])) / cfg.steps
+        )
         metrics[f"{m}_final_heldout_mean"] = float(np.mean(ho_final))
     verdicts: dict[str, str] = {}
     for m in methods:
@@ -602,6 +611,24 @@ def _summarise(cfg: Any, runs: list[dict[str, Any]], meta: dict[str, Any]) -> di
                     metrics[f"{m}_minus_uniform_final_{key}"] = [mean, lo, hi]
                     sd = float(np.std(d, ddof=1)) if len(d) > 1 else math.nan
                     metrics[f"{m}_final_{key}_seeds_to_resolve_observed_effect"] = required_seeds(sd, mean)
+            # the whole curve: mean over checkpoints of the paired Δ (a lower curve = faster convergence)
+            d = [float(np.mean(np.subtract(by[m][s][key], by["uniform"][s][key]))) for s in seeds]
+            mean, lo, hi = paired_interval(d)
+            curve_rows.append(
+                {
+                    "method − uniform": m,
+                    "metric": label,
+                    "step": "mean over checkpoints",
+                    "uniform mean": round(float(np.mean([by["uniform"][s][key] for s in seeds])), digits + 1),
+                    "paired Δ mean [95% CI]": _fmt_ci(mean, lo, hi, digits),
+                    "Δ / uniform": f"{100 * mean / np.mean([by['uniform'][s][key] for s in seeds]):+.1f}%",
+                    "sd of Δ over seeds": round(float(np.std(d, ddof=1)) if len(d) > 1 else 0.0, digits + 1),
+                    "eval noise sd of Δ": round(noise_delta[key], digits + 1),
+                }
+            )
+            if m == "curriculum":
+                verdicts[f"{m} mean over checkpoints {label}"] = _verdict(lo, hi)
+                metrics[f"{m}_minus_uniform_mean_over_checkpoints_{key}"] = [mean, lo, hi]
             # steps to reach uniform's final value (per seed), paired with uniform's own steps to reach it
             cur, uni = [], []
             for s in seeds:
