@@ -142,7 +142,13 @@ class ModelSpec:
 
 
 def build_model(
-    vocab_size: int, spec: ModelSpec, variant: Variant, *, seed: int, recompute: bool = True
+    vocab_size: int,
+    spec: ModelSpec,
+    variant: Variant,
+    *,
+    seed: int,
+    recompute: bool = True,
+    fused: bool = False,
 ) -> nn.Module:
     """A freshly initialised ``LlamaForCausalLM``; hyper-connections applied when ``variant.expansion_rate >= 1``.
 
@@ -169,7 +175,11 @@ def build_model(
         model = LlamaForCausalLM(config)
     if variant.expansion_rate >= 1:
         apply_hyper_connections(
-            model, expansion_rate=variant.expansion_rate, dynamic=variant.dynamic, tanh=variant.tanh
+            model,
+            expansion_rate=variant.expansion_rate,
+            dynamic=variant.dynamic,
+            tanh=variant.tanh,
+            fused=fused and variant.dynamic,
         )
         for hc in hyper_connections_of(model):
             hc.recompute = bool(recompute)
@@ -824,7 +834,10 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     variants = [Variant(name="residual")] + [
         Variant(name=f"{kind}x{n}", expansion_rate=n, dynamic=cfg.dynamic) for n in cfg.expansion_rates
     ]
-    models = [build_model(cfg.vocab_size, spec, v, seed=cfg.seed).to(device).train() for v in variants]
+    models = [
+        build_model(cfg.vocab_size, spec, v, seed=cfg.seed, fused=cfg.fused).to(device).train()
+        for v in variants
+    ]
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in models]
 
     def loss_fn(model: nn.Module) -> Tensor:

@@ -286,6 +286,7 @@ def apply_hyper_connections(
     trainable: bool = True,
     reduce: str = "sum",
     output_scale: Literal["divide", "multiply"] | None = None,
+    fused: bool = False,
 ) -> nn.Module:
     """Replace every residual connection of a Hugging Face decoder by a hyper-connection, in place.
 
@@ -300,7 +301,7 @@ def apply_hyper_connections(
             in :data:`SUPPORTED_MODEL_TYPES` (e.g. ``llama`` — SmolLM2 is one —, ``olmo``, ``olmo2``, ``olmoe``,
             ``gemma2``, ``phi3``, ``qwen3``; the adapter table :data:`LAYOUTS` lists them all).
         expansion_rate: ``n >= 1``.
-        dynamic, tanh, norm, trainable: see :class:`HyperConnection`.
+        dynamic, tanh, norm, trainable, fused: see :class:`HyperConnection`.
         reduce: ``"sum"`` (the paper) or ``"mean"`` of the streams before the final norm. The final RMSNorm /
             LayerNorm makes them the same function except for its ``eps`` (``Norm_eps(n·h) = Norm_{eps/n²}(h)``);
             ``"mean"`` gives outputs identical to the original model at init even for tiny random models.
@@ -332,6 +333,10 @@ def apply_hyper_connections(
     if hyper_connections_of(model):
         raise ValueError(
             "model already has hyper-connections; apply_hyper_connections must be applied only once"
+        )
+    if fused and not (dynamic and isinstance(norm, str) and norm == "layernorm"):
+        raise ValueError(
+            f"fused=True needs dynamic=True and norm='layernorm'; got dynamic={dynamic}, norm={norm!r}"
         )
     layers = _decoder_layers(model)
     layout = LAYOUTS[model.config.model_type]
@@ -365,6 +370,7 @@ def apply_hyper_connections(
                 tanh=tanh,
                 norm=norm,
                 trainable=trainable,
+                fused=fused,
             ).to(device=device, dtype=dtype)
             for j in range(per_layer)
         ]
@@ -382,5 +388,6 @@ def apply_hyper_connections(
         "tanh": bool(tanh),
         "reduce": reduce,
         "output_scale": output_scale,
+        "fused": bool(fused),
     }
     return model

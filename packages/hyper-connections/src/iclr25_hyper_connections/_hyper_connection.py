@@ -231,6 +231,9 @@ class HyperConnection(nn.Module):
             addition (the paper). Called on every path.
         recompute: recompute the dynamic weights' norm and projections in the backward pass instead of storing
             the normalised streams (saves ``n·dim`` activations per token and branch; same results).
+        fused: compute the width connection as one autograd node with a hand-written backward pass
+            (:mod:`iclr25_hyper_connections._fused`; same function to float rounding, less memory and time).
+            Needs ``dynamic=True`` and ``norm="layernorm"``; ``recompute`` is then unused.
 
     Shapes:
         streams ``(..., n, dim)`` (e.g. ``(batch, seq, n, dim)``); branch input/output ``(..., dim)``.
@@ -238,7 +241,8 @@ class HyperConnection(nn.Module):
 
     Raises:
         TypeError: ``layer_index`` is missing/``None`` or a non-int, ``dim``/``expansion_rate`` not ints.
-        ValueError: ``expansion_rate < 1``, ``layer_index < 0``, ``dim < 1``, unknown ``norm``, bad ``init_matrix``.
+        ValueError: ``expansion_rate < 1``, ``layer_index < 0``, ``dim < 1``, unknown ``norm``, bad ``init_matrix``,
+            ``fused=True`` without ``dynamic=True, norm="layernorm"``.
 
     References:
         Zhu et al., "Hyper-Connections", ICLR 2025, arXiv 2409.19606: §2.1 (static HC), §2.2 (dynamic HC),
@@ -262,6 +266,7 @@ class HyperConnection(nn.Module):
         trainable: bool = True,
         depth_residual_fn: Callable[[Tensor, Tensor], Tensor] | None = None,
         recompute: bool = True,
+        fused: bool = False,
     ) -> None:
         super().__init__()
         if layer_index is None:
@@ -276,6 +281,11 @@ class HyperConnection(nn.Module):
         self.tanh = bool(tanh)
         self.trainable = bool(trainable)
         self.recompute = bool(recompute)
+        self.fused = bool(fused)
+        if self.fused and not (self.dynamic and isinstance(norm, str) and norm == "layernorm"):
+            raise ValueError(
+                f"fused=True needs dynamic=True and norm='layernorm'; got dynamic={dynamic}, norm={norm!r}"
+            )
         if depth_residual_fn is not None and not callable(depth_residual_fn):
             raise TypeError(f"depth_residual_fn must be callable, got {type(depth_residual_fn).__name__}")
         self.depth_residual_fn = depth_residual_fn or operator.add
@@ -411,11 +421,34 @@ class HyperConnection(nn.Module):
         Raises:
             TypeError / ValueError: ``streams`` is not a floating tensor of shape ``(..., n, dim)``.
         """
+        if self.fused:
+            return self._fused_width_connection(streams)
         alpha, beta = self.connection_weights(streams)
         with _fp32_region(streams.device):
             mixed = torch.einsum(
                 "...ij,...id->...jd", alpha, streams.to(alpha.dtype)
             )  # (..., n+1, d) = alphaᵀ H
+        mixed = mixed.to(streams.dtype)
+        return WidthConnection(mixed[..., 0, :], mixed[..., 1:, :], beta)
+
+    def _fused_width_connection(self, streams: Tensor) -> WidthConnection:
+        from iclr25_hyper_connections._fused import fused_dynamic_width_connection
+
+        _check_streams(streams, self.expansion_rate, self.dim)
+        assert isinstance(self.norm, nn.LayerNorm)
+        dtype = _compute_dtype(streams.dtype)
+        with _fp32_region(streams.device):
+            mixed, beta = fused_dynamic_width_connection(
+                streams.to(dtype),
+                self.dynamic_alpha_fn.to(dtype),
+                self.dynamic_beta_fn.to(dtype),
+                self.dynamic_alpha_scale.to(dtype),
+                self.dynamic_beta_scale.to(dtype),
+                self.static_alpha.to(dtype),
+                self.static_beta.to(dtype),
+                eps=float(self.norm.eps),
+                use_tanh=self.tanh,
+            )
         mixed = mixed.to(streams.dtype)
         return WidthConnection(mixed[..., 0, :], mixed[..., 1:, :], beta)
 

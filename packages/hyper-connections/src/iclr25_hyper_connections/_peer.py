@@ -128,9 +128,16 @@ def peer(cfg: Any, ctx: Any) -> Any:
     for m in ours_fast.modules():
         if isinstance(m, HyperConnection):
             m.recompute = False
+    ours_fused = apply_hyper_connections(copy.deepcopy(base), expansion_rate=n, fused=True)
     theirs = apply_peer_hyper_connections(copy.deepcopy(base), expansion_rate=n)
-    names = ["residual", f"ours DHCx{n}", f"ours DHCx{n} (recompute=False)", f"peer DHCx{n} ({version})"]
-    models = [base, ours, ours_fast, theirs]
+    names = [
+        "residual",
+        f"ours DHCx{n}",
+        f"ours DHCx{n} (recompute=False)",
+        f"ours DHCx{n} (fused, LayerNorm)",
+        f"peer DHCx{n} ({version})",
+    ]
+    models = [base, ours, ours_fast, ours_fused, theirs]
 
     # 1. agreement: at initialisation, and with random connection weights (our stream-norm eps set to ~0)
     with torch.no_grad():
@@ -209,8 +216,8 @@ def peer(cfg: Any, ctx: Any) -> Any:
         },
         tables={"ours vs peer": rows},
         notes=[
-            "Same Llama decoder and base weights; ours with norm='rmsnorm' (the peer's stream norm); both at the "
-            "eq. 14 initialisation with layer_index 2k / 2k+1.",
+            "Same Llama decoder and base weights; ours with norm='rmsnorm' (the peer's stream norm; the fused row "
+            "uses the paper's non-parametric LayerNorm); all at the eq. 14 initialisation with layer_index 2k / 2k+1.",
             "random weights: every connection weight of ours perturbed and copied into the peer; our stream "
             "RMSNorm eps set to ~0 (the peer's RMSNorm has none).",
             "saved activations: bytes autograd keeps for backward; peak memory: CUDA only.",

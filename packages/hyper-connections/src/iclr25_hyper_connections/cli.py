@@ -192,6 +192,8 @@ class BenchConfig(CommonOptions):
     """Expansion rates n to compare against the residual baseline."""
     dynamic: bool = True
     """Dynamic (DHC) or static (SHC) hyper-connections."""
+    fused: bool = False
+    """Use the fused width connection (dynamic HC only)."""
     repeats: int = 7
     """Timed rounds (one training step of every variant each, in rotating order); medians reported."""
     warmup_steps: int = 2
@@ -209,6 +211,8 @@ class BenchConfig(CommonOptions):
             )
         if not self.expansion_rates:
             raise ValueError("expansion_rates must list at least one rate")
+        if self.fused and not self.dynamic:
+            raise ValueError("fused needs dynamic hyper-connections (drop --no-dynamic or --fused)")
         for n in self.expansion_rates:
             check_int("expansion_rates", n, low=1, high=MAX_EXPANSION_RATE)
 
