@@ -575,7 +575,7 @@ class _Setting:
 
 
 _SIZES = {
-    "quick": {"variants": ("residual", "dhc4"), "lrs": (3e-3, 1e-2), "dim": 32, "steps": 100},
+    "quick": {"variants": ("residual", "dhc4"), "lrs": (3e-3, 1e-2), "dim": 32, "steps": 80},
     "full": {
         "variants": ("residual", "dhc1", "dhc2", "shc4", "dhc4"),
         "lrs": (1e-3, 3e-3, 1e-2),

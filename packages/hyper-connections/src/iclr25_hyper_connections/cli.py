@@ -100,7 +100,7 @@ class ReproduceConfig(CommonOptions):
     representation-collapse probe over every sub-layer. Options left unset take the --size preset."""
 
     size: Literal["quick", "full"] = "quick"
-    """quick (residual vs DHCx4, d=32, 100 steps, 2 learning rates) or full (residual, DHCx1, DHCx2, SHCx4,
+    """quick (residual vs DHCx4, d=32, 80 steps, 2 learning rates) or full (residual, DHCx1, DHCx2, SHCx4,
     DHCx4; d=64, 600 steps, 3 learning rates)."""
     variants: tuple[str, ...] | None = None
     """Variants to compare (the first one is the reference for the differences); default: the size preset."""
@@ -121,7 +121,7 @@ class ReproduceConfig(CommonOptions):
     context: int | None = None
     """Tokens per training window (preset: 64)."""
     steps: int | None = None
-    """Optimizer steps per run (preset: 100 quick, 600 full)."""
+    """Optimizer steps per run (preset: 80 quick, 600 full)."""
     batch_size: int | None = None
     """Windows per step (preset: 16)."""
     warmup: int | None = None
