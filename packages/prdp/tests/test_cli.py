@@ -45,7 +45,7 @@ def test_run_fixed_iterations_matches_the_closed_form_bias(tmp_path):
         ["run", "--plateau-threshold", "0"],
         ["run", "--stop-threshold", "1.5"],
         ["run", "--initial-iterations", "10", "--max-iterations", "5"],
-        ["run", "navier-stokes"],
+        ["run", "burgers"],
         ["run", "--method", "conjugate_gradient"],
         ["run", "--device", "tpu"],
         ["run", "--device", "cuda:7"],

@@ -264,9 +264,11 @@ class NavierStokesEmulator:
     Data: ``train_samples`` / ``val_samples`` trajectories (seeds 1337 / 1338) of ``rollout + 1`` coarse states
     from the fine reference (``2n`` grid, ``dt / 4``, FFT pressure, after a spin-up of ``spinup`` time units from
     random fields). Model: ``u_{t+1} = S_K(u_t) + net(S_K(u_t))``. Loss: mean squared error of the
-    ``rollout``-step autoregressive prediction (every step through ``S_K``). Validation metric: the
-    ``rollout``-step nMSE of the hybrid with the **exact** pressure solve, ``mean_i ||pred_i - ref_i||^2 /
-    ||ref_i||^2`` over both velocity components, so every arm is scored by the same function. Adam with
+    ``rollout``-step autoregressive prediction (every step through ``S_K``). Validation metric (fed to the
+    controller): the ``rollout``-step nMSE of the hybrid as deployed, i.e. with the arm's current ``K``,
+    ``mean_i ||pred_i - ref_i||^2 / ||ref_i||^2`` over both velocity components (the paper's validation rollout of
+    the hybrid; our reading of the official notebook, which rebuilds its stepper at the new ``K``). The final
+    model is also scored with the exact pressure solve (``extra["final exact-pressure nMSE"]``). Adam with
     exponential decay (1e-3, 100 steps, 0.94), batch ``batch_size``.
     """
 
@@ -305,18 +307,22 @@ class NavierStokesEmulator:
 
         # K_eps: the smallest K whose pressure solve reaches a relative residual of 1e-3 on this flow (measured:
         # CG 40, Jacobi about 300); beyond it the one-step error equals the exact solve's to 3 digits.
-        converged = 40 if self.method == "conjugate_gradient" else 300
+        cg = self.method == "conjugate_gradient"
+        converged = 40 if cg else 300
+        # The paper's NS arguments (K0 = dK = 1, tau_step = 0.95) refined CG only to K = 3 in 30 epochs in a
+        # calibration run (seed 0); K0 = dK = 4 (Jacobi: 20) with tau_step = 0.9 (the paper's 2-D heat value) let
+        # the controller reach K_eps within the budget.
         return ExperimentSpec(
             name="navier-stokes",
-            metric_name=f"{self.rollout}-step val nMSE (exact pressure)",
-            epochs=30,
+            metric_name=f"{self.rollout}-step val nMSE of the hybrid",
+            epochs=40,
             converged_iterations=converged,
-            coarse_iterations=2 if self.method == "conjugate_gradient" else 20,
+            coarse_iterations=4 if cg else 20,
             controller=dict(
-                initial_iterations=1,
-                step=1 if self.method == "conjugate_gradient" else 10,  # Jacobi: Delta K = 10 (Poisson's)
+                initial_iterations=4 if cg else 20,
+                step=4 if cg else 20,
                 max_iterations=converged,
-                plateau_threshold=0.95,
+                plateau_threshold=0.9,
                 stop_threshold=0.9,
                 ema_window=6,
                 plateau_window=3,
@@ -408,12 +414,12 @@ class NavierStokesEmulator:
         traced_k = diff == "implicit" or direct
         epoch_jit = jax.jit(epoch_fn) if traced_k else jax.jit(epoch_fn, static_argnums=3)
 
-        @jax.jit
-        def validate_fn(params, val):
-            err, ref = jax.vmap(lambda traj: rollout_error(params, traj, 0, exact=True))(val)
+        def validate_fn(params, val, k, exact):
+            err, ref = jax.vmap(lambda traj: rollout_error(params, traj, k, exact))(val)
             return jnp.mean(err / ref)
 
-        _COMPILED[cache_key] = (graphdef, optimiser, epoch_jit, validate_fn)
+        validate_jit = jax.jit(validate_fn, static_argnums=3)
+        _COMPILED[cache_key] = (graphdef, optimiser, epoch_jit, validate_jit)
         return _COMPILED[cache_key]
 
     def train(
@@ -458,9 +464,10 @@ class NavierStokesEmulator:
             traced_k
         ):  # compile before the clock starts (one executable serves every K), identical for every arm
             jax.block_until_ready(epoch_jit(params, opt_state, shuffle_key, jnp.asarray(0, jnp.int32), train))
-            jax.block_until_ready(validate_fn(params, val))
+            jax.block_until_ready(validate_fn(params, val, jnp.asarray(0, jnp.int32), False))
+            jax.block_until_ready(validate_fn(params, val, jnp.asarray(0, jnp.int32), True))
 
-        def train_epoch(state, k):
+        def train_epoch_k(state, k):
             params, opt_state, key = state
             key, sub = jax.random.split(key)
             params, opt_state, loss = epoch_jit(
@@ -468,10 +475,19 @@ class NavierStokesEmulator:
             )
             return (params, opt_state, key), loss
 
-        def validate(state):
-            return float(validate_fn(state[0], val))
+        current = {
+            "k": 0 if direct else (iterations if controller is None else controller.initial_iterations)
+        }
 
-        _, log = train_with_prdp(
+        def train_epoch(state, k):
+            current["k"] = k
+            return train_epoch_k(state, k)
+
+        def validate(state):
+            k = jnp.asarray(current["k"], jnp.int32) if traced_k else current["k"]
+            return float(validate_fn(state[0], val, k, False))
+
+        final, log = train_with_prdp(
             train_epoch,
             validate,
             (params, opt_state, shuffle_key),
@@ -483,7 +499,11 @@ class NavierStokesEmulator:
             * n_batches,  # one batched (vmapped) solve counts once, as for heat
             callback=callback,
         )
-        return ArmResult(label="", log=log, final_iterations=None if direct else log.iterations[-1])
+        exact = float(validate_fn(final[0], val, jnp.asarray(0, jnp.int32), True))
+        extra = {"final exact-pressure nMSE": exact}
+        return ArmResult(
+            label="", log=log, final_iterations=None if direct else log.iterations[-1], extra=extra
+        )
 
 
 _COMPILED: dict[tuple[NavierStokesEmulator, bool], tuple[Any, Any, Any, Any]] = {}

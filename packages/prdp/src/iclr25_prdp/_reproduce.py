@@ -154,6 +154,10 @@ def reproduce_experiment(
         row = {"experiment": name, "seed": seed, **equal_accuracy(arms[plan[0][0]], arms["PRDP"])}
         row["converged: final metric"] = arms[plan[0][0]].final_metric
         row["PRDP: final metric"] = arms["PRDP"].final_metric
+        for label in (plan[0][0], "PRDP"):
+            if "final exact-pressure nMSE" in arms[label].extra:
+                short = "converged" if label != "PRDP" else "PRDP"
+                row[f"{short}: exact-pressure nMSE"] = arms[label].extra["final exact-pressure nMSE"]
         rows.append(row)
     summary: dict[str, Any] = {
         "epochs": epochs,

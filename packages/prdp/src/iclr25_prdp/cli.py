@@ -39,8 +39,8 @@ class RunConfig(CommonOptions):
     """navier-stokes: cells per axis of the coarse grid (the reference runs on twice as many)."""
     diff: Diff = "implicit"
     """Differentiate the solver implicitly (adjoint solve with A^T, same K) or by unrolling the iterations."""
-    method: Method = "jacobi"
-    """Iterative linear solver."""
+    method: Method | None = None
+    """Iterative linear solver (default: jacobi; conjugate_gradient for navier-stokes)."""
     initial_iterations: int | None = None
     """PRDP: starting K (default: the experiment's)."""
     step: int | None = None
@@ -63,7 +63,7 @@ class RunConfig(CommonOptions):
         if self.epochs is not None:
             check_int("epochs", self.epochs, low=1)
         check_int("grid", self.grid, low=4)
-        if self.experiment == "navier-stokes":
+        if self.experiment == "navier-stokes" and self.method is not None:
             check_choice("method", self.method, ("jacobi", "conjugate_gradient"))
         for name in ("plateau_threshold", "stop_threshold"):
             value = getattr(self, name)
