@@ -189,3 +189,37 @@ def test_rotated_orthogonal_queries_are_degenerate_and_the_rest_exact():
         brute = brute_force_heavy_entries(Q[3:], K, 0.05, p)
         assert {(i + 3, j) for i, j in brute.pairs()} == ours.pairs()
         assert len(brute) > 0
+
+
+def test_random_small_cases_of_every_kind_against_brute_force():
+    """150 random instances: tiny n (down to 1 key), d ≤ 5, p ∈ {2, 4, 6}, columns scaled by 10^±8, a zero
+    column, integer keys with duplicates, near-rank-one keys. Offline and streaming finders agree with the brute force
+    (entries within 1e-7 of eps may round either way) and flag exactly its degenerate rows."""
+    rng = np.random.default_rng(1)
+    for _ in range(150):
+        n, d = int(rng.integers(1, 60)), int(rng.integers(1, 6))
+        p, eps = int(rng.choice([2, 4, 6])), float(rng.choice([0.05, 0.2, 0.5]))
+        kind = rng.integers(0, 5)
+        K = rng.standard_normal((n, d))
+        Q = rng.standard_normal((20, d))
+        if kind == 1:
+            scale = 10.0 ** rng.integers(-8, 8, size=d)
+            K, Q = K * scale, Q / scale
+        elif kind == 2 and d > 1:
+            K[:, -1] = 0.0
+        elif kind == 3:
+            K = np.round(K)
+        elif kind == 4:
+            K = K[:, :1] @ rng.standard_normal((1, d)) + 1e-7 * rng.standard_normal((n, d))
+        brute = brute_force_heavy_entries(Q, K, eps, p)
+        F = np.abs(Q @ K.T) ** p
+        Z = F.sum(axis=1, keepdims=True)
+        A = np.divide(F, Z, out=np.zeros_like(F), where=Z > 0)
+        near = set(zip(*(x.tolist() for x in np.nonzero(np.abs(A - eps) < 1e-7 * eps))))
+        stream = StreamingUniversalSet(d, eps, p, block_size=7)
+        for block in np.array_split(K, 3):
+            if len(block):
+                stream.update(block)
+        for res in (heavy_entries(Q, K, eps, p), stream.heavy_entries(Q)):
+            assert not (res.pairs() ^ brute.pairs()) - near
+            assert res.degenerate_rows.tolist() == brute.degenerate_rows.tolist()
