@@ -137,18 +137,20 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     import jax
 
     from iclr25_prdp._problems import make_experiment
-    from iclr25_prdp._reproduce import bench_rows
+    from iclr25_prdp._reproduce import bench_rows, solve_call_rows
 
     device = ctx.jax_devices()[0]
     problem = make_experiment(cfg.experiment, diff="implicit")
     with jax.default_device(device):
         rows = bench_rows(problem, cfg.iterations, cfg.repeats, ctx.log.info, cfg.methods)
+        calls = solve_call_rows(64, cfg.iterations, cfg.repeats)
     return Result(
         metrics={"device_kind": device.device_kind},
-        tables={"step time and memory": rows},
+        tables={"step time and memory": rows, "public solve vs a solve inside the caller's jit": calls},
         notes=[
             "ms/step: minimum wall time over the repeats of one jitted value_and_grad of the 2-step emulator loss "
             "(batch 25)",
             "temp MiB: XLA's temporary buffer size of the compiled step (compiled.memory_analysis())",
+            "public solve: validation in Python, then one cached compiled call (traced K in implicit mode)",
         ],
     )

@@ -308,3 +308,37 @@ def bench_rows(
             if row["method"] == method:
                 row["implicit time / at largest K"] = row["implicit ms/step"] / largest["implicit ms/step"]
     return rows
+
+
+def solve_call_rows(grid: int, iterations: Sequence[int], repeats: int) -> list[dict[str, Any]]:
+    """ms per call of the public :func:`solve` (compiled internally) against the same solve inside the caller's
+    ``jax.jit``, and the number of compilations, for Jacobi on the 2-D heat operator ``grid x grid``.
+
+    Time is the minimum over ``repeats`` calls after one warm-up call per ``K``.
+    """
+    from iclr25_prdp._operators import heat
+
+    op = heat((grid, grid), nu=0.001)
+    b = jnp.sin(jnp.arange(grid * grid, dtype=op.dtype))
+    rows = []
+    for diff in ("implicit", "unrolled"):
+        user = jax.jit(
+            lambda b, k, diff=diff: solve(op, b, method="jacobi", iterations=k, diff=diff), static_argnums=1
+        )
+        for k in iterations:
+            row: dict[str, Any] = {"diff": diff, "grid": f"{grid}x{grid}", "K": k}
+            calls = (
+                ("solve", lambda k=k, diff=diff: solve(op, b, method="jacobi", iterations=k, diff=diff)),
+                ("user jit", lambda k=k, user=user: user(b, k)),
+            )
+            for name, call in calls:
+                jax.block_until_ready(call())
+                times = []
+                for _ in range(repeats):
+                    start = time.perf_counter()
+                    jax.block_until_ready(call())
+                    times.append(time.perf_counter() - start)
+                row[f"{name} ms"] = 1e3 * float(np.min(times))
+            row["solve / user jit"] = row["solve ms"] / row["user jit ms"]
+            rows.append(row)
+    return rows
