@@ -422,6 +422,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     replicas, lr = best_qqa
     ctx.log.info(f"chosen: QQA S={replicas}, lr={lr:g}; SA reads={best_reads}")
 
+    official_version = "not run"
     step_rows: list[dict[str, Any]] = []
     run_rows: list[dict[str, Any]] = []
     summary_rows: list[dict[str, Any]] = []
@@ -446,12 +447,21 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             }
         )
         best = inst.best_known
-        diffs = []
-        for k in range(cfg.seeds):
-            seed = cfg.seed + k
+        diffs, diffs_off = [], []
+        seeds = [cfg.seed + k for k in range(cfg.seeds)]
+        official: dict[int, dict[str, Any]] = {}
+        if cfg.official_python is not None:
+            version, runs = _gset.official_runs(prob, cfg.official_python, cfg.budget, seeds, replicas, lr)
+            official = {r["seed"]: r for r in runs}
+            official_version = version
+        for seed in seeds:
             q = _gset.qqa_run(prob, cfg.budget, seed, replicas, step_s, lr=lr, **qqa_kw)
             a = _gset.sa_run(prob, cfg.budget, seed, best_reads, sweep_s)
             row: dict[str, Any] = {"instance": inst.label, "seed": seed}
+            if seed in official:
+                row["official qqa cut"] = official[seed]["cut"]
+                row["official qqa s"] = round(official[seed]["seconds"], 2)
+                diffs_off.append(q["cut"] - official[seed]["cut"])
             for name, r in (("QQA", q), ("SA", a)):
                 row[f"{name} cut"] = r["cut"]
                 row[f"{name} s"] = round(r["seconds"], 2)
@@ -478,11 +488,13 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 "QQA mean cut/best": _mean_of(rows_i, "QQA cut/best"),
                 "SA mean cut/best": _mean_of(rows_i, "SA cut/best"),
                 "QQA − SA (95% CI)": f"{mean:+.1f} [{lo:+.1f}, {hi:+.1f}]",
+                **(_official_summary(rows_i, diffs_off) if diffs_off else {}),
                 "QQA reached 99% (runs)": sum(r.get("QQA t99% s") is not None for r in rows_i),
                 "SA reached 99% (runs)": sum(r.get("SA t99% s") is not None for r in rows_i),
             }
         )
     pmean, plo, phi = _gset.paired_interval(pooled)
+    extra = {"official qqa": f"PyPI qqa {official_version}"} if cfg.official_python is not None else {}
     total = time.perf_counter() - t_start
     return Result(
         metrics={
@@ -490,6 +502,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             "budget_s": cfg.budget,
             "chosen": f"QQA S={replicas}, lr={lr:g}; SA reads={best_reads}",
             "pooled (QQA − SA)/best, 95% CI": f"{pmean:+.4f} [{plo:+.4f}, {phi:+.4f}] over {len(pooled)} pairs",
+            **extra,
         },
         tables={
             "tuning (on " + (cfg.tune_on or "none") + ")": grid_rows,
@@ -506,6 +519,20 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             "QQA − SA: mean paired difference of cuts over seeds with a two-sided 95 % Student-t interval.",
         ],
     )
+
+
+def _official_summary(rows: list[dict[str, Any]], diffs: list[float]) -> dict[str, Any]:
+    mean, lo, hi = _gset_interval(diffs)
+    return {
+        "official qqa mean cut": round(float(np.mean([r["official qqa cut"] for r in rows])), 1),
+        "QQA − official (95% CI)": f"{mean:+.1f} [{lo:+.1f}, {hi:+.1f}]",
+    }
+
+
+def _gset_interval(diffs: list[float]) -> tuple[float, float, float]:
+    from iclr25_qqa._gset import paired_interval
+
+    return paired_interval(diffs)
 
 
 def _mean_of(rows: list[dict[str, Any]], key: str) -> float | None:

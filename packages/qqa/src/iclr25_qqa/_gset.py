@@ -179,3 +179,86 @@ def paired_interval(diffs: list[float], level: float = 0.95) -> tuple[float, flo
         return mean, math.nan, math.nan
     half = float(stats.t.ppf(0.5 + level / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
     return mean, mean - half, mean + half
+
+
+_OFFICIAL_DRIVER = r"""
+import json, sys, time
+import networkx as nx, numpy as np, torch, qqa
+torch.set_num_threads(1)  # the JAX side runs XLA on one thread too
+job = json.load(sys.stdin)
+g = nx.Graph()
+g.add_nodes_from(range(job["n"]))
+g.add_weighted_edges_from(zip(job["u"], job["v"], job["w"]))
+problem = qqa.MaxCut(g)
+kw = dict(sol_size=job["replicas"], learning_rate=job["lr"], temp=job["temperature"], min_bg=job["gamma"][0],
+          max_bg=job["gamma"][1], curve_rate=job["p"], div_param=job["diversity"], verbose=False, polish=False,
+          record_history=False)
+torch.manual_seed(0)
+qqa.anneal(problem, num_epochs=5, **kw)  # warm-up (lazy initialisation)
+t0 = time.perf_counter()
+qqa.anneal(problem, num_epochs=40, **kw)
+epoch_s = (time.perf_counter() - t0) / 40
+out = []
+for seed in job["seeds"]:
+    torch.manual_seed(seed)
+    epochs = max(int(job["budget"] / epoch_s), 2)
+    t0 = time.perf_counter()
+    r = qqa.anneal(problem, num_epochs=epochs, time_limit=1.5 * job["budget"], **kw)
+    seconds = time.perf_counter() - t0
+    sol = r.best_sol.detach().cpu().numpy().reshape(-1)
+    out.append({"seed": seed, "solution": [int(round(float(v))) for v in sol], "seconds": seconds,
+                "epochs": epochs})
+print("RESULT" + json.dumps({"version": qqa.__version__, "runs": out}))
+"""
+
+
+def official_runs(
+    problem: MaxCut, python: Path, budget: float, seeds: list[int], replicas: int, lr: float
+) -> tuple[str, list[dict[str, Any]]]:
+    """The official implementation (PyPI ``qqa``, torch) on the same instance and budget, in a subprocess of the
+    interpreter ``python`` (its own environment): ``qqa.anneal`` with the README configuration, ``polish=False``
+    (no local search, as ours), epochs = budget / a 40-epoch timing after a warm-up, one torch thread.
+
+    Returns:
+        (qqa version, one dict per seed: ``cut``, ``seconds``, ``epochs``).
+
+    Raises:
+        RuntimeError: the subprocess failed (its last stderr lines are in the message).
+    """
+    import json
+    import subprocess
+
+    job = {
+        "n": problem.num_nodes,
+        "u": problem.edge_u.tolist(),
+        "v": problem.edge_v.tolist(),
+        "w": problem.edge_w.tolist(),
+        "replicas": replicas,
+        "lr": lr,
+        "temperature": 1e-3,
+        "gamma": [-3.0, 0.1],
+        "p": 4,
+        "diversity": 0.2,
+        "budget": budget,
+        "seeds": seeds,
+    }
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    proc = subprocess.run(
+        [str(python), "-c", _OFFICIAL_DRIVER], input=json.dumps(job), capture_output=True, text=True, env=env,
+        timeout=60 + 3 * budget * (len(seeds) + 1),
+    )  # fmt: skip
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
+    if proc.returncode != 0 or line is None:
+        tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
+        raise RuntimeError(f"official qqa run failed (exit {proc.returncode}): {tail}")
+    data = json.loads(line[len("RESULT") :])
+    runs = [
+        {
+            "seed": r["seed"],
+            "cut": problem.objective(np.asarray(r["solution"])),
+            "seconds": r["seconds"],
+            "epochs": r["epochs"],
+        }
+        for r in data["runs"]
+    ]
+    return data["version"], runs

@@ -168,6 +168,9 @@ class BenchConfig(CommonOptions):
     """SA reads grid (sweeps per read fill the budget)."""
     layout: Literal["auto", "edges", "dense"] = "auto"
     """How Q reaches the solver: edge list, dense matrix, or by fill (auto)."""
+    official_python: Path | None = None
+    """Python interpreter of an environment with the official implementation (``pip install qqa``, torch): when
+    given, it runs beside ours on every instance, same budget and seeds (in a subprocess)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
