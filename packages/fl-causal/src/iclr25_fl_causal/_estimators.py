@@ -900,8 +900,10 @@ def ipw(
     ``treatment_model`` is required except for the natural course. The weights W = ∏ dG(A_k|H_k)/P̂(A_k|H_k) · 1{uncensored}/P̂(uncensored|H_k, A_k) come from pooled (or
     per-interval) binomial models fitted on the person-interval rows. ``stabilized=True`` normalises by the
     weights' sum (Hájek; for the risk this is the weighted product-limit / IPTW Kaplan–Meier), ``False`` is
-    Horvitz–Thompson. ``truncate=q`` caps the cumulative weights at their q-quantile. The influence-function SE
-    treats the weights as known (conservative when the treatment model is a correctly specified MLE).
+    Horvitz–Thompson. ``truncate=q`` caps the cumulative weights at their q-quantile. ``se="influence"``
+    treats the weights as known (conservative when the treatment model is a correctly specified MLE);
+    ``se="sandwich"`` adds the estimation of the treatment and censoring GLMs (stacked estimating equations);
+    ``se="bootstrap"`` refits them per replicate and needs no model to be right.
     """
     return _estimate(
         "ipw",
@@ -950,7 +952,8 @@ def doubly_robust(
     """Sequential doubly robust estimator ψ = E[Q_0 + Σ_k W_k (Q̃_{k+1} − m_k(H_k, A_k))].
 
     Consistent if the outcome regressions are correct, or the treatment and censoring models are. The
-    influence-function SE is the efficient one when all models are correct.
+    influence-function SE is the efficient one when all models are correct; when one may be wrong use
+    ``se="bootstrap"`` (every model refitted per replicate).
     """
     return _estimate(
         "dr",
