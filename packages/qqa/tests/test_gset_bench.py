@@ -1,0 +1,86 @@
+"""The G-set benchmark helpers: instance loading from --gset-dir, best-known values, paired intervals (against
+scipy's one-sample t interval), times to a target; the real G-set files when the data folder is present."""
+
+from __future__ import annotations
+
+import math
+
+import networkx as nx
+import numpy as np
+import pytest
+from scipy import stats
+
+from iclr25_qqa._gset import (
+    DEFAULT_GSET_DIR,
+    GSET_BEST_KNOWN,
+    first_time,
+    load_instance,
+    paired_interval,
+)
+from iclr25_qqa.cli import main
+
+
+def write_rudy(path, g):
+    lines = [f"{g.number_of_nodes()} {g.number_of_edges()} "]  # trailing space, as the G-set copies
+    lines += [f"{u + 1} {v + 1} {int(d.get('weight', 1))}" for u, v, d in g.edges(data=True)]
+    path.write_text("\r\n".join(lines) + "\r\n")  # CRLF, as several G-set copies
+
+
+def test_load_instance_reads_g_names_from_the_folder(tmp_path):
+    g = nx.convert_node_labels_to_integers(nx.grid_2d_graph(4, 6, periodic=True))
+    write_rudy(tmp_path / "G11.txt", g)
+    inst = load_instance("G11", tmp_path)
+    assert inst.label == "G11"
+    assert inst.best_known == GSET_BEST_KNOWN["G11"] == 564
+    assert inst.problem.num_nodes == 24
+    assert len(inst.problem.edge_u) == 48
+    with pytest.raises(FileNotFoundError, match=r"G12.*--gset-dir"):
+        load_instance("G12", tmp_path)
+
+
+def test_torus_spec_carries_its_proven_optimum(tmp_path):
+    inst = load_instance("torus:4x6", tmp_path)
+    assert inst.best_known == 48
+    assert inst.kind == "optimal (torus)"
+
+
+def test_paired_interval_equals_scipy_t_interval():
+    d = [3.0, -1.0, 4.0, 1.5, 0.0]
+    mean, lo, hi = paired_interval(d)
+    ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
+    assert mean == pytest.approx(np.mean(d))
+    assert (lo, hi) == pytest.approx((ci.low, ci.high))
+    assert all(math.isnan(v) for v in paired_interval([1.0])[1:])
+
+
+def test_first_time_is_the_first_point_at_or_above_target():
+    trace = [(0.5, 90.0), (1.0, 98.9), (1.5, 99.0), (2.0, 100.0)]
+    assert first_time(trace, 99.0) == 1.5
+    assert first_time(trace, 100.5) is None
+
+
+@pytest.mark.skipif(
+    not (DEFAULT_GSET_DIR / "G11.txt").is_file(), reason="G-set files not in /work/shared/data"
+)
+def test_real_gset_files_match_their_documented_sizes():
+    for name, n, m in [("G11", 800, 1600), ("G15", 800, 4661), ("G1", 800, 19176)]:
+        inst = load_instance(name, DEFAULT_GSET_DIR)
+        assert (inst.problem.num_nodes, len(inst.problem.edge_u)) == (n, m)
+    g11 = load_instance("G11", DEFAULT_GSET_DIR).problem
+    assert set(np.unique(g11.edge_w)) == {-1.0, 1.0}  # toroidal ±1 weights
+    assert g11.resolved_layout() == "edges"
+    assert load_instance("G1", DEFAULT_GSET_DIR).problem.resolved_layout() == "dense"  # 6 % fill
+
+
+@pytest.mark.slow
+def test_bench_end_to_end_on_a_small_rudy_file(tmp_path, capsys):
+    g = nx.convert_node_labels_to_integers(nx.grid_2d_graph(6, 8, periodic=True))
+    write_rudy(tmp_path / "G11.txt", g)
+    out = tmp_path / "out"
+    code = main(["bench", "--instances", "G11", "torus:4x6", "--gset-dir", str(tmp_path), "--budget", "0.3",
+                 "--seeds", "2", "--tune-on", "torus:4x6", "--qqa-replicas", "8", "--qqa-lr", "1.0",
+                 "--sa-reads", "1", "2", "--quiet", "--out", str(out)])  # fmt: skip
+    assert code == 0, capsys.readouterr().err
+    text = (out / "results.md").read_text()
+    assert "step time vs floor" in text
+    assert "QQA − SA (95% CI)" in text
