@@ -79,3 +79,9 @@ def zepid_ice():
     from iclr25_shared.testing import require
 
     return require(zepid_attr, "zepid.causal.gformula", "IterativeCondGFormula")
+
+
+@pytest.fixture(scope="session")
+def zepid_loader():
+    """The loader behind ``zepid_ice`` (for testing its missing-package path)."""
+    return zepid_attr

@@ -3,6 +3,8 @@ monotone risk, positivity, and the cross-check against zEpid's iterative conditi
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -697,3 +699,16 @@ def test_ipw_sandwich_equals_the_closed_form_with_an_estimated_propensity(make_p
         doubly_robust(data, "always", grid=1, outcome_model="L + A", treatment_model="L", se="sandwich")
     with pytest.raises(ValueError, match="unpenalised GLM"):
         ipw(data, "always", grid=1, treatment_model=Model("L", penalty=1.0), se="sandwich")
+
+
+def test_zepid_without_pkg_resources_is_a_skip_with_the_install_command(monkeypatch, zepid_loader):
+    """Issue 20: without zepid (or the pkg_resources it imports) the zEpid tests failed instead of skipping."""
+    from iclr25_shared import DatasetUnavailable
+
+    for name in [m for m in sys.modules if m == "zepid" or m.startswith("zepid.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "pkg_resources", None)  # what setuptools >= 82 leaves
+    with pytest.raises(
+        DatasetUnavailable, match=r"needs 'pkg_resources': pip install zepid \"setuptools<82\""
+    ):
+        zepid_loader("zepid.causal.gformula", "IterativeCondGFormula")
