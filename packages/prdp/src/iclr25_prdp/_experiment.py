@@ -143,7 +143,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     problem = make_experiment(cfg.experiment, diff="implicit")
     with jax.default_device(device):
         rows = bench_rows(problem, cfg.iterations, cfg.repeats, ctx.log.info, cfg.methods)
-        calls = solve_call_rows(64, cfg.iterations, cfg.repeats)
+        calls = solve_call_rows(cfg.solve_grid, cfg.iterations, cfg.repeats)
     return Result(
         metrics={"device_kind": device.device_kind},
         tables={"step time and memory": rows, "public solve vs a solve inside the caller's jit": calls},

@@ -126,6 +126,8 @@ class BenchConfig(CommonOptions):
     """Solvers to time (Jacobi is linear, so unrolled reverse mode stores no iterates; CG is not)."""
     repeats: int = 10
     """Timed repetitions per (method, K, mode); the minimum is reported."""
+    solve_grid: int = 64
+    """Grid side of the 2-D heat operator used to time the public solve call against a caller-jitted one."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -139,6 +141,7 @@ class BenchConfig(CommonOptions):
         for k in self.iterations:
             check_int("iterations", k, low=0)
         check_int("repeats", self.repeats, low=1)
+        check_int("solve_grid", self.solve_grid, low=2)
 
 
 COMMANDS = {
