@@ -5,15 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Literal
 
 import tyro
 
 from iclr25_shared.checks import check_float, check_int, check_probability
 from iclr25_shared.cli import CommonOptions, run
-
-if TYPE_CHECKING:
-    from iclr25_qqa._anneal import AnnealConfig
 
 __all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "ReproduceConfig", "SolveConfig", "main"]
 
@@ -64,7 +61,7 @@ class _AnnealOptions(CommonOptions):
         check_probability("diversity", self.diversity)
         check_float("weight_decay", self.weight_decay, low=0.0)
 
-    def anneal_config(self, **changes: object) -> AnnealConfig:
+    def anneal_config(self, **changes: object) -> Any:
         """The :class:`~iclr25_qqa.AnnealConfig` these options describe (``changes`` override fields)."""
         from iclr25_qqa._anneal import AnnealConfig
 
