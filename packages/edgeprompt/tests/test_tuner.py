@@ -66,7 +66,8 @@ def test_the_frozen_check_can_fail_in_train_mode(digit_graphs):
 def test_only_prompt_and_head_require_and_receive_gradients(digit_graphs):
     """Regression (github.com/sheldonresearch/ProG put gnn.parameters() in the optimiser)."""
     backbone = _gin()
-    prompt = make_prompt("edgeprompt+", backbone, num_anchors=3)
+    # Glorot anchors: with zero anchors the score map's gradient is exactly 0 at the first step (p = b·A, A = 0)
+    prompt = make_prompt("edgeprompt+", backbone, num_anchors=3, init="glorot")
     head = nn.Linear(16, 10)
     tuner = PromptTuner(backbone, prompt, head)
     assert all(not p.requires_grad for p in backbone.parameters())
@@ -99,7 +100,7 @@ def test_node_task_path_passes_the_prompt():
     data = load_dataset("karate")
     torch.manual_seed(0)
     backbone = GNNEncoder(conv="gcn", in_channels=data.in_channels, hidden_channels=8, num_layers=2)
-    prompt = EdgePrompt(2, backbone.layer_dims)
+    prompt = EdgePrompt(2, backbone.layer_dims, init="glorot")  # a non-zero prompt, so scaling it matters
     tuner = PromptTuner(backbone, prompt, nn.Linear(8, 4))
     batch = Batch.from_data_list(data.graphs[:5])
     out = tuner(batch)

@@ -36,8 +36,10 @@ __all__ = [
 #: backbone: classifier-only at step 0) and ``small`` (Glorot scaled by :data:`SMALL_SCALE`).
 INITS = ("glorot", "zero", "small")
 SMALL_SCALE = 0.01
-#: The default, chosen by measurement (README, "Prompt initialisation").
-DEFAULT_INIT = "glorot"
+#: The default, chosen by measurement (README, "Prompt initialisation"): on ENZYMES (GraphCL GIN, 50-shot, 3 seeds)
+#: a zero start reached a lower training loss than Glorot for GPF, EdgePrompt and EdgePrompt+ at lr 3e-3 and a
+#: higher validation accuracy (e.g. EdgePrompt 33.3 % vs 27.2 %).
+DEFAULT_INIT = "zero"
 
 
 def init_prompt(tensor: Tensor, init: str) -> Tensor:
@@ -107,7 +109,7 @@ class EdgePrompt(PromptModule):
     Args:
         num_layers: number of message-passing layers of the backbone.
         dims: input dim of each layer (an int for all layers, or one per layer).
-        init: ``glorot`` (the official code), ``zero`` or ``small`` (see :func:`init_prompt`).
+        init: ``glorot`` (the official code), ``zero`` (default) or ``small`` (see :func:`init_prompt`).
 
     Raises:
         ValueError: ``num_layers < 1``, ``len(dims) != num_layers``, a dim < 1; at call time, features whose width

@@ -29,7 +29,7 @@ _PROMPTS = ("none", "gpf", "gpf-plus", "edgeprompt", "edgeprompt+")
 _STRATEGIES = ("graphcl", "simgrace", "edgepred")
 _CONVS = ("auto", "gcn", "gin")
 _INITS = ("glorot", "zero", "small")  # iclr25_edgeprompt._prompt.INITS (not imported: --help stays light)
-_DEFAULT_INIT = "glorot"  # iclr25_edgeprompt._prompt.DEFAULT_INIT (a test checks they agree)
+_DEFAULT_INIT = "zero"  # iclr25_edgeprompt._prompt.DEFAULT_INIT (a test checks they agree)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,7 +108,7 @@ class TuneConfig(_BackboneOptions):
     num_anchors: int = 0
     """EdgePrompt+ anchors per layer; 0 = the official code's 10 for node tasks, 5 for graph tasks."""
     init: str = _DEFAULT_INIT
-    """Prompt initialisation: glorot (official), zero (starts as classifier-only) or small (Glorot x 0.01)."""
+    """Prompt initialisation: zero (default; starts as classifier-only), glorot (official) or small (Glorot x 0.01)."""
     test_fraction: float = 1.0
     """Fraction of the non-training samples used for testing."""
     allow_fewer: bool = False
