@@ -49,6 +49,8 @@ class ReproduceSize:
     """Part A: one SmolLM2 context of this many tokens (queries = keys = every position)."""
     lm_layers: tuple[int, ...]
     lm_heads: tuple[int, ...]
+    lm_p4_sources: tuple[int, ...]
+    """Indices (in capture order) of the SmolLM2 heads also run at p = 4 (D = 2 080: ~35 GFLOP per head at n = 4096)."""
     lm_p: tuple[int, ...]
     """Exponents run on the SmolLM2 heads. p = 4 has D = C(65, 2) = 2 080 tensor columns at head_dim 64, so its
     bound D/eps exceeds n for every context SmolLM2 has: shown only where asked."""
@@ -68,6 +70,7 @@ SIZES = {
         lm_tokens=256,
         lm_layers=(1,),
         lm_heads=(0,),
+        lm_p4_sources=(),
         lm_p=(2, 4),
         fashion_n=1024,
         scaling_lm=(128, 256),
@@ -81,6 +84,7 @@ SIZES = {
         lm_tokens=4096,
         lm_layers=(1, 7, 13, 19, 25),
         lm_heads=tuple(range(9)),
+        lm_p4_sources=(18, 21, 24),  # layer 13, one query head per key/value head
         lm_p=(2,),
         fashion_n=16384,
         scaling_lm=(512, 1024, 2048, 4096),
@@ -94,6 +98,7 @@ SIZES = {
         lm_tokens=8192,
         lm_layers=tuple(range(0, 30, 2)),
         lm_heads=tuple(range(9)),
+        lm_p4_sources=tuple(range(0, 135, 9)),
         lm_p=(2,),
         fashion_n=65536,
         scaling_lm=(1024, 2048, 4096, 8192),
@@ -292,6 +297,65 @@ def exactness_rows(name: str, Q: np.ndarray, K: np.ndarray, p: int, epsilons=EPS
                 "informative": bool(heavy_rows >= MIN_HEAVY_ROWS and u.size / n <= MAX_U_FRACTION),
                 "cpu ours (s)": t_ours,
                 "cpu brute (s)": t_brute,
+            }
+        )
+    return rows
+
+
+def softmax_rows(name: str, Q: np.ndarray, K: np.ndarray, epsilons=EPSILONS) -> list[dict]:
+    """The model's own softmax weights softmax(⟨q, k⟩/√d) over the whole context, against key sets of size |U_eps|.
+
+    No guarantee exists for softmax (it has no small universal set); this measures the paper's heuristic for
+    softmax models: keep the keys of the p = 2 universal set U_eps (top leverage scores) and report how many of
+    the softmax entries >= eps fall in it (recall), and the softmax mass it covers; beside it, the same number of
+    keys chosen by squared norm (a cheap baseline).
+    """
+    from iclr25_levattention._heavy import universal_set
+
+    n, d = K.shape
+    norms = np.einsum("ij,ij->i", K, K)
+    rows = []
+    sets = {eps: universal_set(K, eps, 2) for eps in epsilons}
+    by_norm = {eps: np.argsort(-norms, kind="stable")[: sets[eps].size] for eps in epsilons}
+    stats = {
+        eps: {"heavy": 0, "in U": 0, "in norm": 0, "rows": 0, "mass U": [], "mass norm": []}
+        for eps in epsilons
+    }
+    for start in range(0, Q.shape[0], 512):
+        logits = Q[start : start + 512] @ K.T / np.sqrt(d)
+        logits -= logits.max(axis=1, keepdims=True)
+        A = np.exp(logits)
+        A /= A.sum(axis=1, keepdims=True)
+        for eps in epsilons:
+            st = stats[eps]
+            heavy = np.greater_equal(A, eps)
+            st["heavy"] += int(heavy.sum())
+            st["rows"] += int(heavy.any(axis=1).sum())
+            st["in U"] += int(heavy[:, sets[eps]].sum())
+            st["in norm"] += int(heavy[:, by_norm[eps]].sum())
+            st["mass U"].append(A[:, sets[eps]].sum(axis=1))
+            st["mass norm"].append(A[:, by_norm[eps]].sum(axis=1))
+    for eps in epsilons:
+        st = stats[eps]
+        mass_u, mass_norm = np.concatenate(st["mass U"]), np.concatenate(st["mass norm"])
+        rows.append(
+            {
+                "source": name,
+                "n": n,
+                "f": "softmax(x/sqrt(d))",
+                "eps": eps,
+                "rows with an entry >= eps": st["rows"] / Q.shape[0],
+                "heavy (brute)": st["heavy"],
+                "|U|": int(sets[eps].size),
+                "|U|/n": sets[eps].size / n,
+                "recall (leverage U)": st["in U"] / st["heavy"] if st["heavy"] else None,
+                "recall (norm, same size)": st["in norm"] / st["heavy"] if st["heavy"] else None,
+                "mass in U (mean)": float(mass_u.mean()),
+                "mass in U (min)": float(mass_u.min()),
+                "mass norm (mean)": float(mass_norm.mean()),
+                "informative": bool(
+                    st["rows"] / Q.shape[0] >= MIN_HEAVY_ROWS and sets[eps].size / n <= MAX_U_FRACTION
+                ),
             }
         )
     return rows
@@ -679,10 +743,14 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             sources[f"Fashion-MNIST PCA-16 (n={size.fashion_n})"] = (fashion, fashion)
             ps = (2, 4)
         res.timings["A: data"] = time.perf_counter() - start
-        rows = []
-        for name, (Q, K) in ctx.progress(list(sources.items()), desc="A: heads"):
+        rows, soft = [], []
+        for t, (name, (Q, K)) in enumerate(ctx.progress(list(sources.items()), desc="A: heads")):
             for p in ps:
                 rows += exactness_rows(name, Q, K, p)
+            if cfg.lm and t in size.lm_p4_sources:
+                rows += exactness_rows(name, Q, K, 4)
+            if cfg.lm:
+                soft += softmax_rows(name, Q, K)
         res.tables["A: exactness and selectivity (universal set vs brute force)"] = rows
         res.metrics.update(part_a_summary(rows))
         informative = [r for r in rows if r["informative"]]
@@ -691,6 +759,16 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                                "recall", "false pos", "mass in U (mean)", "mass in U (min)")}
             for r in informative
         ]  # fmt: skip
+        if soft:
+            res.tables[
+                "A: the model's softmax weights vs the leverage universal set (heuristic, no guarantee)"
+            ] = soft
+            useful = [r for r in soft if r["heavy (brute)"]]
+            res.metrics["A softmax: settings with heavy entries"] = len(useful)
+            res.metrics["A softmax: informative settings"] = sum(r["informative"] for r in soft)
+            if useful:
+                for key in ("recall (leverage U)", "recall (norm, same size)", "mass in U (mean)", "|U|/n"):
+                    res.metrics[f"A softmax: median {key}"] = float(np.median([r[key] for r in useful]))
         res.notes.append(
             "A: f(x) = |x|^p on the model's own post-RoPE queries and keys, over the whole context (non-causal: the "
             "paper's problem, A = rownormalise(f(Q K^T))); eps grid fixed in advance "
