@@ -124,3 +124,27 @@ def test_superpixel_graphs_are_cached_by_content(tmp_path, monkeypatch):
     next((tmp_path / "edgeprompt-superpixels").glob("*.pt")).write_bytes(b"junk")
     fixed = load_dataset("fashion-superpixels", num_graphs=20, seed=1)
     assert torch.equal(fixed.graphs[0].x, first.graphs[0].x)
+
+
+def test_non_finite_features_and_bad_edges_are_caught_when_the_task_is_built():
+    from iclr25_edgeprompt import from_pyg
+
+    x = torch.ones(3, 2)
+    x[1, 0] = float("nan")
+    ei = torch.tensor([[0, 1], [1, 2]])
+    with pytest.raises(ValueError, match=r"graph 1 has non-finite node features"):
+        from_pyg(
+            [
+                Data(x=torch.ones(3, 2), edge_index=ei, y=torch.tensor([0])),
+                Data(x=x, edge_index=ei, y=torch.tensor([1])),
+            ],
+            task="graph",
+        )
+    with pytest.raises(
+        ValueError, match=r"graph 0: edge_index entries must be node ids in \[0, 2\], got min 0, max 3"
+    ):
+        from_pyg(
+            [Data(x=torch.ones(3, 2), edge_index=torch.tensor([[0], [3]]), y=torch.tensor([0]))], task="graph"
+        )
+    with pytest.raises(ValueError, match="non-finite node features"):
+        from_pyg(Data(x=x, edge_index=ei, y=torch.tensor([0, 1, 0])), task="node")

@@ -187,6 +187,8 @@ def node_subgraphs(
         raise ValueError("the graph has no edges; edge prompts (and message passing) need at least one edge")
     check_int("num_hops", num_hops, low=1)
     check_int("chunk_size", chunk_size, low=1)
+    if data.x.is_floating_point() and not bool(torch.isfinite(data.x).all()):
+        raise ValueError("the graph has non-finite node features (NaN/inf) in 'x'")
     n = int(data.num_nodes)
     ei = data.edge_index.cpu().numpy().astype(np.int64)
     if ei.min() < 0 or ei.max() >= n:
@@ -364,6 +366,13 @@ def from_pyg(dataset: object, *, task: str, name: str = "custom", num_hops: int 
         if getattr(g, "x", None) is None or g.x.dim() != 2 or g.x.size(-1) == 0:
             raise ValueError(
                 f"graph {i} has no node features 'x' (add some, e.g. a degree one-hot, before tuning)"
+            )
+        if not bool(torch.isfinite(g.x).all()):
+            raise ValueError(f"graph {i} has non-finite node features (NaN/inf) in 'x'")
+        if g.edge_index.numel() and (int(g.edge_index.min()) < 0 or int(g.edge_index.max()) >= g.x.size(0)):
+            raise ValueError(
+                f"graph {i}: edge_index entries must be node ids in [0, {g.x.size(0) - 1}], got min "
+                f"{int(g.edge_index.min())}, max {int(g.edge_index.max())}"
             )
         graphs.append(Data(x=g.x.float(), edge_index=g.edge_index, y=g.y.view(1).long()))
     if not graphs:
