@@ -27,7 +27,9 @@ def test_cuda_matches_cpu_and_keeps_the_backbone_frozen(make_graph, prompt):
     torch.manual_seed(0)
     backbone = GNNEncoder(conv="gin", in_channels=5, hidden_channels=16, num_layers=3).eval()
     torch.manual_seed(1)
-    tuner = PromptTuner(backbone, make_prompt(prompt, backbone, num_anchors=3), nn.Linear(16, 3))
+    tuner = PromptTuner(
+        backbone, make_prompt(prompt, backbone, num_anchors=3, init="glorot"), nn.Linear(16, 3)
+    )
     cpu = tuner(batch)
     tuner = tuner.cuda()
     before = {k: v.clone() for k, v in tuner.backbone.state_dict().items()}
