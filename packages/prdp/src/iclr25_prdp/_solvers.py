@@ -17,10 +17,12 @@ differentiates the truncated solve ``x_K = P_K(b)`` in one of two ways (arXiv:25
 Every solver runs ``K`` iterations on the residual system ``A d = b - A x0`` from ``d_0 = 0`` and returns
 ``x0 + d_K``: exactly the ``K``-th iterate started from ``x0`` (all four methods are affine-equivariant).
 
-``iterations`` may be a Python ``int`` (a ``lax.scan`` of static length: reverse-mode differentiable in both
-modes; ``jax.jit`` recompiles per value) or a traced integer scalar (a ``lax.fori_loop``: one compilation for
-every ``K``; reverse mode then needs ``diff="implicit"``, since JAX cannot reverse-differentiate a loop of
-dynamic length).
+``iterations`` may be a Python ``int`` or an integer scalar array. :func:`solve` validates its arguments in Python
+and then makes one call to a cached compiled function (``equinox.filter_jit``): operator leaves, ``b``, ``x0`` are
+traced, so it compiles once per operator structure and shape. In implicit mode ``K`` is always traced (a
+``lax.fori_loop``), so one compilation serves every ``K`` and a refinement never recompiles. In unrolled mode a
+Python-int ``K`` is static (a ``lax.scan``, reverse-mode differentiable; one compilation per ``K``); a traced ``K``
+(inside the caller's ``jit``) gives a ``fori_loop``, which JAX cannot reverse-differentiate.
 """
 
 from __future__ import annotations
