@@ -37,3 +37,29 @@ def make_graph():
 @pytest.fixture
 def graph() -> tuple:
     return random_graph(9, 20, 5, seed=0, self_loops=2)
+
+
+def _write_tiny_tu(root, name="TINYTU", graphs=24):
+    """``graphs`` small graphs (triangles / paths, 2 classes by shape), raw TU text format, 1-based ids."""
+    raw = root / name / "raw"
+    raw.mkdir(parents=True)
+    a, indicator, labels, node_labels, offset = [], [], [], [], 0
+    for g in range(graphs):
+        cls = g % 2
+        edges = [(1, 2), (2, 3), (3, 1)] if cls == 0 else [(1, 2), (2, 3), (3, 4)]
+        n = 3 if cls == 0 else 4
+        a += [f"{u + offset}, {v + offset}\n{v + offset}, {u + offset}\n" for u, v in edges]
+        indicator += [f"{g + 1}\n"] * n
+        node_labels += [f"{i % 2}\n" for i in range(n)]
+        labels.append(f"{cls}\n")
+        offset += n
+    (raw / f"{name}_A.txt").write_text("".join(a))
+    (raw / f"{name}_graph_indicator.txt").write_text("".join(indicator))
+    (raw / f"{name}_graph_labels.txt").write_text("".join(labels))
+    (raw / f"{name}_node_labels.txt").write_text("".join(node_labels))
+
+
+@pytest.fixture
+def write_tiny_tu():
+    """The :func:`_write_tiny_tu` factory."""
+    return _write_tiny_tu

@@ -109,28 +109,8 @@ def test_bench_reports_ratios_against_classifier_only(tmp_path, capsys):
     assert rows[-1]["saved_for_backward_mib"] > rows[0]["saved_for_backward_mib"]
 
 
-def _write_tiny_tu(root, name="TINYTU", graphs=24):
-    """``graphs`` small graphs (triangles / paths, 2 classes by shape), raw TU text format, 1-based ids."""
-    raw = root / name / "raw"
-    raw.mkdir(parents=True)
-    a, indicator, labels, node_labels, offset = [], [], [], [], 0
-    for g in range(graphs):
-        cls = g % 2
-        edges = [(1, 2), (2, 3), (3, 1)] if cls == 0 else [(1, 2), (2, 3), (3, 4)]
-        n = 3 if cls == 0 else 4
-        a += [f"{u + offset}, {v + offset}\n{v + offset}, {u + offset}\n" for u, v in edges]
-        indicator += [f"{g + 1}\n"] * n
-        node_labels += [f"{i % 2}\n" for i in range(n)]
-        labels.append(f"{cls}\n")
-        offset += n
-    (raw / f"{name}_A.txt").write_text("".join(a))
-    (raw / f"{name}_graph_indicator.txt").write_text("".join(indicator))
-    (raw / f"{name}_graph_labels.txt").write_text("".join(labels))
-    (raw / f"{name}_node_labels.txt").write_text("".join(node_labels))
-
-
-def test_reproduce_tiny_on_tu_files(tmp_path, capsys):
-    _write_tiny_tu(tmp_path)
+def test_reproduce_tiny_on_tu_files(tmp_path, capsys, write_tiny_tu):
+    write_tiny_tu(tmp_path)
     out = tmp_path / "repro"
     args = [
         "reproduce",

@@ -48,3 +48,59 @@ def test_classifier_only_on_cached_embeddings_is_the_same_optimisation():
         weights.append(tuner.head.weight.detach().clone())
     assert histories[0] == pytest.approx(histories[1], rel=1e-5)
     torch.testing.assert_close(weights[0], weights[1], rtol=1e-5, atol=1e-6)
+
+
+def test_reproduce_chooses_each_methods_lr_on_validation_not_test(tmp_path, monkeypatch, write_tiny_tu):
+    """Fake runs where the best validation lr is not the best test lr: the table must report the validation choice."""
+    import json
+
+    from iclr25_edgeprompt import _experiment
+    from iclr25_edgeprompt.cli import main
+
+    def fake(data, backbone, prompt, *, shots, seed, settings, init, **kw):
+        good_val = settings.lr == 0.01
+        return _experiment.TuneResult(
+            prompt=prompt,
+            seed=seed,
+            accuracy=0.2 if good_val else 0.9,  # the other lr is better on test
+            final_loss=1.0,
+            num_train=6,
+            num_test=10,
+            trainable_params=1,
+            seconds=0.0,
+            val_accuracy=0.8 if good_val else 0.3,
+            num_val=2,
+            init=init,
+            lr=settings.lr,
+        )
+
+    monkeypatch.setattr(_experiment, "tune_once", fake)
+    write_tiny_tu(tmp_path)
+    args = [
+        "reproduce",
+        "--quiet",
+        "--datasets",
+        "TINYTU",
+        "--tu-root",
+        str(tmp_path),
+        "--strategies",
+        "graphcl",
+    ]
+    args += ["--prompts", "none", "edgeprompt", "--lrs", "0.1", "0.01", "--seeds", "3", "--shots", "3"]
+    args += [
+        "--pretrain-epochs",
+        "2",
+        "--hidden-channels",
+        "4",
+        "--num-layers",
+        "1",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert main(args) == 0
+    tables = json.loads((tmp_path / "o" / "results.json").read_text())["tables"]
+    acc = tables["accuracy (test %, mean ± SD over seeds, at each method's validation-chosen lr)"]
+    assert [r["lr"] for r in acc] == [0.01, 0.01]
+    assert [r["accuracy"] for r in acc] == ["20.0 ± 0.0", "20.0 ± 0.0"]
+    diff = tables["paired differences (percentage points, 95% t-interval)"][0]
+    assert diff["comparison"] == "edgeprompt - none" and diff["mean_diff_pts"] == 0
