@@ -129,11 +129,11 @@ class ReproduceConfig(_CurriculumOptions):
     95 % t-intervals, plus "steps to reach uniform's final value" and the measured evaluation noise of both
     metrics. --full is the long setting; --combine summarises earlier runs (e.g. one seed each) without training."""
 
-    steps: int = 500
+    steps: int = 400
     """Training steps per run (equal for every method)."""
-    patience: int = 10
+    patience: int = 8
     """τ: consecutive non-improving loss updates before the next stage."""
-    max_steps_per_stage: int | None = 15
+    max_steps_per_stage: int | None = 10
     """Cap on training steps per stage (None: no cap); N−1 stages × cap bounds the curriculum phase."""
     num_seeds: int = 3
     """Seeds per method (seed, seed+1, …); the pairs give the intervals."""
@@ -153,13 +153,13 @@ class ReproduceConfig(_CurriculumOptions):
     """Decay of the exponential moving average of the weights that is evaluated (None: the raw weights)."""
     sync_every: int = 1
     """Steps between loss read-backs from the device (1: the pacer sees every loss before the next step)."""
-    num_checkpoints: int = 8
+    num_checkpoints: int = 6
     """Evaluations (FID, held-out loss) spread evenly over training."""
-    num_fid_samples: int = 250
+    num_fid_samples: int = 200
     """Generated images per FID evaluation."""
     num_inference_steps: int = 10
     """DDIM steps for generation."""
-    heldout_images: int = 250
+    heldout_images: int = 200
     """Test images for the held-out loss (each noised once per cluster)."""
     analysis_bins: int = 12
     """Step windows of the difficulty analysis."""
@@ -170,6 +170,7 @@ class ReproduceConfig(_CurriculumOptions):
 
     FULL: ClassVar[dict[str, Any]] = {
         "steps": 1200,
+        "num_checkpoints": 8,
         "num_seeds": 4,
         "weight_ema": 0.995,
         "patience": 20,
