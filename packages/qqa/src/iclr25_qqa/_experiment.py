@@ -232,8 +232,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         }
         if isinstance(problem, BinaryProblem):
             # SA at QQA's wall time on this instance: sweeps per read fill it (calibrated on this instance)
-            sweep_s = _gset.calibrate_sa(problem, cfg.seed, cfg.sa_reads, res.wall_time)
-            sweeps = max(int(res.wall_time / (sweep_s * cfg.sa_reads)), 1)
+            sweeps = max(int(_gset.calibrate_sa(problem, cfg.seed, cfg.sa_reads, res.wall_time)), 1)
             sa = simulated_annealing(problem, num_reads=cfg.sa_reads, num_sweeps=sweeps, seed=cfg.seed)
             row.update(
                 {
@@ -396,7 +395,11 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     t_start = time.perf_counter()
     qqa_kw: dict[str, Any] = {"devices": devices}
     grid_rows: list[dict[str, Any]] = []
-    best_qqa = (cfg.qqa_replicas[0], cfg.qqa_lr[0])
+    best_qqa = (cfg.qqa_replicas[0], cfg.qqa_lr[0], cfg.qqa_gamma_start[0])
+
+    def gamma_for(prob: Any, c: float) -> tuple[float, float]:
+        return (-c * _gset.mean_weighted_degree(prob), 0.1)
+
     best_reads = cfg.sa_reads[0]
     if cfg.tune_on:
         tune = _gset.load_instance(cfg.tune_on, cfg.gset_dir, cfg.layout)
@@ -406,21 +409,26 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         for replicas in cfg.qqa_replicas:
             step_s = _gset.calibrate_qqa(tune.problem, replicas, tune_seed, **qqa_kw)
             for lr in cfg.qqa_lr:
-                run = _gset.qqa_run(tune.problem, cfg.budget, tune_seed, replicas, step_s, lr=lr, **qqa_kw)
-                scores[("qqa", replicas, lr)] = run["cut"]
-                grid_rows.append({"method": "QQA", "setting": f"S={replicas}, lr={lr:g}", "steps/sweeps":
-                                  run["steps"], "cut": run["cut"], "seconds": round(run["seconds"], 2)})  # fmt: skip
+                for c in cfg.qqa_gamma_start:
+                    gamma = gamma_for(tune.problem, c)
+                    run = _gset.qqa_run(
+                        tune.problem, cfg.budget, tune_seed, replicas, step_s, lr=lr, gamma=gamma, **qqa_kw
+                    )
+                    scores[("qqa", replicas, lr, c)] = run["cut"]
+                    grid_rows.append({"method": "QQA", "setting": f"S={replicas}, lr={lr:g}, γ0={gamma[0]:.3g}"
+                                      f" ({c:g}·d̄)", "steps/sweeps": run["steps"], "cut": run["cut"],
+                                      "seconds": round(run["seconds"], 2)})  # fmt: skip
         for reads in cfg.sa_reads:
-            sweep_s = _gset.calibrate_sa(tune.problem, tune_seed, reads, cfg.budget)
-            run = _gset.sa_run(tune.problem, cfg.budget, tune_seed, reads, sweep_s)
+            sweeps = _gset.calibrate_sa(tune.problem, tune_seed, reads, cfg.budget)
+            run = _gset.sa_run(tune.problem, cfg.budget, tune_seed, reads, sweeps)
             scores[("sa", reads)] = run["cut"]
             grid_rows.append({"method": "SA", "setting": f"reads={reads}", "steps/sweeps": run["sweeps"],
                               "cut": run["cut"], "seconds": round(run["seconds"], 2)})  # fmt: skip
         qqa_keys = [k for k in scores if k[0] == "qqa"]
         best_qqa = max(qqa_keys, key=lambda k: scores[k])[1:]  # first grid point wins ties
         best_reads = max((k for k in scores if k[0] == "sa"), key=lambda k: scores[k])[1]
-    replicas, lr = best_qqa
-    ctx.log.info(f"chosen: QQA S={replicas}, lr={lr:g}; SA reads={best_reads}")
+    replicas, lr, gamma_c = best_qqa
+    ctx.log.info(f"chosen: QQA S={replicas}, lr={lr:g}, γ0={gamma_c:g}·d̄; SA reads={best_reads}")
 
     official_version = "not run"
     step_rows: list[dict[str, Any]] = []
@@ -430,8 +438,9 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     for inst in ctx.progress(instances, desc="instances"):
         prob = inst.problem
         floor = _gset.step_floor(prob, replicas)
-        step_s = _gset.calibrate_qqa(prob, replicas, cfg.seed, lr=lr, **qqa_kw)
-        sweep_s = _gset.calibrate_sa(prob, cfg.seed, best_reads, cfg.budget)
+        gamma = gamma_for(prob, gamma_c)
+        step_s = _gset.calibrate_qqa(prob, replicas, cfg.seed, lr=lr, gamma=gamma, **qqa_kw)
+        sa_sweeps = _gset.calibrate_sa(prob, cfg.seed, best_reads, cfg.budget)
         step_ms = 1e3 * step_s
         step_rows.append(
             {
@@ -451,12 +460,14 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         seeds = [cfg.seed + k for k in range(cfg.seeds)]
         official: dict[int, dict[str, Any]] = {}
         if cfg.official_python is not None:
-            version, runs = _gset.official_runs(prob, cfg.official_python, cfg.budget, seeds, replicas, lr)
+            version, runs = _gset.official_runs(
+                prob, cfg.official_python, cfg.budget, seeds, replicas, lr, gamma
+            )
             official = {r["seed"]: r for r in runs}
             official_version = version
         for seed in seeds:
-            q = _gset.qqa_run(prob, cfg.budget, seed, replicas, step_s, lr=lr, **qqa_kw)
-            a = _gset.sa_run(prob, cfg.budget, seed, best_reads, sweep_s)
+            q = _gset.qqa_run(prob, cfg.budget, seed, replicas, step_s, lr=lr, gamma=gamma, **qqa_kw)
+            a = _gset.sa_run(prob, cfg.budget, seed, best_reads, sa_sweeps)
             row: dict[str, Any] = {"instance": inst.label, "seed": seed}
             if seed in official:
                 row["official qqa cut"] = official[seed]["cut"]
@@ -500,7 +511,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         metrics={
             "device": _device_label(devices),
             "budget_s": cfg.budget,
-            "chosen": f"QQA S={replicas}, lr={lr:g}; SA reads={best_reads}",
+            "chosen": f"QQA S={replicas}, lr={lr:g}, γ from -{gamma_c:g}·d̄ to 0.1; SA reads={best_reads}",
             "pooled (QQA − SA)/best, 95% CI": f"{pmean:+.4f} [{plo:+.4f}, {phi:+.4f}] over {len(pooled)} pairs",
             **extra,
         },
@@ -513,7 +524,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         timings={"total_s": total},
         notes=[
             f"Equal wall time: each run gets {cfg.budget:g} s; QQA steps = budget / measured step time (compilation "
-            "excluded, reported separately), SA sweeps = budget / measured sweep time (model building excluded).",
+            "excluded, reported separately), SA sweeps per read fitted to fill the budget (t = a + b·sweeps from two timed calls; model building excluded).",
             "Times to 99 % / 99.5 % of the best known: QQA from its best-so-far at every 100-step chunk; SA from "
             "the best of the reads finished so far (reads run one after another).",
             "QQA − SA: mean paired difference of cuts over seeds with a two-sided 95 % Student-t interval.",

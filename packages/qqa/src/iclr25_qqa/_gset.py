@@ -86,6 +86,11 @@ def load_instance(name: str, gset_dir: Path, layout: str = "auto") -> Instance:
     return Instance(spec.name, MaxCut(spec.graph, layout=layout), best, kind)
 
 
+def mean_weighted_degree(problem: MaxCut) -> float:
+    """``d̄ = mean_i Σ_j |w_ij|``: the scale of the relaxed max-cut energy's curvature per node."""
+    return float(2.0 * np.abs(problem.edge_w).sum() / problem.num_nodes)
+
+
 def _median_ms(fn: Any, arg: Any, repeats: int) -> float:
     import jax
 
@@ -147,13 +152,13 @@ def calibrate_qqa(problem: MaxCut, replicas: int, seed: int, **kw: Any) -> float
     return (res.trace[-1]["seconds"] - res.trace[0]["seconds"]) / 300
 
 
-def sa_run(problem: MaxCut, budget: float, seed: int, reads: int, sweep_s: float) -> dict[str, Any]:
-    """Simulated annealing with ``reads`` reads and as many sweeps as ``budget`` seconds allow.
+def sa_run(problem: MaxCut, budget: float, seed: int, reads: int, sweeps: float) -> dict[str, Any]:
+    """Simulated annealing with ``reads`` reads of ``sweeps`` sweeps (from :func:`calibrate_sa`).
 
     Reads run one after another, so the best of the first ``j`` reads was known at ``j/reads`` of the run: that
     gives the anytime trace used for the time to reach a target.
     """
-    sweeps = max(int(budget / (sweep_s * reads)), 1)
+    sweeps = max(int(sweeps), 1)
     res = simulated_annealing(problem, num_reads=reads, num_sweeps=sweeps, seed=seed)
     best_so_far = np.maximum.accumulate(res.per_read)
     trace = [((j + 1) / reads * res.seconds, float(v)) for j, v in enumerate(best_so_far)]
@@ -161,12 +166,18 @@ def sa_run(problem: MaxCut, budget: float, seed: int, reads: int, sweep_s: float
 
 
 def calibrate_sa(problem: MaxCut, seed: int, reads: int, budget: float) -> float:
-    """Seconds per sweep and read: a 200-sweep probe, then a run sized to a quarter of ``budget`` (so fixed
-    per-call costs do not inflate the estimate) timed again."""
-    probe = simulated_annealing(problem, num_reads=1, num_sweeps=200, seed=seed)
-    sweeps = max(int(budget / 4 / (probe.seconds / 200 * reads)), 200)
-    res = simulated_annealing(problem, num_reads=reads, num_sweeps=sweeps, seed=seed)
-    return res.seconds / (sweeps * reads)
+    """Sweeps per read that fill ``budget`` seconds with ``reads`` reads.
+
+    Two timed calls fit ``t = a + b·sweeps`` (``a``: per-call costs such as the β range and the model
+    conversion): a 100-sweep probe and a call sized to a quarter of the budget.
+    """
+    s1 = 100
+    t1 = simulated_annealing(problem, num_reads=reads, num_sweeps=s1, seed=seed).seconds
+    s2 = max(int(budget / 4 / (t1 / s1)), 2 * s1)
+    t2 = simulated_annealing(problem, num_reads=reads, num_sweeps=s2, seed=seed).seconds
+    b = max((t2 - t1) / (s2 - s1), 1e-9)
+    a = max(t1 - b * s1, 0.0)
+    return max((budget - a) / b, 1.0)
 
 
 def paired_interval(diffs: list[float], level: float = 0.95) -> tuple[float, float, float]:
@@ -213,10 +224,16 @@ print("RESULT" + json.dumps({"version": qqa.__version__, "runs": out}))
 
 
 def official_runs(
-    problem: MaxCut, python: Path, budget: float, seeds: list[int], replicas: int, lr: float
+    problem: MaxCut,
+    python: Path,
+    budget: float,
+    seeds: list[int],
+    replicas: int,
+    lr: float,
+    gamma: tuple[float, float] = (-3.0, 0.1),
 ) -> tuple[str, list[dict[str, Any]]]:
     """The official implementation (PyPI ``qqa``, torch) on the same instance and budget, in a subprocess of the
-    interpreter ``python`` (its own environment): ``qqa.anneal`` with the README configuration, ``polish=False``
+    interpreter ``python`` (its own environment): ``qqa.anneal`` with our hyper-parameters, ``polish=False``
     (no local search, as ours), epochs = budget / a 40-epoch timing after a warm-up, one torch thread.
 
     Returns:
@@ -236,7 +253,7 @@ def official_runs(
         "replicas": replicas,
         "lr": lr,
         "temperature": 1e-3,
-        "gamma": [-3.0, 0.1],
+        "gamma": list(gamma),
         "p": 4,
         "diversity": 0.2,
         "budget": budget,

@@ -142,7 +142,7 @@ class ReproduceConfig(CommonOptions):
 class BenchConfig(CommonOptions):
     """G-set max-cut: QQA beside simulated annealing at equal wall time, and QQA's step time against the floor.
 
-    Both methods are first tuned on one instance (QQA: replicas x learning rate; SA: reads, sweeps filling the
+    Both methods are first tuned on one instance (QQA: replicas x learning rate x γ start; SA: reads, sweeps filling the
     budget), then run on every instance for several seeds at the same wall-time budget. Reports cut / best known,
     the time to reach 99 % and 99.5 % of it, paired differences with 95 % intervals, and the milliseconds of one
     QQA step beside one edge-list (and one dense) energy gradient."""
@@ -159,8 +159,11 @@ class BenchConfig(CommonOptions):
     """Instance both methods' grids are tuned on (not scored); empty: use the first grid point of each."""
     qqa_replicas: tuple[int, ...] = (32, 128)
     """QQA replica grid."""
-    qqa_lr: tuple[float, ...] = (0.3, 1.0)
+    qqa_lr: tuple[float, ...] = (1.0,)
     """QQA learning-rate grid."""
+    qqa_gamma_start: tuple[float, ...] = (0.1, 0.4, 1.0)
+    """QQA γ-start grid, in units of the instance's mean weighted degree d̄: γ runs from -c·d̄ to 0.1 (the
+    relaxed max-cut energy is concave with curvature ~ d̄, so the convex start must scale with it)."""
     sa_reads: tuple[int, ...] = (1, 4, 16)
     """SA reads grid (sweeps per read fill the budget)."""
     layout: Literal["auto", "edges", "dense"] = "auto"
@@ -171,7 +174,7 @@ class BenchConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("instances", "qqa_replicas", "qqa_lr", "sa_reads"):  # lists from a --config JSON file
+        for name in ("instances", "qqa_replicas", "qqa_lr", "qqa_gamma_start", "sa_reads"):  # JSON lists
             object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.instances:
             raise ValueError("instances must name at least one instance (G-set name, rudy file or spec)")
@@ -182,10 +185,11 @@ class BenchConfig(CommonOptions):
                 raise ValueError(f"{name} must list at least one value")
             for v in getattr(self, name):
                 check_int(name, v, low=1)
-        if not self.qqa_lr:
-            raise ValueError("qqa_lr must list at least one value")
-        for v in self.qqa_lr:
-            check_float("qqa_lr", v, low=0.0, low_inclusive=False)
+        for name in ("qqa_lr", "qqa_gamma_start"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must list at least one value")
+            for v in getattr(self, name):
+                check_float(name, v, low=0.0, low_inclusive=False)
 
 
 COMMANDS = {
