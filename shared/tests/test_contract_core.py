@@ -420,3 +420,19 @@ def test_config_file_values_take_the_field_types(tmp_path):
     assert cfg.methods == ("x",) and cfg.pair == (3, 4.5) and cfg.data == Path("d.csv")
     _, again = parse("p", {"go": (_Typed, _go)}, ["--config", str(path), "--methods", "y", "z"], default="go")
     assert again.methods == ("y", "z")
+
+
+def test_paired_t_interval_against_the_textbook_formula():
+    pytest.importorskip("scipy")
+    from iclr25_shared.metrics import paired_t_interval
+
+    d = [0.5, 1.5, 1.0, 2.0]  # mean 1.25, sd 0.6455, t_{3,0.975} = 3.182446305284263
+    est = paired_t_interval(d)
+    half = 3.182446305284263 * np.std(d, ddof=1) / 2.0
+    assert (est.value, est.low, est.high, est.n) == pytest.approx((1.25, 1.25 - half, 1.25 + half, 4))
+    one = paired_t_interval([0.3])
+    assert one.value == 0.3 and one.low == -np.inf and one.high == np.inf
+    with pytest.raises(ValueError, match="finite"):
+        paired_t_interval([1.0, np.nan])
+    with pytest.raises(ValueError, match="non-empty"):
+        paired_t_interval([])

@@ -1,13 +1,23 @@
-"""Metrics used by several packages: accuracy with a confidence interval, cluster accuracy, Fréchet distance."""
+"""Metrics used by several packages: accuracy with a confidence interval, paired t-intervals, cluster accuracy,
+Fréchet distance."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Estimate", "accuracy", "bootstrap_ci", "cluster_accuracy", "frechet_distance", "wilson_interval"]
+__all__ = [
+    "Estimate",
+    "accuracy",
+    "bootstrap_ci",
+    "cluster_accuracy",
+    "frechet_distance",
+    "paired_t_interval",
+    "wilson_interval",
+]
 
 
 @dataclass(frozen=True)
@@ -136,3 +146,35 @@ def frechet_distance(mu1: np.ndarray, sigma1: np.ndarray, mu2: np.ndarray, sigma
     covmean = np.real(covmean)
     diff = mu1 - mu2
     return float(diff @ diff + np.trace(sigma1) + np.trace(sigma2) - 2 * np.trace(covmean))
+
+
+def paired_t_interval(differences: Any, level: float = 0.95) -> Estimate:
+    """Mean of paired differences (method − baseline, one per seed) with its two-sided Student-t interval.
+
+    The interval is ``mean ± t_{n−1, (1+level)/2} · sd / √n`` (sd with ``ddof=1``). With one difference the interval
+    is ``(-inf, inf)``: one seed says nothing about the spread. Needs scipy (``iclr25-shared[metrics]``).
+
+    Args:
+        differences: ``(n,)`` finite floats.
+        level: confidence level in ``(0, 1)``.
+
+    Returns:
+        :class:`Estimate` with ``value`` = the mean, ``low``/``high`` the interval, ``n`` the number of pairs.
+
+    Raises:
+        ValueError: empty, not 1-D, or non-finite ``differences``; ``level`` outside ``(0, 1)``.
+    """
+    from iclr25_shared.checks import check_finite, check_float
+
+    check_float("level", level, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+    d = np.asarray(differences, dtype=np.float64)
+    if d.ndim != 1 or d.size == 0:
+        raise ValueError(f"differences must be a non-empty 1-D sequence, got shape {d.shape}")
+    check_finite("differences", d)
+    mean = float(d.mean())
+    if d.size == 1:
+        return Estimate(mean, -math.inf, math.inf, 1, level)
+    from scipy.stats import t as student_t
+
+    half = float(student_t.ppf(0.5 + level / 2, d.size - 1)) * float(d.std(ddof=1)) / math.sqrt(d.size)
+    return Estimate(mean, mean - half, mean + half, int(d.size), level)
