@@ -169,13 +169,17 @@ def calibrate_sa(problem: MaxCut, seed: int, reads: int, budget: float) -> float
     """Sweeps per read that fill ``budget`` seconds with ``reads`` reads.
 
     Two timed calls fit ``t = a + b·sweeps`` (``a``: per-call costs such as the β range and the model
-    conversion): a 100-sweep probe and a call sized to a quarter of the budget.
+    conversion): a 100-sweep probe and a call sized to a quarter of the budget. The slope is kept at least a
+    quarter of the average cost per sweep, so timing noise cannot make the estimate explode.
     """
     s1 = 100
     t1 = simulated_annealing(problem, num_reads=reads, num_sweeps=s1, seed=seed).seconds
     s2 = max(int(budget / 4 / (t1 / s1)), 2 * s1)
     t2 = simulated_annealing(problem, num_reads=reads, num_sweeps=s2, seed=seed).seconds
-    b = max((t2 - t1) / (s2 - s1), 1e-9)
+    average = t2 / s2
+    b = (t2 - t1) / (s2 - s1)
+    if not b >= 0.25 * average:  # timing noise (t2 <= t1 under load): fall back to the plain average
+        b = average
     a = max(t1 - b * s1, 0.0)
     return max((budget - a) / b, 1.0)
 
