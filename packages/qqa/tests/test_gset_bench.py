@@ -84,3 +84,18 @@ def test_bench_end_to_end_on_a_small_rudy_file(tmp_path, capsys):
     text = (out / "results.md").read_text()
     assert "step time vs floor" in text
     assert "QQA − SA (95% CI)" in text
+
+
+# s1 = 100 sweeps in t1; s2 = max(int(1/4 / (t1/100)), 200) sweeps in t2; sweeps = (1 - a) / b with b the slope,
+# floored at a quarter of t2/s2 (case 1: b = 0.05/250, a = 0.10 - 100 b = 0.08 -> 4600; case 2: s2 = 1250,
+# b = 0.24/1150, a = 0 -> 4791.67)
+@pytest.mark.parametrize(("t1", "t2", "expected"), [(0.10, 0.05, 4600.0), (0.02, 0.26, 1150 / 0.24)])
+def test_sa_calibration_survives_timing_noise(monkeypatch, t1, t2, expected):
+    """Regression: a second timing below the first (load noise) gave a zero slope and ~1e8 sweeps (a hang)."""
+    from types import SimpleNamespace
+
+    from iclr25_qqa import _gset
+
+    times = iter([t1, t2])
+    monkeypatch.setattr(_gset, "simulated_annealing", lambda *a, **k: SimpleNamespace(seconds=next(times)))
+    assert _gset.calibrate_sa(object(), 0, 1, 1.0) == pytest.approx(expected)
