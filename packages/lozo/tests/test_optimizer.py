@@ -440,3 +440,66 @@ def test_frozen_parameters_are_untouched():
     opt.step(lambda: model(inputs).sum())
     for name, value in model[0].state_dict().items():
         assert torch.equal(value, frozen[name])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# regressions from issue 21
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def _simulate_lozo_m(x0, grad, directions, vs, skipped, lr, beta, rank, interval):
+    """Algorithm 2 of arXiv 2410.07698 (LOZO-M) in float64, written independently of the optimizer.
+
+    ``directions[t]`` is the direction Z_t = U_t V_t^T observed inside the closure at step t (first perturbed point
+    minus the weights before the step, over eps) and ``vs[t]`` the V in force at step t; U_t is recovered from Z_t
+    by least squares. A skipped step (non-finite
+    loss) leaves X and the momentum's coordinates unchanged, but the momentum still moves to the new subspace when V
+    is redrawn on that step: M <- M V_old^T V_new / n (Alg. 2 line "M <- M V_old^T V_new / n" without a new term).
+    Returns the list of X after every step."""
+    n = x0.shape[1]
+    x = x0.clone()
+    m = None
+    out = []
+    for t, (z, v) in enumerate(zip(directions, vs)):
+        u = z @ v @ torch.linalg.inv(v.T @ v)
+        if t > 0 and t % interval == 0 and m is not None:
+            m = m @ vs[t - 1].T @ v / n
+        if t in skipped:
+            out.append(x.clone())
+            continue
+        c = float((grad * z).sum())  # a linear loss: the two-point estimate is exact
+        g = c * u / rank
+        m = g if m is None else beta * m + (1 - beta) * g
+        x = x - lr * m @ v.T
+        out.append(x.clone())
+    return out
+
+
+EPS_SIM = 1e-3
+
+
+def test_lozo_m_skip_on_a_v_redraw_step_still_moves_the_momentum_to_the_new_subspace():
+    """Issue 21: a skipped step (fp16 overflow) on a V-redraw step left the momentum in the old subspace, so the
+    next update was ~40x too large in a random direction. Compared with an independent float64 Alg. 2."""
+    x, grad = make_matrix(16, 96, seed=4)
+    x0 = x.detach().clone()
+    lr, beta, rank, interval = 0.01, 0.9, 2, 4
+    opt = LOZO([x], lr=lr, eps=EPS_SIM, rank=rank, interval=interval, momentum=beta, seed=5)
+    skipped = {4, 9}  # 4 is a redraw step, 9 is not
+    directions, vs, after = [], [], []
+    for t in range(13):
+        before = x.detach().clone()
+        seen = []
+
+        def closure(t=t, seen=seen):
+            seen.append(x.detach().clone())
+            return float("nan") if t in skipped else (grad * x).sum()
+
+        opt.step(closure)
+        directions.append((seen[0] - before) / EPS_SIM)
+        vs.append(opt.state[x]["V"].clone())
+        after.append(x.detach().clone())
+    assert opt.skipped_steps == 2
+    expected = _simulate_lozo_m(x0, grad, directions, vs, skipped, lr, beta, rank, interval)
+    for t, (got, want) in enumerate(zip(after, expected)):
+        torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, msg=f"step {t}")

@@ -182,6 +182,9 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
     def _update(self, index: int, p: torch.Tensor, group: dict[str, Any], c: float) -> None:
         raise NotImplementedError
 
+    def _skip(self, index: int, p: torch.Tensor) -> None:
+        """Hook run instead of :meth:`_update` on a skipped step (non-finite c): X is left as it is."""
+
     # -- the two-point step -------------------------------------------------------------------------------------
     def _perturb(self, params: list[tuple[int, torch.Tensor, dict[str, Any]]], scale: float) -> None:
         for index, p, _ in params:
@@ -253,6 +256,8 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
                 self._update(index, p, group, c)
         else:
             self.skipped_steps += 1
+            for index, p, _ in params:
+                self._skip(index, p)
         self.global_step += 1
         return torch.tensor(0.5 * (loss_plus + loss_minus), dtype=torch.float64)
 
@@ -363,7 +368,9 @@ class LOZO(ZerothOrderOptimizer):
         M <- beta M + (1 - beta) c U / r;  X <- X - lr * (M V^T + wd X)      (momentum = beta > 0, LOZO-M)
 
     and when V is redrawn LOZO-M first moves M to the new subspace, M <- M V_old^T V_new / n. The first LOZO-M step
-    sets M = c U / r. Parameters with ndim < 2 get MeZO's full Gaussian direction and update.
+    sets M = c U / r. Parameters with ndim < 2 get MeZO's full Gaussian direction and update. A skipped step
+    (non-finite c, e.g. fp16 overflow) changes neither X nor M's scale, but on a redraw step M still moves to the
+    new subspace (M <- M V_old^T V_new / n), so the next update stays in span(V_new) at the right scale.
 
     Deviation from the official code (stated, on purpose): the update is divided by ``r`` so that the estimate is
     unbiased (E[c U V^T / r] = grad for a linear loss); the official code omits it, which makes its effective
@@ -467,6 +474,22 @@ class LOZO(ZerothOrderOptimizer):
             return
         self._add_low_rank(p, self._u(index, p) * scale, self.state[p]["V"])
 
+    def _move_momentum(self, index: int, p: torch.Tensor) -> torch.Tensor | None:
+        """The LOZO-M momentum expressed in the current V: M V_old^T V_new / n on a redraw step (paper Alg. 2)."""
+        buf = self.state[p].get("momentum_buffer")
+        if buf is not None and index in self._old_v:
+            n = self._matrix_shape(p)[1]
+            buf = buf @ (self._old_v[index].T @ self.state[p]["V"]) / n
+        return buf
+
+    def _skip(self, index: int, p: torch.Tensor) -> None:
+        # A skipped step (non-finite c) adds no gradient term and does not decay M, but when V was redrawn this
+        # step M must still move to the new subspace: M V^T is only meaningful with the V it was built for.
+        if p.ndim >= 2 and self.momentum > 0.0:
+            buf = self._move_momentum(index, p)
+            if buf is not None:
+                self.state[p]["momentum_buffer"] = buf
+
     def _update(self, index: int, p: torch.Tensor, group: dict[str, Any], c: float) -> None:
         if p.ndim < 2:
             self._full_update(index, p, group, c)
@@ -482,12 +505,8 @@ class LOZO(ZerothOrderOptimizer):
         beta = self.momentum
         if "momentum_buffer" not in state:
             state["momentum_buffer"] = grad_u
-        else:
-            buf = state["momentum_buffer"]
-            if index in self._old_v:  # V was redrawn this step: move M to the new subspace (paper Alg. 2)
-                n = self._matrix_shape(p)[1]
-                buf = buf @ (self._old_v[index].T @ v) / n
-            state["momentum_buffer"] = beta * buf + (1.0 - beta) * grad_u
+        else:  # when V was redrawn this step M first moves to the new subspace (paper Alg. 2)
+            state["momentum_buffer"] = beta * self._move_momentum(index, p) + (1.0 - beta) * grad_u
         self._add_low_rank(p, state["momentum_buffer"] * -group["lr"], v)
 
     def _extra_state(self) -> dict[str, Any]:
