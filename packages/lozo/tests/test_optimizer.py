@@ -503,3 +503,69 @@ def test_lozo_m_skip_on_a_v_redraw_step_still_moves_the_momentum_to_the_new_subs
     expected = _simulate_lozo_m(x0, grad, directions, vs, skipped, lr, beta, rank, interval)
     for t, (got, want) in enumerate(zip(after, expected)):
         torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9, msg=f"step {t}")
+
+
+@pytest.mark.parametrize("cls", ["lozo", "mezo"])
+def test_bf16_resume_with_momentum_is_bit_identical(cls):
+    """Issue 21: torch's Optimizer.load_state_dict casts state tensors to the parameter's dtype, so the float32
+    momentum of a bf16 model came back rounded to bf16 and the resumed run diverged."""
+    torch.manual_seed(0)
+    inputs = torch.randn(8, 6)
+
+    def build_model():
+        return nn.Sequential(nn.Linear(6, 5), nn.ReLU(), nn.Linear(5, 3)).to(torch.bfloat16)
+
+    def build(m):
+        if cls == "lozo":
+            return LOZO(m.parameters(), lr=0.05, rank=2, interval=3, momentum=0.9, seed=3)
+        return MeZO(m.parameters(), lr=0.05, momentum=0.9, seed=3)
+
+    def closure(m):
+        return lambda: m(inputs.to(torch.bfloat16)).float().pow(2).mean()
+
+    model = build_model()
+    opt = build(model)
+    for _ in range(4):
+        opt.step(closure(model))
+    saved_model = copy.deepcopy(model.state_dict())
+    saved_opt = copy.deepcopy(opt.state_dict())
+    for _ in range(5):
+        opt.step(closure(model))
+    expected = copy.deepcopy(model.state_dict())
+
+    resumed = build_model()
+    resumed.load_state_dict(saved_model)
+    opt2 = build(resumed)
+    opt2.load_state_dict(saved_opt)
+    for p in resumed.parameters():
+        assert opt2.state[p]["momentum_buffer"].dtype == torch.float32
+    for _ in range(5):
+        opt2.step(closure(resumed))
+    for name, value in resumed.state_dict().items():
+        assert torch.equal(value, expected[name]), name
+
+
+@pytest.mark.parametrize("cls", [LOZO, MeZO])
+def test_zero_size_parameter_raises_value_error_naming_it(cls):
+    """Issue 21: a zero-size dimension raised a bare ZeroDivisionError in the middle of a step."""
+    good = nn.Parameter(torch.zeros(3, 4))
+    empty = nn.Parameter(torch.zeros(0, 4))
+    with pytest.raises(ValueError, match=r"parameter 1 .*shape \(0, 4\).*zero-size"):
+        cls([good, empty], lr=1e-3)
+
+
+def test_closure_returning_numpy_scalar_works():
+    """Issue 21: a closure returning np.float32 (or a 0-d array) raised TypeError."""
+    import numpy as np
+
+    x, grad = make_matrix()
+    opt = LOZO([x], lr=1e-2, seed=1)
+    ref = copy.deepcopy(x)
+    opt_ref = LOZO([ref], lr=1e-2, seed=1)
+    opt.step(lambda: np.float64((grad * x).sum().item()))
+    opt.step(lambda: np.array((grad * x).sum().item()))
+    opt_ref.step(lambda: (grad * ref).sum())
+    opt_ref.step(lambda: (grad * ref).sum())
+    torch.testing.assert_close(x.detach(), ref.detach(), rtol=0, atol=0)
+    out = opt.step(lambda: np.float32(1.5))
+    assert float(out) == 1.5

@@ -22,6 +22,7 @@ LOZO-M momentum (m x r) are the only state.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -138,6 +139,12 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
                 "requires_grad=False)"
             )
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay})
+        for index, p, _ in self._trainable():
+            if p.numel() == 0:
+                raise ValueError(
+                    f"{type(self).__name__}: parameter {index} has shape {tuple(p.shape)} with a zero-size "
+                    "dimension; drop it from the optimizer (it has nothing to train)"
+                )
         self.eps = float(eps)
         self.momentum = float(momentum)
         self.seed = int(seed)
@@ -212,8 +219,10 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
                     stacklevel=3,
                 )
             return float(loss.detach().double().item())
-        if isinstance(loss, (int, float)) and not isinstance(loss, bool):
-            return float(loss)
+        if isinstance(loss, np.ndarray) and loss.size == 1 and np.issubdtype(loss.dtype, np.number):
+            return float(loss.reshape(()))
+        if isinstance(loss, numbers.Real) and not isinstance(loss, (bool, np.bool_)):
+            return float(loss)  # int, float and numpy scalars (np.float32, np.int64, ...)
         raise TypeError(f"the closure must return a scalar tensor or number, got {type(loss).__name__}")
 
     @torch.no_grad()
@@ -230,6 +239,8 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
         Raises:
             TypeError: no closure, or it returned None / a non-number.
             ValueError: the closure returned a tensor with more than one element.
+
+        The closure may return a scalar tensor, a Python number, a numpy scalar or a one-element numpy array.
         """
         if closure is None or not callable(closure):
             raise TypeError(
@@ -283,6 +294,14 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
         if extra is None:
             raise ValueError(f"not a {type(self).__name__} state dict: the 'zeroth_order' entry is missing")
         super().load_state_dict(state_dict)
+        # torch casts floating state to the parameter's dtype on load; the momentum is kept in float32 (or float64)
+        # whatever the parameter's dtype, so put the saved buffers back unrounded for a bit-identical resume.
+        saved_ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+        params = [p for g in self.param_groups for p in g["params"]]
+        for saved_id, p in zip(saved_ids, params):
+            buf = state_dict["state"].get(saved_id, {}).get("momentum_buffer")
+            if buf is not None:
+                self.state[p]["momentum_buffer"] = buf.detach().clone().to(device=p.device)
         self.global_step = int(extra["global_step"])
         self.skipped_steps = int(extra["skipped_steps"])
         self.seed = int(extra["seed"])
@@ -335,7 +354,8 @@ class MeZO(ZerothOrderOptimizer):
         seed: base seed; every direction is a deterministic function of (seed, step, parameter index).
 
     Raises:
-        ValueError / TypeError: a value outside the ranges above, or no trainable parameters.
+        ValueError / TypeError: a value outside the ranges above, no trainable parameters, or a parameter with a
+            zero-size dimension.
     """
 
     def __init__(
@@ -391,7 +411,8 @@ class LOZO(ZerothOrderOptimizer):
         seed: base seed; U, V and z are deterministic functions of (seed, step or period, parameter index).
 
     Raises:
-        ValueError / TypeError: a value outside the ranges above, or no trainable parameters.
+        ValueError / TypeError: a value outside the ranges above, no trainable parameters, or a parameter with a
+            zero-size dimension.
 
     References:
         Chen, Zhang, Cao, Yuan, Wen. "Enhancing Zeroth-order Fine-tuning for Language Models with Low-rank
