@@ -301,7 +301,7 @@ def test_non_finite_loss_skips_not_zeroes():
     with torch.no_grad():
         model.weight.fill_(1.0)
     before = copy.deepcopy(model.state_dict())
-    opt = LOZO(model.parameters(), lr=1e-2, rank=2)
+    opt = LOZO(model, lr=1e-2, rank=2)
     x = torch.full(
         (2, 8), 1e4, dtype=torch.float16
     )  # 8 * 1e4 overflows fp16 (max 65504): every output is inf
@@ -318,7 +318,7 @@ def test_non_finite_loss_skips_not_zeroes():
 
 def test_low_precision_loss_warns():
     model = nn.Linear(4, 4).to(torch.bfloat16)
-    opt = MeZO(model.parameters(), lr=1e-3)
+    opt = MeZO(model, lr=1e-3)
     x = torch.randn(2, 4, dtype=torch.bfloat16)
     with pytest.warns(RuntimeWarning, match="float32"):
         opt.step(lambda: model(x).pow(2).mean())
@@ -517,8 +517,8 @@ def test_bf16_resume_with_momentum_is_bit_identical(cls):
 
     def build(m):
         if cls == "lozo":
-            return LOZO(m.parameters(), lr=0.05, rank=2, interval=3, momentum=0.9, seed=3)
-        return MeZO(m.parameters(), lr=0.05, momentum=0.9, seed=3)
+            return LOZO(m, lr=0.05, rank=2, interval=3, momentum=0.9, seed=3)
+        return MeZO(m, lr=0.05, momentum=0.9, seed=3)
 
     def closure(m):
         return lambda: m(inputs.to(torch.bfloat16)).float().pow(2).mean()
@@ -569,3 +569,113 @@ def test_closure_returning_numpy_scalar_works():
     torch.testing.assert_close(x.detach(), ref.detach(), rtol=0, atol=0)
     out = opt.step(lambda: np.float32(1.5))
     assert float(out) == 1.5
+
+
+class TiedLM(nn.Module):
+    """Embedding -> LayerNorm (weight of ones) -> Linear -> tied output head (the embedding's own Parameter)."""
+
+    def __init__(self, vocab=40, dim=24):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.mlp = nn.Linear(dim, dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.mlp(self.norm(self.embed(tokens)))))
+
+
+def _tied_closure(model):
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, 40, (4, 6), generator=g)
+    target = torch.randint(0, 40, (4, 6), generator=g)
+    return lambda: nn.functional.cross_entropy(model(tokens).float().flatten(0, 1), target.flatten())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize(
+    ("cls", "kwargs"), [(LOZO, {}), (LOZO, {"momentum": 0.9, "interval": 7}), (MeZO, {"momentum": 0.9})]
+)
+def test_low_precision_weights_are_bit_identical_after_many_zero_lr_steps(dtype, cls, kwargs):
+    """Issue 21: in bf16 the in-place perturb/restore drifted ~1 ulp per step (3.9 % after 100 steps at lr = 0).
+    Passing the module restores every weight bit for bit, tied weights and norm weights of ones included."""
+    torch.manual_seed(0)
+    model = TiedLM().to(dtype)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = cls(model, lr=0.0, eps=1e-2, seed=1, **kwargs)
+    assert opt.restore == "exact"
+    closure = _tied_closure(model)
+    for _ in range(100):
+        out = opt.step(closure)
+        assert math.isfinite(float(out))
+    assert opt.last_projected_grad != 0.0  # the forwards did see a perturbation
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+    # memory: one copy of the running module's own parameters, never the model's
+    largest = max(
+        sum(p.numel() * p.element_size() for p in m.parameters(recurse=False)) for m in model.modules()
+    )
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert 0 < opt.restore_bytes_peak <= largest < total
+
+
+def test_exact_restore_when_the_closure_raises_mid_forward():
+    torch.manual_seed(0)
+    model = TiedLM().to(torch.bfloat16)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = LOZO(model, lr=1e-2, seed=1)
+
+    def closure():
+        h = model.mlp(model.norm(model.embed(torch.zeros(2, 3, dtype=torch.long))))
+        raise RuntimeError(f"boom {float(h.sum())}")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        opt.step(closure)
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+class RecordingLinear(nn.Linear):
+    def forward(self, x):
+        self.seen.append(self.weight.detach().clone())
+        return super().forward(x)
+
+
+def test_exact_restore_each_forward_sees_the_perturbed_weights():
+    """Inside its module's forward a weight is X + eps Z, then X - eps Z (both from X); outside it, it is X. The
+    first perturbed point is bit-identical to the in-place mode's (same add from the same X)."""
+    torch.manual_seed(0)
+    model = TiedLM()
+    model.mlp = RecordingLinear(24, 24)
+    model.mlp.seen = []
+    ref_model = copy.deepcopy(model)
+    ref_model.mlp.seen = []
+    x0 = model.mlp.weight.detach().clone()
+    opt = LOZO(model, lr=0.0, eps=1e-3, seed=1, restore="exact")
+    ref = LOZO(ref_model, lr=0.0, eps=1e-3, seed=1, restore="in_place")
+    outside = []
+    closure = _tied_closure(model)
+
+    def recording_closure():
+        outside.append(model.mlp.weight.detach().clone())
+        return closure()
+
+    opt.step(recording_closure)
+    ref.step(_tied_closure(ref_model))
+    assert all(torch.equal(w, x0) for w in outside)
+    plus, minus = model.mlp.seen
+    assert torch.equal(plus, ref_model.mlp.seen[0])
+    torch.testing.assert_close(minus, ref_model.mlp.seen[1], rtol=0, atol=1e-6)
+    torch.testing.assert_close(plus + minus, 2 * x0, rtol=0, atol=1e-6)
+    assert (plus - x0).abs().max() > 1e-4
+
+
+def test_restore_option_is_checked_and_in_place_low_precision_warns():
+    model = nn.Linear(4, 4).to(torch.bfloat16)
+    with pytest.raises(ValueError, match="restore must be one of"):
+        LOZO(model, restore="copy")
+    with pytest.raises(ValueError, match="needs the model"):
+        LOZO(model.parameters(), restore="exact")
+    with pytest.warns(RuntimeWarning, match="drift"):
+        LOZO(model.parameters())

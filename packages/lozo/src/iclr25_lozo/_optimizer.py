@@ -109,6 +109,14 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
     ``step(closure)`` runs ``closure`` twice under ``torch.no_grad()`` (at X + eps Z and X - eps Z), restores X,
     and applies the update. A non-finite two-point difference (e.g. fp16 overflow) skips the update; the skip is
     counted in :attr:`skipped_steps`.
+
+    Restoring X. ``restore="in_place"`` adds eps Z, then -2 eps Z, then eps Z to the weights: exact up to one
+    rounding per add, which is ~1e-7 relative in float32 but ~1 ulp per step in bfloat16/float16 (the weights
+    drift even at lr = 0; a RuntimeWarning says so). ``restore="exact"`` (the default when an ``nn.Module`` with
+    float16/bfloat16 parameters is passed) perturbs each module's own parameters in a forward pre-hook and copies
+    them back in its forward hook, so the weights after the two forwards are bit-identical to before, each
+    forward sees round(X +- eps Z) computed from X itself, and the extra memory is one copy of the parameters of
+    the module currently running (the largest single module, e.g. the embedding), not of the model.
     """
 
     _STREAM_DIRECTION = 0  # U (LOZO) or z (MeZO / 1-D parameters), redrawn every step
@@ -123,8 +131,17 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
         momentum: float,
         weight_decay: float,
         seed: int,
+        restore: str = "auto",
     ) -> None:
         _check_number("lr", lr, low=0.0)
+        if restore not in ("auto", "exact", "in_place"):
+            raise ValueError(f"restore must be one of 'auto', 'exact', 'in_place', got {restore!r}")
+        model = params if isinstance(params, nn.Module) else None
+        if restore == "exact" and model is None:
+            raise ValueError(
+                "restore='exact' needs the model: pass the nn.Module as params (its forward hooks perturb one "
+                "module at a time)"
+            )
         _check_number("eps", eps, low=0.0, low_open=True)
         _check_number("momentum", momentum, low=0.0, high=1.0, high_open=True)
         _check_number("weight_decay", weight_decay, low=0.0)
@@ -145,6 +162,26 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
                     f"{type(self).__name__}: parameter {index} has shape {tuple(p.shape)} with a zero-size "
                     "dimension; drop it from the optimizer (it has nothing to train)"
                 )
+        low = [tuple(p.shape) for _, p, _ in self._trainable() if p.dtype in (torch.float16, torch.bfloat16)]
+        if restore == "auto":
+            restore = "exact" if model is not None and low else "in_place"
+        if restore == "in_place" and low:
+            warnings.warn(
+                f"{type(self).__name__}: {len(low)} float16/bfloat16 parameter(s) (e.g. shape {low[0]}) are "
+                "perturbed and restored in place, which rounds: they drift by ~1 ulp per step even at lr = 0. "
+                "Pass the nn.Module as params for an exact restore (restore='exact')",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+        self.restore = restore
+        self._owners: list[tuple[nn.Module, list[tuple[int, torch.Tensor]]]] = []
+        if restore == "exact":
+            index_of = {id(p): index for index, p, _ in self._trainable()}
+            for module in model.modules():
+                own = [(index_of[id(p)], p) for p in module.parameters(recurse=False) if id(p) in index_of]
+                if own:
+                    self._owners.append((module, own))
+        self.restore_bytes_peak = 0
         self.eps = float(eps)
         self.momentum = float(momentum)
         self.seed = int(seed)
@@ -196,6 +233,61 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
     def _perturb(self, params: list[tuple[int, torch.Tensor, dict[str, Any]]], scale: float) -> None:
         for index, p, _ in params:
             self._add_direction(index, p, scale)
+
+    def _evaluate_per_module(self, closure: Closure, scale: float) -> float:
+        """Run the closure with X + scale Z seen by every module, restoring X bit for bit (``restore='exact'``).
+
+        A forward pre-hook on each module that owns trainable parameters copies them, adds ``scale * Z`` in
+        place, and its forward hook copies the saved values back; so at any moment only the parameters of the
+        modules currently running are perturbed, and the extra memory is one copy of the largest running
+        module's own parameters (tracked in :attr:`restore_bytes_peak`). Tied parameters are perturbed
+        identically in every module that owns them (Z is regenerated from seeds). Whatever is still perturbed
+        when the closure raises is restored before the exception propagates. A forward that reads a parameter
+        outside its owning module's forward sees it unperturbed: use ``restore='in_place'`` for such models.
+        """
+        active: dict[int, list[Any]] = {}  # id(p) -> [depth, saved copy, p]
+
+        def held() -> int:
+            return sum(entry[1].numel() * entry[1].element_size() for entry in active.values())
+
+        def pre_hook(own: list[tuple[int, torch.Tensor]]) -> Callable[..., None]:
+            def hook(module: nn.Module, args: Any) -> None:
+                for index, p in own:
+                    entry = active.get(id(p))
+                    if entry is not None:  # re-entrant call, or a tied parameter already perturbed
+                        entry[0] += 1
+                        continue
+                    active[id(p)] = [1, p.detach().clone(), p]
+                    self._add_direction(index, p, scale)
+                self.restore_bytes_peak = max(self.restore_bytes_peak, held())
+
+            return hook
+
+        def post_hook(own: list[tuple[int, torch.Tensor]]) -> Callable[..., None]:
+            def hook(module: nn.Module, args: Any, output: Any) -> None:
+                for _, p in own:
+                    entry = active.get(id(p))
+                    if entry is None:
+                        continue
+                    entry[0] -= 1
+                    if entry[0] == 0:
+                        p.copy_(entry[1])
+                        del active[id(p)]
+
+            return hook
+
+        handles = []
+        try:
+            for module, own in self._owners:
+                handles.append(module.register_forward_pre_hook(pre_hook(own)))
+                handles.append(module.register_forward_hook(post_hook(own)))
+            return self._evaluate(closure)
+        finally:
+            for handle in handles:
+                handle.remove()
+            for _, saved, p in active.values():
+                p.copy_(saved)
+            active.clear()
 
     def _add_direction(self, index: int, p: torch.Tensor, scale: float) -> None:
         """X <- X + scale * Z for this step's direction Z of parameter ``p``."""
@@ -249,17 +341,21 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
         params = self._trainable()
         self._begin_step()
         eps = self.eps
-        self._perturb(params, eps)
-        try:
-            loss_plus = self._evaluate(closure)
-        except BaseException:
-            self._perturb(params, -eps)  # X is restored even when the closure raises
-            raise
-        self._perturb(params, -2 * eps)
-        try:
-            loss_minus = self._evaluate(closure)
-        finally:
+        if self.restore == "exact":
+            loss_plus = self._evaluate_per_module(closure, eps)
+            loss_minus = self._evaluate_per_module(closure, -eps)
+        else:
             self._perturb(params, eps)
+            try:
+                loss_plus = self._evaluate(closure)
+            except BaseException:
+                self._perturb(params, -eps)  # X is restored even when the closure raises
+                raise
+            self._perturb(params, -2 * eps)
+            try:
+                loss_minus = self._evaluate(closure)
+            finally:
+                self._perturb(params, eps)
         c = (loss_plus - loss_minus) / (2 * eps)
         self.last_projected_grad = c
         if math.isfinite(c):
@@ -352,6 +448,9 @@ class MeZO(ZerothOrderOptimizer):
         momentum: beta in [0, 1).
         weight_decay: >= 0.
         seed: base seed; every direction is a deterministic function of (seed, step, parameter index).
+        restore: how X +- eps Z is undone after each forward (see :class:`ZerothOrderOptimizer`): ``"exact"``
+            (needs the ``nn.Module``), ``"in_place"`` or ``"auto"`` (exact when a module with float16/bfloat16
+            parameters is given).
 
     Raises:
         ValueError / TypeError: a value outside the ranges above, no trainable parameters, or a parameter with a
@@ -367,8 +466,11 @@ class MeZO(ZerothOrderOptimizer):
         momentum: float = 0.0,
         weight_decay: float = 0.0,
         seed: int = 0,
+        restore: str = "auto",
     ) -> None:
-        super().__init__(params, lr, eps=eps, momentum=momentum, weight_decay=weight_decay, seed=seed)
+        super().__init__(
+            params, lr, eps=eps, momentum=momentum, weight_decay=weight_decay, seed=seed, restore=restore
+        )
 
     def _direction(self, index: int, p: torch.Tensor) -> torch.Tensor:
         return self._gaussian(p, tuple(p.shape), self._STREAM_DIRECTION, self.global_step, index)
@@ -409,6 +511,9 @@ class LOZO(ZerothOrderOptimizer):
         momentum: beta in [0, 1); 0 is LOZO, > 0 is LOZO-M (paper 0.9).
         weight_decay: >= 0.
         seed: base seed; U, V and z are deterministic functions of (seed, step or period, parameter index).
+        restore: how X +- eps Z is undone after each forward (see :class:`ZerothOrderOptimizer`): ``"exact"``
+            (needs the ``nn.Module``), ``"in_place"`` or ``"auto"`` (exact when a module with float16/bfloat16
+            parameters is given).
 
     Raises:
         ValueError / TypeError: a value outside the ranges above, no trainable parameters, or a parameter with a
@@ -430,10 +535,13 @@ class LOZO(ZerothOrderOptimizer):
         momentum: float = 0.0,
         weight_decay: float = 0.0,
         seed: int = 0,
+        restore: str = "auto",
     ) -> None:
         _check_number("rank", rank, low=1, integer=True)
         _check_number("interval", interval, low=1, integer=True)
-        super().__init__(params, lr, eps=eps, momentum=momentum, weight_decay=weight_decay, seed=seed)
+        super().__init__(
+            params, lr, eps=eps, momentum=momentum, weight_decay=weight_decay, seed=seed, restore=restore
+        )
         self.rank = int(rank)
         self.interval = int(interval)
         self._old_v: dict[int, torch.Tensor] = {}
