@@ -12,6 +12,7 @@ Submodules (import them directly; nothing heavy runs at import):
 - :mod:`iclr25_shared.testing` — the contract tests every package runs, and ``require`` for data-backed tests.
 """
 
+from iclr25_shared._paths import cache_dir
 from iclr25_shared.errors import DatasetUnavailable, ModelUnavailable, SourceUnavailable
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "ModelUnavailable",
     "SourceUnavailable",
     "__version__",
+    "cache_dir",
     "distribution_version",
 ]
 
