@@ -436,3 +436,16 @@ def test_paired_t_interval_against_the_textbook_formula():
         paired_t_interval([1.0, np.nan])
     with pytest.raises(ValueError, match="non-empty"):
         paired_t_interval([])
+
+
+def test_threads_limit_an_existing_numpy_blas_pool():
+    code = (
+        "import numpy, threadpoolctl\n"
+        "from iclr25_shared.cli import apply_threads\n"
+        "apply_threads(1)\n"
+        "pools = threadpoolctl.threadpool_info()\n"
+        "print(all(p['num_threads'] == 1 for p in pools), len(pools))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.split()[0] == "True", done.stdout

@@ -139,8 +139,9 @@ class Result:
 def apply_threads(threads: int) -> None:
     """Limit torch / BLAS / OpenMP / XLA CPU threads to ``threads`` (0 leaves the libraries' defaults).
 
-    Environment variables take effect for libraries imported afterwards; torch is also set directly when it is
-    already imported (and :meth:`RunContext.torch_device` sets it when it imports torch).
+    Environment variables take effect for libraries imported afterwards; pools that already exist are limited
+    directly: torch's (``torch.set_num_threads``; :meth:`RunContext.torch_device` also sets it when it imports torch)
+    and numpy's BLAS (threadpoolctl).
     """
     threads = check_int("threads", threads, low=0)
     if threads == 0:
@@ -155,6 +156,10 @@ def apply_threads(threads: int) -> None:
             os.environ["XLA_FLAGS"] = f"{flags} {extra}".strip()
     if "torch" in sys.modules:
         _set_torch_threads(threads)
+    if "numpy" in sys.modules:  # its BLAS pool already exists: the environment variables come too late for it
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=threads)
 
 
 def _set_torch_threads(threads: int) -> None:
