@@ -502,7 +502,7 @@ def _bench_worker(args: dict[str, Any]) -> dict[str, Any]:
         texts=texts,
         label_words=list(WIKI_LABEL_WORDS.values()),
         device=device,
-        dtype="float32",
+        dtype=args.get("dtype", "float32"),
         seed=0,
     )
     model = lm.model
@@ -563,6 +563,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             "repeats": cfg.repeats,
             "device": cfg.device,
             "threads": cfg.threads,
+            "dtype": cfg.dtype,
         }
         proc = subprocess.run(
             [sys.executable, "-m", "iclr25_lozo._bench_worker", json.dumps(args)],
@@ -587,7 +588,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     device = r["device"]
     ctx.device_label = device
     log(
-        f"{cfg.model}, batch {cfg.batch_size} x {cfg.seq_len} tokens, device {device}; memory is "
+        f"{cfg.model} ({cfg.dtype}), batch {cfg.batch_size} x {cfg.seq_len} tokens, device {device}; memory is "
         f"{'CUDA allocated' if device.startswith('cuda') else 'process RSS above the pre-load baseline'} "
         "(model weights included)"
     )

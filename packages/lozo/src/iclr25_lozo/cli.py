@@ -118,6 +118,8 @@ class BenchConfig(CommonOptions):
     """Timed repetitions (the median is reported)."""
     methods: tuple[str, ...] = ("lozo", "lozo-m", "mezo", "adam")
     """Which optimizers to measure."""
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    """Model weights' dtype (float16/bfloat16 use the exact per-module perturb-and-restore)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
