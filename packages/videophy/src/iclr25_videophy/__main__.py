@@ -1,0 +1,3 @@
+from iclr25_videophy.cli import main
+
+raise SystemExit(main())

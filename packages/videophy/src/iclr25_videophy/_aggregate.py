@@ -1,0 +1,192 @@
+"""SA, PC and joint scores per model: the VideoPhy leaderboard metric (arXiv:2406.03520, Section 3.3 / Table 2).
+
+Each (caption, video) pair carries a semantic-adherence score SA and a physical-commonsense score PC. A video
+counts for the joint metric when it is both: ``joint = SA ∧ PC``. Scores are aggregated **per prompt first** (a
+caption with several videos counts once), then averaged over the prompts of each model (``source``); the
+leaderboard reports the three rates in percent.
+
+Modes:
+
+- ``threshold`` (paper): binarise each score at ``threshold`` (0.5 for judge probabilities; human labels are 0/1
+  already), ``joint = 1[SA >= t] · 1[PC >= t]``.
+- ``mean`` (the maintainers' advice for continuous judge scores, Hritikbansal/videophy#5): average the scores
+  themselves; the joint score of a video is ``min(SA, PC)`` (our choice: it equals ``SA ∧ PC`` on 0/1 labels and
+  keeps ``joint <= min(SA, PC)`` per model).
+- ``videophy2`` (VideoPhy-2, arXiv:2503.06800): scores are integers 1..5 and ``joint = 1[SA >= 4] · 1[PC >= 4]``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from iclr25_shared.checks import check_choice, check_float
+from iclr25_videophy._io import Judgement
+
+__all__ = [
+    "AGGREGATION_MODES",
+    "GROUP_KEYS",
+    "ConstantScoresWarning",
+    "aggregate",
+    "dedupe",
+    "leaderboard",
+    "warn_if_constant",
+]
+
+AGGREGATION_MODES = ("threshold", "mean", "videophy2")
+GROUP_KEYS = ("source", "states_of_matter", "complexity")
+
+
+class ConstantScoresWarning(UserWarning):
+    """Every item got the same score: the judge is probably broken (cf. Hritikbansal/videophy#20)."""
+
+
+def warn_if_constant(scores: Sequence[float], name: str) -> bool:
+    """Warn with :class:`ConstantScoresWarning` when ``scores`` (>= 2 finite values) are all equal; return whether
+    it warned."""
+    x = np.asarray([s for s in scores if not math.isnan(s)], dtype=np.float64)
+    if x.size >= 2 and np.all(x == x[0]):
+        warnings.warn(
+            f"all {x.size} {name} scores equal {x[0]:g}: the evaluator gives one answer to everything, so the "
+            "aggregate says nothing about the videos",
+            ConstantScoresWarning,
+            stacklevel=2,
+        )
+        return True
+    return False
+
+
+def dedupe(judgements: Iterable[Judgement]) -> tuple[list[Judgement], int]:
+    """Drop repeated rows of the same video (the judge script appends, so re-runs duplicate rows).
+
+    Rows are the same video when ``(source, videopath)`` agree. Exact repeats are dropped; repeats whose scores
+    or caption disagree are an error, since either could be right.
+
+    Returns:
+        ``(unique rows in first-seen order, number dropped)``.
+
+    Raises:
+        ValueError: two rows for one video with different caption or scores (the video is named).
+    """
+    seen: dict[tuple[str, str], Judgement] = {}
+    dropped = 0
+    for j in judgements:
+        key = (j.source, j.videopath)
+        old = seen.get(key)
+        if old is None:
+            seen[key] = j
+            continue
+        same = old.caption == j.caption and all(
+            (math.isnan(a) and math.isnan(b)) or a == b for a, b in ((old.sa, j.sa), (old.pc, j.pc))
+        )
+        if not same:
+            raise ValueError(
+                f"video {j.videopath!r} (source {j.source!r}) appears twice with different caption or scores "
+                f"(sa {old.sa} vs {j.sa}, pc {old.pc} vs {j.pc}); remove the stale rows"
+            )
+        dropped += 1
+    return list(seen.values()), dropped
+
+
+def _per_video(j: Judgement, mode: str, threshold: float) -> tuple[float, float, float]:
+    if mode == "videophy2":
+        for name, v in (("sa", j.sa), ("pc", j.pc)):
+            if not (v == int(v) and 1 <= v <= 5):
+                raise ValueError(
+                    f"videophy2 mode needs integer scores in 1..5; video {j.videopath!r} has {name}={v:g}"
+                )
+        sa, pc = float(j.sa >= 4), float(j.pc >= 4)
+        return sa, pc, sa * pc
+    for name, v in (("sa", j.sa), ("pc", j.pc)):
+        if not 0.0 <= v <= 1.0:
+            raise ValueError(
+                f"{mode} mode needs scores in [0, 1]; video {j.videopath!r} has {name}={v:g} "
+                "(1..5 scores: use mode='videophy2')"
+            )
+    if mode == "threshold":
+        sa, pc = float(j.sa >= threshold), float(j.pc >= threshold)
+        return sa, pc, sa * pc
+    return j.sa, j.pc, min(j.sa, j.pc)
+
+
+@dataclass(frozen=True)
+class _Acc:
+    sa: float
+    pc: float
+    joint: float
+
+
+def aggregate(
+    judgements: Iterable[Judgement],
+    *,
+    mode: str = "threshold",
+    threshold: float = 0.5,
+    by: Sequence[str] = ("source",),
+    warn_constant: bool = True,
+) -> list[dict[str, Any]]:
+    """SA, PC and joint rates (percent) per group, averaged per prompt first.
+
+    Args:
+        judgements: per-video scores (rows with a nan SA or PC are an error: score both tasks).
+        mode: ``threshold`` (default, the paper's binarised metric), ``mean`` or ``videophy2`` (module doc).
+        threshold: binarisation threshold of ``threshold`` mode, in ``[0, 1]``.
+        by: grouping keys, a subset of ``("source", "states_of_matter", "complexity")``; ``()`` = one overall row.
+        warn_constant: warn (:class:`ConstantScoresWarning`) when all SA or all PC scores are equal.
+
+    Returns:
+        One dict per group, sorted by the group keys: the keys' values, ``joint``, ``sa``, ``pc`` (percent),
+        ``n_prompts``, ``n_videos``. Per group ``joint <= min(sa, pc)``.
+
+    Raises:
+        ValueError: unknown mode/key; threshold outside [0, 1]; no rows; a missing score; scores out of range for
+            the mode; duplicate videos with conflicting scores (:func:`dedupe`).
+    """
+    check_choice("mode", mode, AGGREGATION_MODES)
+    check_float("threshold", threshold, low=0.0, high=1.0)
+    for key in by:
+        check_choice("by", key, GROUP_KEYS)
+    rows, _ = dedupe(judgements)
+    if not rows:
+        raise ValueError("no judgements to aggregate (empty input)")
+    for j in rows:
+        if math.isnan(j.sa) or math.isnan(j.pc):
+            raise ValueError(f"video {j.videopath!r} lacks an {'SA' if math.isnan(j.sa) else 'PC'} score")
+    if warn_constant:
+        warn_if_constant([j.sa for j in rows], "SA")
+        warn_if_constant([j.pc for j in rows], "PC")
+    # per (group, prompt): mean over that prompt's videos
+    per_prompt: dict[tuple[Any, ...], dict[str, list[_Acc]]] = defaultdict(lambda: defaultdict(list))
+    for j in rows:
+        group = tuple(getattr(j, k) for k in by)
+        per_prompt[group][j.caption].append(_Acc(*_per_video(j, mode, threshold)))
+    out = []
+    for group in sorted(per_prompt, key=lambda g: tuple((v is None, "" if v is None else v) for v in g)):
+        prompts = per_prompt[group]
+        means = np.array([[np.mean([getattr(a, f) for a in accs]) for f in ("joint", "sa", "pc")] for accs in prompts.values()])
+        avg = means.mean(axis=0) * 100.0
+        row: dict[str, Any] = dict(zip(by, group))
+        row.update(
+            joint=float(avg[0]),
+            sa=float(avg[1]),
+            pc=float(avg[2]),
+            n_prompts=len(prompts),
+            n_videos=sum(len(a) for a in prompts.values()),
+        )
+        out.append(row)
+    return out
+
+
+def leaderboard(judgements: Iterable[Judgement], **kwargs: Any) -> list[dict[str, Any]]:
+    """:func:`aggregate` by ``source``, ranked by joint (then SA, then PC, descending; ties by name), with a
+    ``rank`` column (1 = best). Keyword arguments go to :func:`aggregate` (``by`` is fixed)."""
+    if "by" in kwargs:
+        raise TypeError("leaderboard() groups by source; use aggregate(by=...) for other groupings")
+    rows = aggregate(judgements, by=("source",), **kwargs)
+    rows.sort(key=lambda r: (-r["joint"], -r["sa"], -r["pc"], r["source"]))
+    return [{"rank": i + 1, **r} for i, r in enumerate(rows)]

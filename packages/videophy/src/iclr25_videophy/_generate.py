@@ -1,0 +1,155 @@
+"""Generation runner: one or more videos per prompt from any text-to-video model, with a prompt→file mapping.
+
+File names never come from the prompt (long prompts, slashes and quotes broke peers' filename matching); each video
+is ``videos/<sha1(caption)[:16]>_<k>.mp4`` and ``mapping.csv`` (``videopath, caption, states_of_matter, complexity,
+source``) says which prompt it belongs to. The mapping is rewritten atomically after every video, and a re-run skips
+the videos it already lists whose file decodes, so an interrupted run resumes where it stopped. Seeds are derived
+from ``(seed, caption, k)``, so a resumed or reordered run produces the same videos.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from iclr25_shared.checks import check_float, check_int
+from iclr25_videophy._io import Prompt, read_mapping, write_mapping
+from iclr25_videophy._video import VideoDecodeError, count_frames, write_video
+
+__all__ = ["DiffusersGenerator", "generate", "video_seed"]
+
+
+def video_seed(seed: int, caption: str, k: int) -> int:
+    """The seed of the ``k``-th video of ``caption`` (a 31-bit int from ``SeedSequence((seed, sha1, k))``)."""
+    digest = int(hashlib.sha1(caption.encode("utf-8")).hexdigest()[:8], 16)
+    return int(np.random.SeedSequence([seed, digest, k]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+class DiffusersGenerator:
+    """Adapter: a diffusers text-to-video pipeline as a ``(prompt, seed) -> frames`` callable.
+
+    Calls ``pipe(prompt, num_frames=..., num_inference_steps=..., generator=torch.Generator().manual_seed(seed),
+    output_type="np", **call_kwargs)`` and returns ``output.frames[0]`` as ``(T, H, W, 3)``. Works with
+    ``TextToVideoSDPipeline``, ``CogVideoXPipeline`` and other pipelines that return ``.frames``.
+
+    Args:
+        pipe: the pipeline object (already on its device).
+        num_frames: frames per video; num_inference_steps: denoising steps.
+        call_kwargs: more keyword arguments for the pipeline (height, width, guidance_scale, ...).
+    """
+
+    def __init__(self, pipe: Any, *, num_frames: int = 16, num_inference_steps: int = 25, **call_kwargs: Any) -> None:
+        if not callable(pipe):
+            raise TypeError(f"pipe must be a callable diffusers pipeline, got {type(pipe).__name__}")
+        self.pipe = pipe
+        self.num_frames = check_int("num_frames", num_frames, low=1)
+        self.num_inference_steps = check_int("num_inference_steps", num_inference_steps, low=1)
+        self.call_kwargs = call_kwargs
+
+    def __call__(self, prompt: str, seed: int) -> np.ndarray:
+        import torch
+
+        gen = torch.Generator(device="cpu").manual_seed(int(seed))
+        out = self.pipe(
+            prompt,
+            num_frames=self.num_frames,
+            num_inference_steps=self.num_inference_steps,
+            generator=gen,
+            output_type="np",
+            **self.call_kwargs,
+        )
+        frames = out.frames[0] if hasattr(out, "frames") else out[0][0]
+        if hasattr(frames, "detach"):
+            frames = frames.detach().float().cpu().numpy()
+        return np.asarray(frames)
+
+
+def _decodes(path: Path) -> bool:
+    try:
+        count_frames(path)
+    except (VideoDecodeError, FileNotFoundError):
+        return False
+    return True
+
+
+def generate(
+    generator: Callable[[str, int], Any],
+    prompts: Sequence[Prompt],
+    out_dir: str | os.PathLike[str],
+    *,
+    videos_per_prompt: int = 1,
+    seed: int = 0,
+    fps: float = 8.0,
+    source: str = "",
+    resume: bool = True,
+    progress: Callable[[Any], Any] | None = None,
+) -> list[tuple[str, Prompt, str]]:
+    """Generate ``videos_per_prompt`` videos for each prompt into ``out_dir`` and write ``out_dir/mapping.csv``.
+
+    Args:
+        generator: ``generator(prompt, seed) -> frames`` with frames ``(T, H, W, 3)`` uint8 or float in [0, 1]
+            (:class:`DiffusersGenerator` wraps a diffusers pipeline).
+        prompts: the prompt set (non-empty).
+        out_dir: output folder (created). An existing ``mapping.csv`` is resumed when ``resume``; without
+            ``resume`` a folder that already has one is refused (nothing is overwritten).
+        videos_per_prompt: videos per prompt (``>= 1``); seed: base seed (:func:`video_seed`).
+        fps: frame rate written into the files; source: the model's name, stored in the mapping.
+        progress: optional wrapper for the work iterable (e.g. a tqdm factory).
+
+    Returns:
+        ``(videopath, prompt, source)`` per video (absolute paths), in prompt order.
+
+    Raises:
+        ValueError: an empty prompt set; ``out_dir`` has a mapping and ``resume`` is false; the generator returned
+            something that is not ``(T, H, W, 3)`` frames (the prompt is named).
+        TypeError: ``generator`` not callable.
+    """
+    if not callable(generator):
+        raise TypeError(f"generator must be callable (prompt, seed) -> frames, got {type(generator).__name__}")
+    if not prompts:
+        raise ValueError("the prompt set is empty; nothing to generate")
+    videos_per_prompt = check_int("videos_per_prompt", videos_per_prompt, low=1)
+    seed = check_int("seed", seed, low=0)
+    check_float("fps", fps, low=0.0, low_inclusive=False)
+    out = Path(out_dir)
+    mapping_path = out / "mapping.csv"
+    done: dict[tuple[str, str], tuple[str, Prompt, str]] = {}
+    if mapping_path.exists():
+        if not resume:
+            raise ValueError(f"{str(mapping_path)!r} exists; pass resume=True (--resume) to continue that run")
+        for video, p, src in read_mapping(mapping_path):
+            done[(p.caption, Path(video).name)] = (video, p, src)
+    (out / "videos").mkdir(parents=True, exist_ok=True)
+    work = [(p, k) for p in prompts for k in range(videos_per_prompt)]
+    entries: dict[tuple[str, str], tuple[str, Prompt, str]] = dict(done)
+    results: list[tuple[str, Prompt, str]] = []
+
+    def save() -> None:
+        write_mapping(
+            mapping_path,
+            [(os.path.relpath(v, out), p, s) for v, p, s in entries.values()],
+        )
+
+    for p, k in progress(work) if progress is not None else work:
+        name = f"{hashlib.sha1(p.caption.encode('utf-8')).hexdigest()[:16]}_{k}.mp4"
+        path = out / "videos" / name
+        key = (p.caption, name)
+        if key in done and path.is_file() and _decodes(path):
+            results.append((str(path.resolve()), p, done[key][2]))
+            continue
+        frames = generator(p.caption, video_seed(seed, p.caption, k))
+        try:
+            write_video(path, frames, fps=fps)
+        except ValueError as exc:
+            raise ValueError(f"the generator's output for prompt {p.caption!r} is not a video: {exc}") from exc
+        entries[key] = (str(path.resolve()), p, source)
+        save()
+        results.append((str(path.resolve()), p, source))
+    if not mapping_path.exists():
+        save()
+    return results
