@@ -1,0 +1,3 @@
+from iclr25_debgcd.cli import main
+
+raise SystemExit(main())
