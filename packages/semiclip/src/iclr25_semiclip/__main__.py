@@ -1,0 +1,3 @@
+from iclr25_semiclip.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""Real image–caption inputs: Fashion-MNIST with templated captions, and a user's own pairs + unlabelled images.
+
+Fashion-MNIST comes through ``iclr25_shared.data.fashion_mnist`` (Debian package or its cache). A user's data is
+a tab-separated pairs file (``image_path<TAB>caption`` per line, paths relative to the file) and a folder of
+unlabelled images (``.png``/``.jpg``/``.jpeg``/``.bmp``/``.webp``, read with Pillow).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from iclr25_shared.checks import check_float, check_int
+
+__all__ = [
+    "FASHION_NAMES",
+    "TEMPLATES",
+    "CaptionedSplit",
+    "fashion_captions",
+    "fashion_split",
+    "read_image_folder",
+    "read_pairs",
+]
+
+#: Fashion-MNIST class names as they appear in the captions.
+FASHION_NAMES = (
+    "t-shirt",
+    "trouser",
+    "pullover",
+    "dress",
+    "coat",
+    "sandal",
+    "shirt",
+    "sneaker",
+    "bag",
+    "ankle boot",
+)
+#: Caption templates; each labelled image gets one at random.
+TEMPLATES = (
+    "a photo of a {}.",
+    "a grayscale product photo of a {} from an online shop.",
+    "a {} on a black background.",
+    "a small picture showing a {}.",
+    "a catalogue image of a {}, centred.",
+)
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".webp")
+
+
+def fashion_captions(labels: np.ndarray, rng: np.random.Generator) -> list[str]:
+    """One templated caption per label (template drawn uniformly at random)."""
+    t = rng.integers(len(TEMPLATES), size=len(labels))
+    return [TEMPLATES[int(j)].format(FASHION_NAMES[int(c)]) for j, c in zip(t, labels)]
+
+
+@dataclass
+class CaptionedSplit:
+    """A semi-supervised training split: captioned images and unlabelled images (uint8 arrays)."""
+
+    labelled_images: np.ndarray  # (N_l, 28, 28)
+    captions: list[str]
+    labelled_classes: np.ndarray  # (N_l,)
+    unlabelled_images: np.ndarray  # (N_u, 28, 28)
+    unlabelled_classes: np.ndarray  # (N_u,), for diagnostics only
+
+
+def fashion_split(
+    images: np.ndarray, labels: np.ndarray, *, labelled_fraction: float, seed: int
+) -> CaptionedSplit:
+    """Split a pool into a captioned fraction (class-stratified shuffle) and the unlabelled rest.
+
+    Raises:
+        ValueError: ``labelled_fraction`` outside ``(0, 1]``, or fewer than one captioned image results.
+    """
+    f = check_float("labelled_fraction", labelled_fraction, low=0.0, high=1.0, low_inclusive=False)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(images))
+    n_l = round(f * len(images))
+    if n_l < 1:
+        raise ValueError(f"labelled_fraction={f} of {len(images)} images leaves no captioned image")
+    lab, unl = order[:n_l], order[n_l:]
+    return CaptionedSplit(
+        labelled_images=images[lab],
+        captions=fashion_captions(labels[lab], rng),
+        labelled_classes=labels[lab],
+        unlabelled_images=images[unl],
+        unlabelled_classes=labels[unl],
+    )
+
+
+def _read_image(path: Path, size: int) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.asarray(im.convert("RGB").resize((size, size), Image.BILINEAR), dtype=np.uint8)
+
+
+def read_pairs(path: str | Path, *, size: int = 64) -> tuple[np.ndarray, list[str]]:
+    """Read ``image_path<TAB>caption`` lines → ``(N, 3, size, size)`` uint8 images and ``N`` captions.
+
+    Raises:
+        ValueError: the file is empty, a line has no tab or an empty caption, or an image is missing
+            (the message names the file and line).
+    """
+    size = check_int("size", size, low=8)
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"pairs file {path} does not exist")
+    images, captions = [], []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        if "\t" not in line:
+            raise ValueError(f"{path}:{lineno}: expected 'image_path<TAB>caption', got {line[:60]!r}")
+        rel, caption = line.split("\t", 1)
+        image = (path.parent / rel.strip()).resolve()
+        if not image.is_file():
+            raise ValueError(f"{path}:{lineno}: caption without an image: {image} does not exist")
+        if not caption.strip():
+            raise ValueError(f"{path}:{lineno}: image {rel.strip()} has an empty caption")
+        images.append(_read_image(image, size).transpose(2, 0, 1))
+        captions.append(caption.strip())
+    if not images:
+        raise ValueError(f"pairs file {path} holds no image–caption pair")
+    return np.stack(images), captions
+
+
+def read_image_folder(folder: str | Path, *, size: int = 64) -> np.ndarray:
+    """All images of ``folder`` (sorted by name) → ``(N, 3, size, size)`` uint8.
+
+    Raises:
+        ValueError: not a folder, or it holds no image.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ValueError(f"images folder {folder} does not exist")
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise ValueError(f"images folder {folder} holds no image ({', '.join(IMAGE_SUFFIXES)})")
+    return np.stack([_read_image(p, check_int("size", size, low=8)).transpose(2, 0, 1) for p in files])

