@@ -1,0 +1,3 @@
+from iclr25_adak.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,263 @@
+"""PPO for the Ada-K allocators on a frozen MoE language model (arXiv:2410.10456, Section 3.3).
+
+An episode is one token passing through the ``L`` patched MoE blocks; the action at block ``l`` is its ``k``.
+The reward of token ``t`` trades the model's log-likelihood of the next token against the experts it used:
+
+    r_t = log p(x_{t+1} | x_{<=t}; k) - lam * (1/L) * sum_l k_{t,l}
+
+(units: nats; ``lam`` is in nats per activated expert per layer). The advantage is ``r_t`` minus the batch mean
+(the baseline), shared by the token's ``L`` decisions. The allocators are updated with PPO's clipped surrogate
+plus an entropy bonus; the backbone, routers and experts are frozen. Because the allocators do not change the
+block inputs of a rollout whose actions are fixed, the recorded inputs ``x_t^l`` give the new policy exactly, so
+no second forward pass through the model is needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from iclr25_adak._routing import AdaKPatch
+from iclr25_shared.checks import check_float, check_int
+
+__all__ = [
+    "PPOConfig",
+    "PPOStats",
+    "expert_cost",
+    "ppo_objective",
+    "ppo_update",
+    "rollout",
+    "token_log_likelihood",
+    "train_allocators",
+]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig:
+    """Hyper-parameters of the allocator PPO.
+
+    Attributes:
+        lam: cost per activated expert (``lambda`` >= 0, nats per expert per layer).
+        clip_eps: PPO clip range ``epsilon`` in (0, 1).
+        entropy_coef: weight of the entropy bonus (>= 0).
+        epochs: PPO epochs per rollout batch (>= 1).
+        lr: Adam learning rate of the allocators (> 0).
+        normalize_advantage: divide the centred reward by its standard deviation.
+    """
+
+    lam: float = 0.0
+    clip_eps: float = 0.2
+    entropy_coef: float = 0.01
+    epochs: int = 2
+    lr: float = 3e-3
+    normalize_advantage: bool = True
+
+    def __post_init__(self) -> None:
+        check_float("lam", self.lam, low=0.0)
+        check_float("clip_eps", self.clip_eps, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+        check_float("entropy_coef", self.entropy_coef, low=0.0)
+        check_int("epochs", self.epochs, low=1)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+
+
+@dataclass
+class PPOStats:
+    """Diagnostics of one update: mean ratio, clipped fraction, entropy, reward, mean k (per epoch lists)."""
+
+    ratio_mean: list[float] = field(default_factory=list)
+    ratio_max: list[float] = field(default_factory=list)
+    clip_fraction: list[float] = field(default_factory=list)
+    entropy: list[float] = field(default_factory=list)
+    loss: list[float] = field(default_factory=list)
+    reward: float = 0.0
+    log_likelihood: float = 0.0
+    mean_k: float = 0.0
+
+
+def ppo_objective(
+    logp_new: torch.Tensor,
+    logp_old: torch.Tensor,
+    advantage: torch.Tensor,
+    entropy: torch.Tensor,
+    *,
+    clip_eps: float,
+    entropy_coef: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's clipped surrogate loss with an entropy bonus (to minimise).
+
+    ``loss = -mean(min(rho A, clip(rho, 1 - eps, 1 + eps) A)) - c_H mean(H)``, ``rho = exp(logp_new - logp_old)``.
+
+    Args:
+        logp_new: ``(decisions,)`` float, log pi_new(a) (with gradient).
+        logp_old: ``(decisions,)`` float, log pi_old(a) of the rollout (no gradient).
+        advantage: ``(decisions,)`` float.
+        entropy: ``(decisions,)`` float, entropy of pi_new at each decision.
+        clip_eps: ``epsilon`` in (0, 1).
+        entropy_coef: ``c_H`` >= 0.
+
+    Returns:
+        The scalar loss and ``{"ratio", "clipped"}`` (``(decisions,)`` ratio and a bool mask of decisions whose
+        clipped term was the minimum and differs from the unclipped one).
+
+    References:
+        Schulman et al., "Proximal Policy Optimization Algorithms", arXiv:1707.06347, Eq. (7); Ada-K uses it for the
+        allocators, arXiv:2410.10456, Section 3.3.
+    """
+    if not (logp_new.shape == logp_old.shape == advantage.shape == entropy.shape):
+        raise ValueError(
+            "logp_new, logp_old, advantage and entropy must have one shape (decisions,), got "
+            f"{tuple(logp_new.shape)}, {tuple(logp_old.shape)}, {tuple(advantage.shape)}, {tuple(entropy.shape)}"
+        )
+    check_float("clip_eps", clip_eps, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+    check_float("entropy_coef", entropy_coef, low=0.0)
+    ratio = torch.exp(logp_new - logp_old)
+    unclipped = ratio * advantage
+    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * advantage
+    surrogate = torch.minimum(unclipped, clipped)
+    loss = -surrogate.mean() - entropy_coef * entropy.mean()
+    return loss, {"ratio": ratio.detach(), "clipped": (clipped < unclipped).detach()}
+
+
+def token_log_likelihood(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """``log p(x_{t+1} | x_{<=t})`` for every position but the last.
+
+    Args:
+        logits: ``(batch, seq, vocab)`` model outputs.
+        input_ids: ``(batch, seq)`` int64.
+
+    Returns:
+        ``(batch, seq - 1)`` float32.
+    """
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+
+
+def expert_cost(k: torch.Tensor, lam: float) -> torch.Tensor:
+    """``lam * (1/L) sum_l k_l`` per token: ``k`` ``(L, tokens)`` -> ``(tokens,)`` float32."""
+    return float(lam) * k.float().mean(dim=0)
+
+
+@torch.no_grad()
+def rollout(patch: AdaKPatch, input_ids: torch.Tensor, lam: float) -> dict[str, Any]:
+    """Run the model once with sampled ``k``; return the rollout needed by :func:`ppo_update`.
+
+    Args:
+        patch: a patched model.
+        input_ids: ``(batch, seq)`` int64 token ids (``seq >= 2``).
+        lam: the cost per activated expert.
+
+    Returns:
+        ``{"x": [L x (batch*seq, d)], "action": (L, batch*seq), "logp_old": (L, batch*seq), "reward":
+        (batch*seq,), "valid": (batch*seq,) bool (positions that have a next token), "log_likelihood":
+        (batch, seq-1)}``.
+    """
+    b, s = input_ids.shape
+    if s < 2:
+        raise ValueError(f"input_ids must have at least 2 positions per row (a next token to predict), got {s}")
+    patch.take_records()
+    old_mode, old_record = patch.mode, patch.record
+    patch.mode, patch.record = "sample", True
+    try:
+        logits = patch.model(input_ids=input_ids).logits
+    finally:
+        patch.mode, patch.record = old_mode, old_record
+    records = patch.take_records()
+    xs, actions, logps = [], [], []
+    for chunks in records:
+        if len(chunks) != 1:
+            raise RuntimeError(f"expected one routed call per block in a rollout, got {len(chunks)}")
+        x, a, lp = chunks[0]
+        xs.append(x)
+        actions.append(a)
+        logps.append(lp)
+    action = torch.stack(actions)  # (L, n)
+    k = action + torch.tensor([r.allocator.k_min for r in patch.routers], device=action.device)[:, None]
+    ll = token_log_likelihood(logits, input_ids)  # (b, s-1)
+    ll_full = torch.zeros((b, s), device=ll.device)
+    ll_full[:, :-1] = ll
+    valid = torch.zeros((b, s), dtype=torch.bool, device=ll.device)
+    valid[:, :-1] = True
+    reward = ll_full.reshape(-1) - expert_cost(k, lam)
+    return {
+        "x": xs,
+        "action": action,
+        "k": k,
+        "logp_old": torch.stack(logps),
+        "reward": reward,
+        "valid": valid.reshape(-1),
+        "log_likelihood": ll,
+    }
+
+
+def ppo_update(
+    patch: AdaKPatch, batch: dict[str, Any], optimizer: torch.optim.Optimizer, cfg: PPOConfig
+) -> PPOStats:
+    """``cfg.epochs`` PPO epochs over one rollout (full batch); only allocator parameters receive gradients."""
+    valid = batch["valid"]
+    reward = batch["reward"][valid]
+    adv = reward - reward.mean()
+    if cfg.normalize_advantage and adv.numel() > 1:
+        adv = adv / (adv.std() + 1e-8)
+    stats = PPOStats(
+        reward=float(reward.mean()),
+        log_likelihood=float(batch["log_likelihood"].mean()),
+        mean_k=float(batch["k"][:, valid].float().mean()),
+    )
+    layers = len(patch.routers)
+    adv_all = adv.repeat(layers)
+    logp_old = batch["logp_old"][:, valid].reshape(-1)
+    actions = batch["action"][:, valid]
+    for _ in range(cfg.epochs):
+        new_lp, ent = [], []
+        for r, x, a in zip(patch.routers, batch["x"], actions, strict=True):
+            logp = torch.log_softmax(r.allocator(x[valid]), dim=-1)
+            new_lp.append(logp.gather(1, a[:, None]).squeeze(1))
+            ent.append(-(logp.exp() * logp).sum(-1))
+        loss, info = ppo_objective(
+            torch.cat(new_lp), logp_old, adv_all, torch.cat(ent),
+            clip_eps=cfg.clip_eps, entropy_coef=cfg.entropy_coef,
+        )
+        if not bool(torch.isfinite(loss)):
+            raise FloatingPointError("non-finite PPO loss; the allocators were not updated with it")
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        stats.ratio_mean.append(float(info["ratio"].mean()))
+        stats.ratio_max.append(float(info["ratio"].max()))
+        stats.clip_fraction.append(float(info["clipped"].float().mean()))
+        stats.entropy.append(float(torch.cat(ent).mean()))
+        stats.loss.append(float(loss))
+    return stats
+
+
+def train_allocators(
+    patch: AdaKPatch,
+    batches: Iterable[torch.Tensor],
+    cfg: PPOConfig,
+    *,
+    progress: Any = None,
+) -> list[PPOStats]:
+    """Train the allocators with PPO, one rollout per batch of ``(batch, seq)`` token ids.
+
+    Returns:
+        One :class:`PPOStats` per batch. The patch is left in ``"argmax"`` mode.
+
+    Raises:
+        FloatingPointError: a reward or the PPO loss became non-finite (raised before that update is applied).
+    """
+    params = patch.parameters()
+    if not params:
+        raise ValueError("the patch has no allocator parameters to train")
+    optimizer = torch.optim.Adam(params, lr=cfg.lr)
+    history = []
+    it = progress(batches) if progress is not None else batches
+    for ids in it:
+        batch = rollout(patch, ids, cfg.lam)
+        if not bool(torch.isfinite(batch["reward"][batch["valid"]]).all()):
+            raise FloatingPointError("non-finite reward in a PPO rollout (the model produced NaN/inf logits)")
+        history.append(ppo_update(patch, batch, optimizer, cfg))
+    patch.set_mode("argmax")
+    return history

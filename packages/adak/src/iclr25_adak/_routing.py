@@ -1,0 +1,454 @@
+"""Ada-K allocators and the variable-k routing patch for Hugging Face MoE blocks (arXiv:2410.10456, Section 3).
+
+Ada-K keeps the host model's router (it still decides *which* experts a token uses, and how their gate weights
+are normalised) and adds, in front of every MoE block ``l``, a lightweight allocator: a linear map of the block's
+input ``x_t^l`` to a softmax over the number of experts ``k in {k_min, ..., k_max}`` (Section 3.2). During PPO
+training ``k`` is sampled from that policy; at inference the most probable ``k`` is used.
+
+The patch replaces ``block.gate`` (the host's top-k router) with :class:`AdaKRouter`, which calls the host router
+once per *distinct* ``k`` in the batch with its ``top_k`` set to that ``k`` and scatters the result into a padded
+``(tokens, max k)`` routing table whose unused slots hold the sentinel expert id ``num_experts`` with weight 0.
+Hugging Face's expert implementations skip that sentinel (the expert-parallel convention of
+``transformers.integrations.moe``), so a token with ``k`` experts costs ``k`` expert evaluations, and each host's
+renormalisation, scaling factor, grouped top-k and shared experts stay exactly as the host wrote them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from iclr25_shared.checks import check_choice, check_int
+
+__all__ = [
+    "SUPPORTED_BLOCKS",
+    "AdaKAllocator",
+    "AdaKPatch",
+    "AdaKRouter",
+    "apply_adak",
+    "expert_flops_per_token",
+    "variable_k_route",
+]
+
+# (module, class name of the sparse MoE block) of the Hugging Face MoE families the patch supports.
+SUPPORTED_BLOCKS: tuple[tuple[str, str], ...] = (
+    ("transformers.models.mixtral.modeling_mixtral", "MixtralSparseMoeBlock"),
+    ("transformers.models.qwen2_moe.modeling_qwen2_moe", "Qwen2MoeSparseMoeBlock"),
+    ("transformers.models.qwen3_moe.modeling_qwen3_moe", "Qwen3MoeSparseMoeBlock"),
+    ("transformers.models.olmoe.modeling_olmoe", "OlmoeSparseMoeBlock"),
+    ("transformers.models.deepseek_v2.modeling_deepseek_v2", "DeepseekV2Moe"),
+    ("transformers.models.deepseek_v3.modeling_deepseek_v3", "DeepseekV3MoE"),
+)
+
+Mode = Literal["sample", "argmax", "fixed"]
+
+
+def _supported_classes() -> dict[type, str]:
+    found: dict[type, str] = {}
+    for module_name, cls_name in SUPPORTED_BLOCKS:
+        try:
+            cls = getattr(importlib.import_module(module_name), cls_name)
+        except (ImportError, AttributeError):
+            continue
+        found[cls] = cls_name
+    return found
+
+
+class AdaKAllocator(nn.Module):
+    """The per-layer allocator ``pi_l(k | x) = softmax(W_l x + b_l)`` over ``k in {k_min, ..., k_max}``.
+
+    Args:
+        hidden_size: ``d``, width of the MoE block input.
+        k_min, k_max: the smallest and largest number of experts a token may get (``1 <= k_min <= k_max``).
+        init_k: the ``k`` the untrained policy prefers: ``W = 0`` and the bias is ``init_logit`` at
+            ``init_k`` and 0 elsewhere, so the initial argmax policy is the host's static top-k.
+        init_logit: that bias (>= 0). 0 gives the uniform policy.
+
+    Shapes: ``forward(x)``: ``x`` ``(tokens, d)`` any float dtype -> logits ``(tokens, k_max - k_min + 1)``
+    float32 (the allocator always computes in float32).
+
+    References:
+        Yue et al., "Ada-K Routing: Boosting the Efficiency of MoE-based LLMs", ICLR 2025, arXiv:2410.10456,
+        Section 3.2 (allocator: a linear layer and a softmax over the possible k).
+    """
+
+    def __init__(self, hidden_size: int, k_min: int, k_max: int, *, init_k: int, init_logit: float = 2.0) -> None:
+        super().__init__()
+        hidden_size = check_int("hidden_size", hidden_size, low=1)
+        k_min = check_int("k_min", k_min, low=1)
+        k_max = check_int("k_max", k_max, low=k_min)
+        init_k = check_int("init_k", init_k, low=k_min, high=k_max)
+        self.k_min, self.k_max = k_min, k_max
+        self.proj = nn.Linear(hidden_size, k_max - k_min + 1, dtype=torch.float32)
+        with torch.no_grad():
+            self.proj.weight.zero_()
+            self.proj.bias.zero_()
+            self.proj.bias[init_k - k_min] = float(init_logit)
+
+    @property
+    def num_actions(self) -> int:
+        return self.k_max - self.k_min + 1
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x.to(torch.float32))
+
+    def k_values(self, device: Any = None) -> torch.Tensor:
+        """``(actions,)`` int64: the ``k`` of each action index (``k = k_min + a``)."""
+        return torch.arange(self.k_min, self.k_max + 1, device=device)
+
+
+@contextlib.contextmanager
+def _top_k(gate: nn.Module, k: int) -> Iterator[None]:
+    old = gate.top_k
+    gate.top_k = k
+    try:
+        yield
+    finally:
+        gate.top_k = old
+
+
+def variable_k_route(
+    gate: nn.Module, x: torch.Tensor, k: torch.Tensor, num_experts: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Route every token ``t`` to its own number of experts ``k[t]`` with the host router ``gate``.
+
+    The host router (``gate(x) -> (logits, weights, indices)`` with a ``top_k`` attribute, as in every supported
+    Hugging Face family) is called once per distinct value of ``k`` on the tokens that have it (a loop over at most
+    ``N`` values, never over tokens), so its selection rule and weight normalisation apply unchanged. Unused slots
+    get the sentinel expert id ``num_experts`` and weight 0.
+
+    Args:
+        gate: the host's top-k router module.
+        x: ``(tokens, d)`` block input.
+        k: ``(tokens,)`` int64, each in ``[1, num_experts]``.
+        num_experts: ``N``, the sentinel id.
+
+    Returns:
+        ``logits`` ``(tokens, N)`` router logits, ``weights`` ``(tokens, max k)`` and ``indices``
+        ``(tokens, max k)`` int64. When every token has the same ``k`` this is exactly ``gate(x)`` with
+        ``top_k = k``.
+
+    Raises:
+        ValueError: ``k`` has the wrong shape or a value outside ``[1, num_experts]``.
+    """
+    n = x.shape[0]
+    if k.shape != (n,):
+        raise ValueError(f"k must have shape ({n},) (one count per token), got {tuple(k.shape)}")
+    if n == 0:
+        with _top_k(gate, 1):
+            return gate(x)
+    lo, hi = int(k.min()), int(k.max())
+    if lo < 1 or hi > num_experts:
+        raise ValueError(f"k must be in [1, {num_experts}] for every token, got values in [{lo}, {hi}]")
+    if lo == hi:
+        with _top_k(gate, lo):
+            return gate(x)
+    logits = weights = None
+    indices = torch.full((n, hi), num_experts, dtype=torch.long, device=x.device)
+    for kv in torch.unique(k).tolist():
+        rows = (k == kv).nonzero().squeeze(1)
+        with _top_k(gate, int(kv)):
+            lg, w, ix = gate(x[rows])
+        if logits is None:
+            logits = lg.new_empty((n, lg.shape[-1]))
+            weights = w.new_zeros((n, hi))
+        logits[rows] = lg
+        weights[rows, :kv] = w
+        indices[rows, :kv] = ix.to(torch.long)
+    return logits, weights, indices
+
+
+@dataclass
+class LayerCounters:
+    """Running counts of one patched block: tokens routed and experts activated (sum of k)."""
+
+    tokens: int = 0
+    experts: int = 0
+
+    def add(self, k: torch.Tensor) -> None:
+        self.tokens += int(k.numel())
+        self.experts += int(k.sum())
+
+
+class AdaKRouter(nn.Module):
+    """Stands in for a host MoE block's router: an :class:`AdaKAllocator` picks ``k`` per token, the host router
+    (kept, frozen, as ``self.router``) picks which ``k`` experts and their weights.
+
+    Modes: ``"argmax"`` (inference: the most probable ``k``, deterministic), ``"sample"`` (PPO rollouts: ``k``
+    drawn from the policy with the patch's generator), ``"fixed"`` (every token gets ``fixed_k``: the static
+    top-k baseline with the same patched code path).
+    When ``record`` is on, each call appends ``(x, action, log_prob)`` (detached) for the PPO update.
+    """
+
+    def __init__(self, router: nn.Module, allocator: AdaKAllocator, num_experts: int, patch: AdaKPatch) -> None:
+        super().__init__()
+        self.router = router
+        self.allocator = allocator
+        self.num_experts = num_experts
+        self._patch = [patch]  # a list so nn.Module does not register the owner as a submodule
+        self.counters = LayerCounters()
+        self.records: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def top_k(self) -> int:
+        return self.router.top_k
+
+    def choose_k(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """``(tokens,)`` int64 ``k`` for the block input ``x`` ``(tokens, d)``, with the action index and log-prob
+        (``None`` in fixed mode)."""
+        patch = self._patch[0]
+        if patch.mode == "fixed":
+            k = torch.full((x.shape[0],), patch.fixed_k, dtype=torch.long, device=x.device)
+            return k, None, None
+        with torch.no_grad():
+            logits = self.allocator(x)
+            logp = torch.log_softmax(logits, dim=-1)
+            if patch.mode == "argmax":
+                action = logits.argmax(dim=-1)
+            else:
+                gen = patch.generator(x.device)
+                action = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(1)
+            action_logp = logp.gather(1, action[:, None]).squeeze(1)
+        return action + self.allocator.k_min, action, action_logp
+
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        x = hidden_states.reshape(-1, hidden_states.shape[-1])
+        k, action, action_logp = self.choose_k(x)
+        patch = self._patch[0]
+        if patch.record and action is not None:
+            self.records.append((x.detach(), action, action_logp))
+        if patch.count:
+            self.counters.add(k)
+        return variable_k_route(self.router, x, k, self.num_experts)
+
+
+def expert_flops_per_token(experts: nn.Module) -> int:
+    """FLOPs of one expert on one token (2 per multiply-add), from the host experts' weight shapes.
+
+    Gated experts (``gate_up_proj`` ``(N, 2f, d)``, ``down_proj`` ``(N, d, f)``): ``2 (2 f d + d f)``.
+    """
+    total = 0
+    for name in ("gate_up_proj", "up_proj", "down_proj"):
+        w = getattr(experts, name, None)
+        if isinstance(w, torch.Tensor) and w.dim() == 3:
+            total += 2 * int(w.shape[1]) * int(w.shape[2])
+    if total == 0:
+        raise ValueError(f"cannot count FLOPs of {type(experts).__name__}: no 3-D expert weights found")
+    return total
+
+
+class AdaKPatch:
+    """What :func:`apply_adak` returns: the patched blocks, their allocators and routers, counters and modes.
+
+    Attributes:
+        model: the patched model.
+        routers: the :class:`AdaKRouter` of each MoE block, in module order (``layers``).
+        names: the module names of the patched blocks.
+        host_top_k: the host's static ``K`` (``num_experts_per_tok``).
+        num_experts: ``N`` experts per block.
+        mode: ``"argmax"`` (default), ``"sample"`` or ``"fixed"``; ``fixed_k`` is used in fixed mode.
+        record: whether routers store ``(x, action, log_prob)`` for PPO; ``count``: whether counters run.
+    """
+
+    def __init__(self, model: nn.Module, seed: int = 0) -> None:
+        self.model = model
+        self.routers: list[AdaKRouter] = []
+        self.names: list[str] = []
+        self.blocks: list[nn.Module] = []
+        self.host_top_k = 0
+        self.num_experts = 0
+        self.mode: Mode = "argmax"
+        self.fixed_k = 1
+        self.record = False
+        self.count = True
+        self.seed = seed
+        self._generators: dict[str, torch.Generator] = {}
+        self._host_max_k = 0
+
+    # -- policy ------------------------------------------------------------------------------------------------
+    def allocators(self) -> list[AdaKAllocator]:
+        return [r.allocator for r in self.routers]
+
+    def parameters(self) -> list[nn.Parameter]:
+        """The trainable parameters: the allocators' only."""
+        return [p for a in self.allocators() for p in a.parameters()]
+
+    def generator(self, device: torch.device) -> torch.Generator:
+        key = str(device)
+        if key not in self._generators:
+            gen = torch.Generator(device=device)
+            gen.manual_seed(self.seed)
+            self._generators[key] = gen
+        return self._generators[key]
+
+    def reseed(self, seed: int) -> None:
+        self.seed = check_int("seed", seed, low=0)
+        self._generators.clear()
+
+    def set_mode(self, mode: Mode, k: int | None = None) -> None:
+        """``"argmax"``, ``"sample"`` or ``"fixed"`` (then ``k`` in ``[1, N]`` is every token's count).
+
+        Raises:
+            ValueError: unknown mode, or ``k`` missing/outside ``[1, N]`` in fixed mode.
+        """
+        check_choice("mode", mode, ("argmax", "sample", "fixed"))
+        if mode == "fixed":
+            if k is None:
+                raise ValueError("k must be given in fixed mode (an integer in [1, num_experts])")
+            self.fixed_k = check_int("k", k, low=1, high=self.reachable_k)
+        self.mode = mode
+
+    @contextlib.contextmanager
+    def mode_as(self, mode: Mode, k: int | None = None) -> Iterator[AdaKPatch]:
+        old = (self.mode, self.fixed_k)
+        self.set_mode(mode, k)
+        try:
+            yield self
+        finally:
+            self.mode, self.fixed_k = old
+
+    @property
+    def reachable_k(self) -> int:
+        """The largest k every patched host router can serve (``N``, or fewer under grouped top-k)."""
+        return self._host_max_k
+
+    # -- records and counters ----------------------------------------------------------------------------------
+    def take_records(self) -> list[list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
+        """Per layer, the ``(x, action, log_prob)`` chunks recorded since the last call (and clear them)."""
+        out = [r.records for r in self.routers]
+        for r in self.routers:
+            r.records = []
+        return out
+
+    def reset_counters(self) -> None:
+        for r in self.routers:
+            r.counters = LayerCounters()
+
+    def mean_k_per_layer(self) -> list[float]:
+        """Mean activated experts per token for each patched block since the last reset."""
+        return [r.counters.experts / max(r.counters.tokens, 1) for r in self.routers]
+
+    def flops(self) -> dict[str, Any]:
+        """Routed-expert FLOPs since the last reset, per layer and total, and the reduction against static top-K.
+
+        ``expert_flops = sum_t k_t * c`` with ``c`` = :func:`expert_flops_per_token`, so the reduction against
+        top-K on the same tokens is ``1 - mean(k) / K`` exactly (shared experts, attention and the LM head are
+        the same for both and left out).
+        """
+        per_layer, base = [], []
+        for r, block in zip(self.routers, self.blocks, strict=True):
+            c = expert_flops_per_token(block.experts)
+            per_layer.append(r.counters.experts * c)
+            base.append(r.counters.tokens * self.host_top_k * c)
+        total, total_base = sum(per_layer), sum(base)
+        return {
+            "expert_flops_per_layer": per_layer,
+            "expert_flops": total,
+            "topk_expert_flops": total_base,
+            "flops_reduction": 1.0 - total / total_base if total_base else 0.0,
+        }
+
+    # -- undo ------------------------------------------------------------------------------------------------
+    def remove(self) -> None:
+        """Put the host routers back (the model is then the original one again)."""
+        for block, router in zip(self.blocks, self.routers, strict=True):
+            block.gate = router.router
+        self.routers, self.blocks, self.names = [], [], []
+
+    def allocator_state_dict(self) -> dict[str, torch.Tensor]:
+        return {f"{name}.allocator.{k}": v for name, r in zip(self.names, self.routers, strict=True)
+                for k, v in r.allocator.state_dict().items()}
+
+    def load_allocator_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for name, r in zip(self.names, self.routers, strict=True):
+            prefix = f"{name}.allocator."
+            r.allocator.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+
+
+def _max_k_of(block: nn.Module, num_experts: int) -> int:
+    """The largest k the host router can serve: grouped top-k (DeepSeek) only sees ``topk_group`` groups."""
+    gate = block.gate
+    groups = getattr(gate, "num_group", None)
+    topk_group = getattr(gate, "topk_group", None)
+    method = getattr(gate, "topk_method", "group_limited_greedy")
+    if groups and topk_group and method != "greedy" and groups > 1:
+        return int(topk_group) * (num_experts // int(groups))
+    return num_experts
+
+
+def apply_adak(
+    model: nn.Module,
+    *,
+    k_min: int = 1,
+    k_max: int | None = None,
+    init_k: int | None = None,
+    init_logit: float = 2.0,
+    seed: int = 0,
+) -> AdaKPatch:
+    """Patch every sparse MoE block of a Hugging Face model with an Ada-K allocator; freeze everything else.
+
+    Supported blocks (those present in the installed transformers): ``MixtralSparseMoeBlock``,
+    ``Qwen2MoeSparseMoeBlock`` (shared expert kept), ``Qwen3MoeSparseMoeBlock``, ``OlmoeSparseMoeBlock``,
+    ``DeepseekV2Moe`` and ``DeepseekV3MoE`` (shared experts, grouped top-k and ``routed_scaling_factor`` kept).
+
+    Args:
+        model: a Hugging Face causal LM (any ``nn.Module`` holding supported blocks).
+        k_min, k_max: the allocator's action range, ``1 <= k_min <= k_max <= N`` (``N`` = experts per block;
+            for grouped routing the experts reachable in ``topk_group`` groups). ``k_max=None`` means ``N``.
+        init_k: the ``k`` the untrained allocator prefers (default: the host's top-k, clipped to the range).
+        init_logit: its initial logit (see :class:`AdaKAllocator`).
+        seed: seed of the sampling generator used in ``"sample"`` mode.
+
+    Returns:
+        An :class:`AdaKPatch` in ``"argmax"`` mode. Every model parameter gets ``requires_grad=False``; the
+        allocators' parameters are the only trainable ones.
+
+    Raises:
+        ValueError: the model has no MoE block, or only MoE blocks of an unsupported architecture (the message
+            names them and the supported ones); ``k_min``/``k_max``/``init_k`` outside ``1..N``; the model is
+            already patched.
+    """
+    supported = _supported_classes()
+    blocks = [(name, m) for name, m in model.named_modules() if type(m) in supported]
+    if any(isinstance(m, AdaKRouter) for m in model.modules()):
+        raise ValueError("model is already patched with Ada-K (call patch.remove() first)")
+    if not blocks:
+        moe_like = sorted({type(m).__name__ for m in model.modules() if "moe" in type(m).__name__.lower()})
+        names = ", ".join(name for _, name in SUPPORTED_BLOCKS)
+        if moe_like:
+            raise ValueError(
+                f"model {type(model).__name__} has MoE blocks of an unsupported architecture ({', '.join(moe_like)});"
+                f" supported: {names}"
+            )
+        raise ValueError(f"model {type(model).__name__} has no MoE blocks to patch (supported: {names})")
+    patch = AdaKPatch(model, seed=seed)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    reach = []
+    for _, block in blocks:
+        n = int(block.experts.num_experts)
+        reach.append(_max_k_of(block, n))
+    n_reach = min(reach)
+    k_min = check_int("k_min", k_min, low=1, high=n_reach)
+    k_max = n_reach if k_max is None else check_int("k_max", k_max, low=k_min, high=n_reach)
+    host_k = int(blocks[0][1].gate.top_k)
+    init_k = min(max(host_k, k_min), k_max) if init_k is None else check_int("init_k", init_k, low=k_min, high=k_max)
+    patch.host_top_k = host_k
+    patch.num_experts = int(blocks[0][1].experts.num_experts)
+    patch._host_max_k = n_reach
+    for name, block in blocks:
+        hidden = int(block.gate.hidden_dim)
+        device = block.gate.weight.device
+        alloc = AdaKAllocator(hidden, k_min, k_max, init_k=init_k, init_logit=init_logit).to(device)
+        router = AdaKRouter(block.gate, alloc, int(block.experts.num_experts), patch)
+        block.gate = router
+        patch.routers.append(router)
+        patch.blocks.append(block)
+        patch.names.append(name)
+    return patch

