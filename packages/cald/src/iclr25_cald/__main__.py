@@ -1,0 +1,3 @@
+from iclr25_cald.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,339 @@
+"""Layerwise distillation and the guidance strategies of CALD (He & Garner, ICLR 2025, arXiv:2410.06846, Section 3.2).
+
+Loss (Section 3.2, Eq. (1)-(2)): ``L = L_task(student) + α_layer · Σ_l MSE(h_l^S, h_l^T) + α_logits · T² · KL(p_T ‖ p_S)``
+over the hidden states ``h_0 … h_L`` (embedding output and every layer) of student S and teacher T.
+
+Guidance strategies (Section 3.2 and Fig. 1):
+
+- ``unguided``: ``α = 0``; the converted model is fine-tuned on the task alone.
+- ``target``: the teacher is the transformer already fine-tuned on the task, frozen.
+- ``trajectory``: the teacher starts from the same pretrained transformer and is fine-tuned on the task *jointly*;
+  at every step the student matches the teacher's current hidden states (teacher updated every
+  ``teacher_update_cycle`` steps, with its own learning rate).
+- ``waypoint``: the teacher is swapped through checkpoints of a standard fine-tuning run (``waypoint_every``
+  student steps per checkpoint).
+- ``hybrid``: target-guided for the first ``max_distill_steps`` steps, then ``α = 0``.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from iclr25_shared.checks import check_choice, check_float, check_int
+
+__all__ = ["STRATEGIES", "DistillResult", "Guidance", "distill", "layerwise_loss", "logits_kl"]
+
+STRATEGIES = ("unguided", "target", "trajectory", "waypoint", "hybrid")
+
+
+def layerwise_loss(
+    student_hidden: Sequence[torch.Tensor],
+    teacher_hidden: Sequence[torch.Tensor],
+    mask: torch.Tensor | None = None,
+    *,
+    layers: Sequence[int] | None = None,
+    reduction: str = "sum",
+) -> torch.Tensor:
+    """``Σ_l MSE(h_l^S, h_l^T)`` over the hidden states (CALD Eq. (2)); the teacher's states are detached.
+
+    Args:
+        student_hidden, teacher_hidden: sequences of ``(batch, seq, hidden)`` tensors of equal length and shapes
+            (HF ``output_hidden_states``: ``L + 1`` states for ``L`` layers).
+        mask: ``(batch, seq)`` 1 for real tokens, 0 for pads (pads do not count), or ``None``.
+        layers: indices into the sequences to use (default: all of them, for any depth).
+        reduction: ``"sum"`` over layers (the CALD NLP code) or ``"mean"`` (its LM code).
+
+    Returns:
+        A scalar tensor; 0 exactly when the student's states equal the teacher's.
+
+    Raises:
+        ValueError: different numbers of states, mismatched shapes, an out-of-range layer, unknown reduction.
+    """
+    check_choice("reduction", reduction, ("sum", "mean"))
+    if len(student_hidden) != len(teacher_hidden):
+        raise ValueError(
+            f"student has {len(student_hidden)} hidden states and teacher {len(teacher_hidden)}; "
+            "layerwise distillation needs the same depth"
+        )
+    n = len(student_hidden)
+    index = list(range(n)) if layers is None else list(layers)
+    for i in index:
+        if not -n <= i < n:
+            raise ValueError(f"layers must index the {n} hidden states, got {i}")
+    if not index:
+        raise ValueError("layers must not be empty")
+    total = student_hidden[0].new_zeros(())
+    for i in index:
+        s, t = student_hidden[i], teacher_hidden[i].detach()
+        if s.shape != t.shape:
+            raise ValueError(f"hidden state {i}: student shape {tuple(s.shape)} != teacher shape {tuple(t.shape)}")
+        sq = (s - t).pow(2)
+        if mask is None:
+            total = total + sq.mean()
+        else:
+            m = mask.to(sq.dtype)[..., None]
+            total = total + (sq * m).sum() / (m.sum().clamp_min(1) * sq.shape[-1])
+    return total / len(index) if reduction == "mean" else total
+
+
+def logits_kl(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    temperature: float = 2.0,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """``T² · KL(softmax(z_T / T) ‖ softmax(z_S / T))`` averaged over examples (or real tokens for ``(b, n, V)``).
+
+    Args:
+        student_logits, teacher_logits: ``(batch, classes)`` or ``(batch, seq, vocab)``, same shape.
+        temperature: ``T > 0`` (2 in the CALD code).
+        mask: ``(batch, seq)`` real-token mask for 3-D logits, or ``None``.
+    """
+    check_float("temperature", temperature, low=0.0, low_inclusive=False)
+    if student_logits.shape != teacher_logits.shape:
+        raise ValueError(
+            f"student logits {tuple(student_logits.shape)} and teacher logits {tuple(teacher_logits.shape)} differ"
+        )
+    s = F.log_softmax(student_logits.float() / temperature, dim=-1)
+    t = F.log_softmax(teacher_logits.detach().float() / temperature, dim=-1)
+    kl = (t.exp() * (t - s)).sum(-1)
+    if kl.dim() == 2 and mask is not None:
+        m = mask.to(kl.dtype)
+        kl = (kl * m).sum() / m.sum().clamp_min(1)
+    else:
+        kl = kl.mean()
+    return kl * temperature**2
+
+
+@dataclass(frozen=True)
+class Guidance:
+    """A guidance strategy and its weights (CALD Section 3.2).
+
+    Attributes:
+        strategy: one of ``unguided, target, trajectory, waypoint, hybrid``.
+        alpha_layer: weight of the layerwise MSE (>= 0; float). Ignored (0) for ``unguided``.
+        alpha_logits: weight of the logits KL (>= 0).
+        temperature: KL temperature (> 0).
+        teacher_lr: trajectory: the teacher's learning rate (>= 0; 0 freezes it).
+        teacher_update_cycle: trajectory: update the teacher every this many steps (>= 1).
+        max_distill_steps: hybrid: steps with distillation before α drops to 0 (>= 0).
+        waypoint_every: waypoint: student steps per teacher checkpoint (>= 1).
+        layers: hidden-state indices to match (default all).
+        reduction: ``"sum"`` or ``"mean"`` over layers.
+    """
+
+    strategy: str = "target"
+    alpha_layer: float = 1.0
+    alpha_logits: float = 0.0
+    temperature: float = 2.0
+    teacher_lr: float = 1e-4
+    teacher_update_cycle: int = 1
+    max_distill_steps: int = 0
+    waypoint_every: int = 1
+    layers: tuple[int, ...] | None = None
+    reduction: str = "sum"
+
+    def __post_init__(self) -> None:
+        check_choice("strategy", self.strategy, STRATEGIES)
+        check_float("alpha_layer", self.alpha_layer, low=0.0)
+        check_float("alpha_logits", self.alpha_logits, low=0.0)
+        check_float("temperature", self.temperature, low=0.0, low_inclusive=False)
+        check_float("teacher_lr", self.teacher_lr, low=0.0)
+        check_int("teacher_update_cycle", self.teacher_update_cycle, low=1)
+        check_int("max_distill_steps", self.max_distill_steps, low=0)
+        check_int("waypoint_every", self.waypoint_every, low=1)
+        check_choice("reduction", self.reduction, ("sum", "mean"))
+
+    def alphas(self, step: int) -> tuple[float, float]:
+        """``(alpha_layer, alpha_logits)`` in force at 0-based ``step``."""
+        if self.strategy == "unguided":
+            return 0.0, 0.0
+        if self.strategy == "hybrid" and step >= self.max_distill_steps:
+            return 0.0, 0.0
+        return self.alpha_layer, self.alpha_logits
+
+
+@dataclass
+class DistillResult:
+    """What :func:`distill` returns.
+
+    Attributes:
+        student: the fine-tuned student (same object as passed in).
+        teacher: the teacher at the end (co-trained for ``trajectory``; ``None`` for ``unguided``).
+        history: one dict per step: ``task``, ``layer``, ``logits``, ``loss``, ``alpha_layer``, ``teacher_task``.
+    """
+
+    student: nn.Module
+    teacher: nn.Module | None
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def _linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / (warmup + 1)
+        return max(0.0, (total - step) / max(1, total - warmup))
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def _forward(model: nn.Module, batch: Mapping[str, torch.Tensor]) -> Any:
+    return model(**batch, output_hidden_states=True)
+
+
+def distill(
+    student: nn.Module,
+    batches: Iterable[Mapping[str, torch.Tensor]],
+    *,
+    steps: int,
+    guidance: Guidance,
+    teacher: nn.Module | None = None,
+    waypoints: Sequence[Mapping[str, torch.Tensor]] | None = None,
+    lr: float = 1e-4,
+    weight_decay: float = 0.0,
+    warmup_steps: int = 0,
+    grad_clip: float | None = 1.0,
+    trainable: Callable[[str, nn.Parameter], bool] | None = None,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+) -> DistillResult:
+    """Fine-tune a converted student on a task with teacher guidance (CALD Algorithm / Section 3.2).
+
+    Each batch is a dict for the HF model's ``forward`` holding ``labels`` (so ``output.loss`` is the task loss)
+    and, optionally, ``attention_mask`` (1 = real token), which also masks the layerwise loss.
+
+    Args:
+        student: the converted model (trained in place).
+        batches: an iterable of batches; cycled if shorter than ``steps``.
+        steps: optimizer steps (>= 1).
+        guidance: the :class:`Guidance` strategy.
+        teacher: ``target``/``hybrid``: the fine-tuned teacher (frozen); ``trajectory``: the *pretrained* teacher
+            (it is copied and co-trained); ``waypoint``: the architecture the checkpoints load into; ``unguided``:
+            ignored.
+        waypoints: ``waypoint``: teacher state dicts in training order (>= 1).
+        lr, weight_decay, warmup_steps: AdamW with linear warm-up and linear decay to 0 (the CALD code's default).
+        grad_clip: max gradient norm (``None`` = no clipping).
+        trainable: ``(name, parameter) -> bool`` selects the student's trained parameters (default all).
+        on_step: called with ``(step, record)`` after every step.
+
+    Returns:
+        :class:`DistillResult`.
+
+    Raises:
+        ValueError: a guided strategy without a teacher, ``waypoint`` without checkpoints, bad step counts.
+        FloatingPointError: a non-finite loss (the step is not applied; names the step).
+    """
+    check_int("steps", steps, low=1)
+    check_float("lr", lr, low=0.0, low_inclusive=False)
+    check_float("weight_decay", weight_decay, low=0.0)
+    check_int("warmup_steps", warmup_steps, low=0)
+    if grad_clip is not None:
+        check_float("grad_clip", grad_clip, low=0.0, low_inclusive=False)
+    strategy = guidance.strategy
+    if strategy != "unguided" and teacher is None:
+        raise ValueError(f"strategy {strategy!r} needs a teacher model")
+    if strategy == "waypoint" and not waypoints:
+        raise ValueError("strategy 'waypoint' needs at least one teacher checkpoint in waypoints")
+
+    params = [p for n, p in student.named_parameters() if trainable is None or trainable(n, p)]
+    if trainable is not None:
+        chosen = {id(p) for p in params}
+        for p in student.parameters():
+            p.requires_grad_(id(p) in chosen)
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    sched = _linear_schedule(opt, warmup_steps, steps)
+
+    t_model: nn.Module | None = None
+    t_opt = t_sched = None
+    if strategy == "trajectory":
+        t_model = copy.deepcopy(teacher)
+        t_params = [p for n, p in t_model.named_parameters() if trainable is None or trainable(n, p)]
+        chosen = {id(p) for p in t_params}
+        for p in t_model.parameters():
+            p.requires_grad_(id(p) in chosen)
+        t_opt = torch.optim.AdamW(t_params, lr=max(guidance.teacher_lr, 1e-30), weight_decay=weight_decay)
+        t_sched = _linear_schedule(t_opt, warmup_steps, steps)
+        t_model.train()
+    elif strategy != "unguided":
+        t_model = copy.deepcopy(teacher) if strategy == "waypoint" else teacher
+        t_model.eval()
+        for p in t_model.parameters():
+            p.requires_grad_(False)
+    current_waypoint = -1
+
+    student.train()
+    history: list[dict[str, float]] = []
+    it = _cycle(batches)
+    for step in range(steps):
+        batch = next(it)
+        mask = batch.get("attention_mask")
+        a_layer, a_logits = guidance.alphas(step)
+        record: dict[str, float] = {"alpha_layer": a_layer}
+        t_out = None
+        if strategy == "trajectory":
+            t_out = _forward(t_model, batch)
+            record["teacher_task"] = float(t_out.loss.detach())
+            if (step + 1) % guidance.teacher_update_cycle == 0 and guidance.teacher_lr > 0:
+                if not torch.isfinite(t_out.loss):
+                    raise FloatingPointError(f"non-finite teacher loss at step {step}; no update applied")
+                t_opt.zero_grad(set_to_none=True)
+                t_out.loss.backward()
+                if grad_clip is not None:
+                    nn.utils.clip_grad_norm_([p for p in t_model.parameters() if p.requires_grad], grad_clip)
+                t_opt.step()
+            t_sched.step()
+        elif a_layer > 0 or a_logits > 0:
+            if strategy == "waypoint":
+                idx = min(step // guidance.waypoint_every, len(waypoints) - 1)
+                if idx != current_waypoint:
+                    t_model.load_state_dict(waypoints[idx])
+                    current_waypoint = idx
+            with torch.no_grad():
+                t_out = _forward(t_model, batch)
+        out = _forward(student, batch)
+        loss = out.loss
+        record["task"] = float(loss.detach())
+        if t_out is not None and a_layer > 0:
+            lay = layerwise_loss(
+                out.hidden_states, t_out.hidden_states, mask, layers=guidance.layers, reduction=guidance.reduction
+            )
+            loss = loss + a_layer * lay
+            record["layer"] = float(lay.detach())
+        if t_out is not None and a_logits > 0:
+            kl = logits_kl(out.logits, t_out.logits, guidance.temperature, mask if out.logits.dim() == 3 else None)
+            loss = loss + a_logits * kl
+            record["logits"] = float(kl.detach())
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite student loss at step {step} ({record}); no update applied")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if grad_clip is not None:
+            nn.utils.clip_grad_norm_(params, grad_clip)
+        opt.step()
+        sched.step()
+        record["loss"] = float(loss.detach())
+        history.append(record)
+        if on_step is not None:
+            on_step(step, record)
+    student.eval()
+    if t_model is not None:
+        t_model.eval()
+    return DistillResult(student=student, teacher=t_model, history=history)
+
+
+def _cycle(batches: Iterable[Mapping[str, torch.Tensor]]) -> Iterator[Mapping[str, torch.Tensor]]:
+    cache: list[Mapping[str, torch.Tensor]] = []
+    for b in batches:
+        cache.append(b)
+        yield b
+    if not cache:
+        raise ValueError("batches is empty")
+    while True:
+        yield from cache
+

