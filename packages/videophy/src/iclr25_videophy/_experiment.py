@@ -61,6 +61,8 @@ def generate(cfg: GenerateConfig, ctx: RunContext) -> Result:
     from iclr25_videophy._generate import generate as run_generation
     from iclr25_videophy._io import Prompt, read_prompts
 
+    if cfg.videos_dir is None and not ctx.writes:
+        raise ValueError("--videos-dir (or --out) is required: where to write the videos")
     prompts = read_prompts(cfg.prompts) if cfg.prompts is not None else []
     prompts += [Prompt(p) for p in cfg.prompt]
     if cfg.prompts is None and not cfg.prompt:

@@ -72,8 +72,6 @@ class GenerateConfig(CommonOptions):
         check_int("height", self.height, low=0)
         check_int("width", self.width, low=0)
         check_float("fps", self.fps, low=0.0, low_inclusive=False)
-        if self.videos_dir is None and self.out is None:
-            raise ValueError("--videos-dir (or --out) is required: where to write the videos")
         if self.pipeline != "tiny-random" and not Path(self.pipeline).is_dir():
             raise ValueError(f"pipeline must be 'tiny-random' or a local diffusers folder, got {self.pipeline!r}")
         if self.prompts is not None and not self.prompts.is_file():

@@ -1,0 +1,77 @@
+"""The command line end to end on tiny inputs, and its bad-input exits (2, one line, before any work)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from iclr25_videophy import Prompt, generate, write_prompts
+from iclr25_videophy.cli import main
+
+
+def _videos(tmp_path):
+    def gen(prompt, seed):
+        rng = np.random.default_rng(seed)
+        base = rng.integers(0, 200, (16, 16, 3))
+        return np.stack([np.clip(base + 3 * t, 0, 255) for t in range(8)]).astype(np.uint8)
+
+    return generate(gen, [Prompt("A ball falls, bounces; stops."), Prompt("Water pours")], tmp_path / "v",
+                    source="toy")
+
+
+def test_leaderboard_default_runs_on_the_published_example_labels(tmp_path, capsys):
+    assert main(["leaderboard", "--out", str(tmp_path / "r")]) == 0
+    res = json.loads((tmp_path / "r" / "results.json").read_text())
+    (row,) = res["tables"]["leaderboard"]
+    assert row["joint"] == pytest.approx(28.6)
+
+
+def test_evaluate_a_mapping_writes_labels_in_the_published_format(tmp_path):
+    _videos(tmp_path)
+    assert main(["evaluate", "--mapping", str(tmp_path / "v" / "mapping.csv"), "--out", str(tmp_path / "e"),
+                 "--quiet"]) == 0
+    header = (tmp_path / "e" / "labels.csv").read_text().splitlines()[0]
+    assert header == "video_url,caption,states_of_matter,source,complexity,majority_sa,majority_pc,sa_score,pc_score"
+    assert main(["leaderboard", "--labels", str(tmp_path / "e" / "labels.csv"), "--quiet"]) == 0
+
+
+def test_evaluate_by_file_name_without_a_match_exits_2_naming_the_prompt(tmp_path, capsys):
+    _videos(tmp_path)
+    write_prompts(tmp_path / "p.csv", [Prompt("A cat jumps over a fence")])
+    rc = main(["evaluate", "--videos", str(tmp_path / "v" / "videos"), "--prompts", str(tmp_path / "p.csv")])
+    assert rc == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "A cat jumps over a fence" in err[0]
+
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["evaluate", "--mapping", "/nonexistent/m.csv"], "mapping file"),
+        (["evaluate", "--pc", "labels"], "--labels"),
+        (["evaluate", "--threshold", "2"], "threshold"),
+        (["leaderboard", "--labels", "/nonexistent.csv"], "labels file"),
+        (["generate", "--pipeline", "/no/such/model", "--videos-dir", "x"], "pipeline"),
+        (["generate", "--prompt", " ", "--videos-dir", "x"], "empty"),
+        (["generate"], "videos-dir"),
+        (["reproduce", "--seeds", "0"], "seeds"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, match, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and match in err[0]
+
+
+def test_a_video_that_does_not_decode_exits_2(tmp_path, capsys):
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(b"\\x00" * 100)
+    (tmp_path / "m.json").write_text(json.dumps({"A ball falls": "bad.mp4"}))
+    assert main(["evaluate", "--mapping", str(tmp_path / "m.json")]) == 2
+    assert "bad.mp4" in capsys.readouterr().err
+
+
+def test_empty_prompt_set_exits_2(tmp_path, capsys):
+    (tmp_path / "p.csv").write_text("caption\n")
+    assert main(["generate", "--prompts", str(tmp_path / "p.csv"), "--videos-dir", str(tmp_path / "v")]) == 2
+    assert "empty" in capsys.readouterr().err
