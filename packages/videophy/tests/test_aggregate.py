@@ -27,8 +27,17 @@ def _random_rows(rng, n_models=3, n_prompts=6, max_videos=3, continuous=False):
         for p in range(n_prompts):
             for k in range(rng.integers(1, max_videos + 1)):
                 sa, pc = (rng.random(2) if continuous else rng.integers(0, 2, 2)).tolist()
-                rows.append(Judgement(f"m{m}/p{p}_{k}.mp4", f"prompt {p}", float(sa), float(pc), source=f"m{m}",
-                                      states_of_matter=["solid_solid", "fluid_fluid"][p % 2], complexity=p % 2))
+                rows.append(
+                    Judgement(
+                        f"m{m}/p{p}_{k}.mp4",
+                        f"prompt {p}",
+                        float(sa),
+                        float(pc),
+                        source=f"m{m}",
+                        states_of_matter=["solid_solid", "fluid_fluid"][p % 2],
+                        complexity=p % 2,
+                    )
+                )
     return rows
 
 
@@ -38,8 +47,10 @@ def _brute_force(rows, source, t=0.5):
     for j in rows:
         if j.source == source:
             prompts.setdefault(j.caption, []).append((j.sa >= t, j.pc >= t))
-    per = [[np.mean([a and b for a, b in v]), np.mean([a for a, _ in v]), np.mean([b for _, b in v])]
-           for v in prompts.values()]
+    per = [
+        [np.mean([a and b for a, b in v]), np.mean([a for a, _ in v]), np.mean([b for _, b in v])]
+        for v in prompts.values()
+    ]
     return 100 * np.mean(per, axis=0)
 
 
@@ -65,7 +76,9 @@ def test_joint_equals_sa_equals_pc_when_labels_agree():
     rows = [Judgement(f"v{i}", f"p{i}", float(b), float(b)) for i, b in enumerate(rng.integers(0, 2, 20))]
     (r,) = aggregate(rows, by=())
     assert r["joint"] == r["sa"] == r["pc"]
-    (m,) = aggregate([Judgement(f"v{i}", f"p{i}", s, s) for i, s in enumerate(rng.random(9))], mode="mean", by=())
+    (m,) = aggregate(
+        [Judgement(f"v{i}", f"p{i}", s, s) for i, s in enumerate(rng.random(9))], mode="mean", by=()
+    )
     assert m["joint"] == pytest.approx(m["sa"]) and m["sa"] == pytest.approx(m["pc"])
 
 
@@ -83,7 +96,12 @@ def test_threshold_and_mean_modes_on_continuous_scores():
 
 def test_videophy2_mode_uses_sa_ge_4_and_pc_ge_4():
     # Hritikbansal/videophy#10: joint = SA >= 4 and PC >= 4 on the 1..5 scale
-    rows = [Judgement("a", "p", 4, 5), Judgement("b", "q", 5, 3), Judgement("c", "r", 3, 4), Judgement("d", "s", 4, 4)]
+    rows = [
+        Judgement("a", "p", 4, 5),
+        Judgement("b", "q", 5, 3),
+        Judgement("c", "r", 3, 4),
+        Judgement("d", "s", 4, 4),
+    ]
     (r,) = aggregate(rows, mode="videophy2", by=())
     assert (r["joint"], r["sa"], r["pc"]) == (50.0, 75.0, 75.0)
     with pytest.raises(ValueError, match="1..5"):
@@ -94,11 +112,11 @@ def test_videophy2_mode_uses_sa_ge_4_and_pc_ge_4():
 
 def test_appended_duplicate_rows_do_not_double_count():
     rows = [Judgement("a", "p", 1, 1), Judgement("b", "q", 0, 0)]
-    (r,) = aggregate(rows + [rows[0], rows[0]], by=())
+    (r,) = aggregate([*rows, rows[0], rows[0]], by=())
     assert r["joint"] == 50.0 and r["n_videos"] == 2
-    assert dedupe(rows + [rows[1]])[1] == 1
+    assert dedupe([*rows, rows[1]])[1] == 1
     with pytest.raises(ValueError, match="appears twice"):
-        dedupe(rows + [Judgement("a", "p", 0, 1)])
+        dedupe([*rows, Judgement("a", "p", 0, 1)])
 
 
 def test_a_constant_judge_is_flagged():
@@ -112,8 +130,12 @@ def test_a_constant_judge_is_flagged():
 
 
 def test_leaderboard_sorts_by_joint_and_breaks_ties_by_name():
-    rows = [Judgement("1", "p", 1, 1, source="B"), Judgement("2", "p", 1, 1, source="A"),
-            Judgement("3", "p", 1, 0, source="C"), Judgement("4", "p", 0, 0, source="D")]
+    rows = [
+        Judgement("1", "p", 1, 1, source="B"),
+        Judgement("2", "p", 1, 1, source="A"),
+        Judgement("3", "p", 1, 0, source="C"),
+        Judgement("4", "p", 0, 0, source="D"),
+    ]
     board = leaderboard(rows)
     assert [(r["rank"], r["source"]) for r in board] == [(1, "A"), (2, "B"), (3, "C"), (4, "D")]
 
@@ -135,8 +157,10 @@ def test_a_task_not_scored_gives_nan_joint_and_partial_scores_are_refused():
         aggregate([Judgement("a", "p", math.nan, 1.0), Judgement("b", "q", 1.0, 0.0)])
 
 
-@pytest.mark.parametrize("kwargs,match", [({"mode": "median"}, "mode"), ({"threshold": 1.5}, "threshold"),
-                                          ({"by": ("model",)}, "by")])
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"mode": "median"}, "mode"), ({"threshold": 1.5}, "threshold"), ({"by": ("model",)}, "by")],
+)
 def test_bad_options_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         aggregate([Judgement("a", "p", 1, 1)], **kwargs)

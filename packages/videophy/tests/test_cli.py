@@ -15,8 +15,9 @@ def _videos(tmp_path):
         base = rng.integers(0, 200, (16, 16, 3))
         return np.stack([np.clip(base + 3 * t, 0, 255) for t in range(8)]).astype(np.uint8)
 
-    return generate(gen, [Prompt("A ball falls, bounces; stops."), Prompt("Water pours")], tmp_path / "v",
-                    source="toy")
+    return generate(
+        gen, [Prompt("A ball falls, bounces; stops."), Prompt("Water pours")], tmp_path / "v", source="toy"
+    )
 
 
 def test_leaderboard_default_runs_on_the_published_example_labels(tmp_path, capsys):
@@ -28,10 +29,24 @@ def test_leaderboard_default_runs_on_the_published_example_labels(tmp_path, caps
 
 def test_evaluate_a_mapping_writes_labels_in_the_published_format(tmp_path):
     _videos(tmp_path)
-    assert main(["evaluate", "--mapping", str(tmp_path / "v" / "mapping.csv"), "--out", str(tmp_path / "e"),
-                 "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--mapping",
+                str(tmp_path / "v" / "mapping.csv"),
+                "--out",
+                str(tmp_path / "e"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     header = (tmp_path / "e" / "labels.csv").read_text().splitlines()[0]
-    assert header == "video_url,caption,states_of_matter,source,complexity,majority_sa,majority_pc,sa_score,pc_score"
+    assert (
+        header
+        == "video_url,caption,states_of_matter,source,complexity,majority_sa,majority_pc,sa_score,pc_score"
+    )
     assert main(["leaderboard", "--labels", str(tmp_path / "e" / "labels.csv"), "--quiet"]) == 0
 
 
@@ -45,7 +60,7 @@ def test_evaluate_by_file_name_without_a_match_exits_2_naming_the_prompt(tmp_pat
 
 
 @pytest.mark.parametrize(
-    "argv,match",
+    ("argv", "match"),
     [
         (["evaluate", "--mapping", "/nonexistent/m.csv"], "mapping file"),
         (["evaluate", "--pc", "labels"], "--labels"),

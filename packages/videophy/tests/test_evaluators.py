@@ -66,8 +66,15 @@ def _tiny_lm():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=2048)
+    cfg = LlamaConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        max_position_embeddings=2048,
+    )
     return LlamaForCausalLM(cfg).eval()
 
 
@@ -79,7 +86,9 @@ def test_logit_judge_score_does_not_depend_on_batching_or_padding(tmp_path):
 
     def forward(frames, prompts, side="right"):
         # bytes as tokens (+1 so 0 is free for padding); a frame statistic as a first token so the video matters
-        seqs = [[1 + int(f.mean()) % 255] + [1 + b for b in p.encode()[-40:]] for f, p in zip(frames, prompts)]
+        seqs = [
+            [1 + int(f.mean()) % 255] + [1 + b for b in p.encode()[-40:]] for f, p in zip(frames, prompts)
+        ]
         n = max(map(len, seqs))
         ids = torch.full((len(seqs), n), pad)
         mask = torch.zeros((len(seqs), n), dtype=torch.long)
@@ -92,12 +101,19 @@ def test_logit_judge_score_does_not_depend_on_batching_or_padding(tmp_path):
             logits = lm(input_ids=ids, attention_mask=mask, position_ids=pos).logits
         return logits, mask
 
-    vids = [str(write_video(tmp_path / f"{i}.mp4", np.full((4, 8, 8, 3), 40 * i, np.uint8))) for i in range(3)]
+    vids = [
+        str(write_video(tmp_path / f"{i}.mp4", np.full((4, 8, 8, 3), 40 * i, np.uint8))) for i in range(3)
+    ]
     caps = ["short", "a much longer caption, with commas", "mid length one"]
-    one = LogitJudge(forward, yes_id=90, no_id=79, num_frames=4, size=None, batch_size=1).score(vids, caps, "sa")
-    three = LogitJudge(forward, yes_id=90, no_id=79, num_frames=4, size=None, batch_size=3).score(vids, caps, "sa")
-    left = LogitJudge(lambda f, p: forward(f, p, "left"), yes_id=90, no_id=79, num_frames=4, size=None,
-                      batch_size=3).score(vids, caps, "sa")
+    one = LogitJudge(forward, yes_id=90, no_id=79, num_frames=4, size=None, batch_size=1).score(
+        vids, caps, "sa"
+    )
+    three = LogitJudge(forward, yes_id=90, no_id=79, num_frames=4, size=None, batch_size=3).score(
+        vids, caps, "sa"
+    )
+    left = LogitJudge(
+        lambda f, p: forward(f, p, "left"), yes_id=90, no_id=79, num_frames=4, size=None, batch_size=3
+    ).score(vids, caps, "sa")
     np.testing.assert_allclose(three, one, atol=1e-5)
     np.testing.assert_allclose(left, one, atol=1e-5)
     assert ((one > 0) & (one < 1)).all() and np.ptp(one) > 0
@@ -111,7 +127,9 @@ def test_logit_judge_with_a_masked_causal_mean_model_is_padding_invariant(tmp_pa
     emb, head = torch.randn(300, 16, generator=g), torch.randn(16, 300, generator=g)
 
     def forward(frames, prompts, side):
-        seqs = [[1 + int(f.mean()) % 255] + [1 + b for b in p.encode()[-30:]] for f, p in zip(frames, prompts)]
+        seqs = [
+            [1 + int(f.mean()) % 255] + [1 + b for b in p.encode()[-30:]] for f, p in zip(frames, prompts)
+        ]
         n = max(map(len, seqs))
         ids, mask = torch.zeros((len(seqs), n), dtype=torch.long), torch.zeros((len(seqs), n))
         for i, s in enumerate(seqs):
@@ -120,11 +138,14 @@ def test_logit_judge_with_a_masked_causal_mean_model_is_padding_invariant(tmp_pa
         h = (emb[ids] * mask[..., None]).cumsum(1) / mask.cumsum(1).clamp(min=1)[..., None]
         return (h @ head).to(torch.bfloat16), mask
 
-    vids = [str(write_video(tmp_path / f"{i}.mp4", np.full((4, 8, 8, 3), 40 * i, np.uint8))) for i in range(3)]
+    vids = [
+        str(write_video(tmp_path / f"{i}.mp4", np.full((4, 8, 8, 3), 40 * i, np.uint8))) for i in range(3)
+    ]
     caps = ["short", "a much longer caption, with commas", "mid"]
     scores = [
-        LogitJudge(lambda f, p, s=side: forward(f, p, s), yes_id=90, no_id=79, num_frames=4, size=None,
-                   batch_size=b).score(vids, caps, "sa")
+        LogitJudge(
+            lambda f, p, s=side: forward(f, p, s), yes_id=90, no_id=79, num_frames=4, size=None, batch_size=b
+        ).score(vids, caps, "sa")
         for side in ("right", "left")
         for b in (1, 3)
     ]

@@ -5,7 +5,11 @@ import pytest
 
 from iclr25_videophy import DiffusersGenerator, Prompt, count_frames, generate, read_mapping, read_video
 
-AWKWARD = [Prompt('A "heavy" ball, red; it falls/bounces — twice'), Prompt("word " * 100), Prompt("Water pours.")]
+AWKWARD = [
+    Prompt('A "heavy" ball, red; it falls/bounces — twice'),
+    Prompt("word " * 100),
+    Prompt("Water pours."),
+]
 
 
 class Counting:
@@ -62,7 +66,9 @@ def test_refuses_to_overwrite_without_resume_and_reports_bad_output(tmp_path):
 def test_tiny_random_diffusers_pipeline_runs_end_to_end(tmp_path):
     from iclr25_videophy._tiny import tiny_text_to_video_pipeline
 
-    gen = DiffusersGenerator(tiny_text_to_video_pipeline(0), num_frames=4, num_inference_steps=2, height=32, width=32)
+    gen = DiffusersGenerator(
+        tiny_text_to_video_pipeline(0), num_frames=4, num_inference_steps=2, height=32, width=32
+    )
     entries = generate(gen, AWKWARD[:2], tmp_path / "d", source="tiny")
     assert len(entries) == 2
     f = read_video(entries[0][0], 32)

@@ -19,7 +19,7 @@ from iclr25_videophy import (
 )
 
 AWKWARD = [
-    "videos/A ball, red; bouncing/clip's \"1\".mp4",
+    'videos/A ball, red; bouncing/clip\'s "1".mp4',
     "C:\\data\\odd,name;with'quotes\".mp4",
     "videos/ünïcödé — 動画.mp4",
     "line\nbreak.mp4",
@@ -28,8 +28,15 @@ AWKWARD = [
 
 def test_labels_round_trip_with_awkward_paths_and_captions(tmp_path):
     js = [
-        Judgement(p, f'caption {i}, with "quotes"; and\'apostrophes', sa=0.25 * i, pc=1 - 0.2 * i, source=f"m,{i}",
-                  states_of_matter="solid_fluid", complexity=i % 2)
+        Judgement(
+            p,
+            f'caption {i}, with "quotes"; and\'apostrophes',
+            sa=0.25 * i,
+            pc=1 - 0.2 * i,
+            source=f"m,{i}",
+            states_of_matter="solid_fluid",
+            complexity=i % 2,
+        )
         for i, p in enumerate(AWKWARD)
     ]
     path = write_labels(tmp_path / "labels.csv", js)
@@ -112,7 +119,9 @@ def test_read_prompts_errors(tmp_path):
 
 
 def test_json_mapping_resolves_relative_paths(tmp_path):
-    (tmp_path / "m.json").write_text(json.dumps({"a long prompt " * 30: "v/1.mp4", "b": ["v/2.mp4", "/abs/3.mp4"]}))
+    (tmp_path / "m.json").write_text(
+        json.dumps({"a long prompt " * 30: "v/1.mp4", "b": ["v/2.mp4", "/abs/3.mp4"]})
+    )
     got = read_mapping(tmp_path / "m.json")
     assert [g[0] for g in got] == [str(tmp_path / "v/1.mp4"), str(tmp_path / "v/2.mp4"), "/abs/3.mp4"]
 

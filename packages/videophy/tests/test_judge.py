@@ -129,7 +129,7 @@ def test_last_non_pad_index_and_its_errors():
 
 
 @pytest.mark.parametrize(
-    "kwargs,match",
+    ("kwargs", "match"),
     [
         ({"yes_id": 3, "no_id": 3}, "differ"),
         ({"yes_id": 10, "no_id": 1}, "yes_id"),

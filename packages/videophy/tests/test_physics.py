@@ -35,7 +35,7 @@ def test_teleport_shows_as_a_jerk_spike():
 
 def test_evaluator_separates_physical_from_violating_clips_on_held_out_data():
     x_tr, y_tr, _ = make_dataset(15, 0)
-    x_te, y_te, k_te = make_dataset(15, 1)
+    x_te, y_te, _k_te = make_dataset(15, 1)
     s = PhysicsPlausibility().fit(x_tr, y_tr).score_clips(x_te)
     assert ((s >= 0) & (s <= 1)).all()
     assert roc_auc_score(y_te, s) > 0.8

@@ -58,7 +58,7 @@ def test_odd_sizes_are_padded_and_float_frames_scaled(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "frames,match",
+    ("frames", "match"),
     [
         (np.zeros((0, 8, 8, 3), np.uint8), "shape"),
         (np.zeros((2, 8, 8), np.uint8), "shape"),

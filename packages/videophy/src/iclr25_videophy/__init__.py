@@ -62,7 +62,13 @@ from iclr25_videophy._physics import (
     render_clip,
     trajectory_features,
 )
-from iclr25_videophy._video import VideoDecodeError, count_frames, read_video, sample_frame_indices, write_video
+from iclr25_videophy._video import (
+    VideoDecodeError,
+    count_frames,
+    read_video,
+    sample_frame_indices,
+    write_video,
+)
 
 __all__ = [
     "AGGREGATION_MODES",

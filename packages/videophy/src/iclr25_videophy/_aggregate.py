@@ -99,7 +99,9 @@ def _one(v: float, name: str, j: Judgement, mode: str, threshold: float) -> floa
         return math.nan
     if mode == "videophy2":
         if not (v == int(v) and 1 <= v <= 5):
-            raise ValueError(f"videophy2 mode needs integer scores in 1..5; video {j.videopath!r} has {name}={v:g}")
+            raise ValueError(
+                f"videophy2 mode needs integer scores in 1..5; video {j.videopath!r} has {name}={v:g}"
+            )
         return float(v >= 4)
     if not 0.0 <= v <= 1.0:
         raise ValueError(
@@ -175,7 +177,12 @@ def aggregate(
     out = []
     for group in sorted(per_prompt, key=lambda g: tuple((v is None, "" if v is None else v) for v in g)):
         prompts = per_prompt[group]
-        means = np.array([[np.mean([getattr(a, f) for a in accs]) for f in ("joint", "sa", "pc")] for accs in prompts.values()])
+        means = np.array(
+            [
+                [np.mean([getattr(a, f) for a in accs]) for f in ("joint", "sa", "pc")]
+                for accs in prompts.values()
+            ]
+        )
         avg = means.mean(axis=0) * 100.0
         row: dict[str, Any] = dict(zip(by, group))
         row.update(
@@ -195,6 +202,7 @@ def leaderboard(judgements: Iterable[Judgement], **kwargs: Any) -> list[dict[str
     if "by" in kwargs:
         raise TypeError("leaderboard() groups by source; use aggregate(by=...) for other groupings")
     rows = aggregate(judgements, by=("source",), **kwargs)
+
     def desc(v: float) -> float:  # descending, nan (task not scored) last
         return math.inf if math.isnan(v) else -v
 

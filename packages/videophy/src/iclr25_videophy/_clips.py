@@ -18,7 +18,15 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from iclr25_shared._fetch import FetchError, apt_download, cache_lock, deb_extract, fetching_disabled, install_file, log
+from iclr25_shared._fetch import (
+    FetchError,
+    apt_download,
+    cache_lock,
+    deb_extract,
+    fetching_disabled,
+    install_file,
+    log,
+)
 from iclr25_shared._paths import cache_dir, package_dir
 from iclr25_shared.errors import DatasetUnavailable
 
@@ -75,7 +83,9 @@ def _fetch_opencv(cache: Path) -> None:
             return
         with tempfile.TemporaryDirectory(prefix="iclr25-opencv-doc-") as tmp:
             work = Path(tmp)
-            log(f"fetching opencv-doc's sample videos with `apt-get download opencv-doc` (96 MB) into {cache}")
+            log(
+                f"fetching opencv-doc's sample videos with `apt-get download opencv-doc` (96 MB) into {cache}"
+            )
             deb = apt_download("opencv-doc", work)
             tree = deb_extract(deb, work / "deb")
             src = tree / OPENCV_DOC_DIR.relative_to("/")

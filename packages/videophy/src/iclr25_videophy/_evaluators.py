@@ -61,7 +61,9 @@ class HumanLabels:
         for j in rows:
             old = self._by_video.get(j.videopath)
             if old is not None and (old.sa, old.pc) != (j.sa, j.pc):
-                raise ValueError(f"labels for video {j.videopath!r} disagree: {old.sa, old.pc} vs {j.sa, j.pc}")
+                raise ValueError(
+                    f"labels for video {j.videopath!r} disagree: {old.sa, old.pc} vs {j.sa, j.pc}"
+                )
             self._by_video[j.videopath] = j
 
     def score(self, videos: Sequence[str], captions: Sequence[str], task: str) -> np.ndarray:
@@ -88,7 +90,8 @@ class FrameEvaluator:
     def score(self, videos: Sequence[str], captions: Sequence[str], task: str) -> np.ndarray:
         _check_task(self, task)
         return np.asarray(
-            [self.score_frames(read_video(v, self.num_frames, size=self.size)) for v in videos], dtype=np.float64
+            [self.score_frames(read_video(v, self.num_frames, size=self.size)) for v in videos],
+            dtype=np.float64,
         )
 
 
@@ -118,7 +121,9 @@ class TemporalCoherence(FrameEvaluator):
         if f.ndim == 4:
             f = f.mean(axis=-1)
         if f.ndim != 3 or f.shape[0] < 3:
-            raise ValueError(f"frames must have shape (T, H, W[, 3]) with T >= 3, got {np.asarray(frames).shape}")
+            raise ValueError(
+                f"frames must have shape (T, H, W[, 3]) with T >= 3, got {np.asarray(frames).shape}"
+            )
         flat = f.reshape(f.shape[0], -1)
         d_adj = np.abs(np.diff(flat, axis=0)).mean()
         i, j = np.triu_indices(flat.shape[0], k=1)
@@ -208,9 +213,13 @@ def evaluate_videos(
             continue
         s = np.asarray(ev.score(videos, captions, task), dtype=np.float64)
         if s.shape != (len(entries),):
-            raise ValueError(f"{type(ev).__name__} returned {s.shape} {task} scores for {len(entries)} videos")
+            raise ValueError(
+                f"{type(ev).__name__} returned {s.shape} {task} scores for {len(entries)} videos"
+            )
         if not np.isfinite(s).all() or s.min() < 0 or s.max() > 5:
-            raise ValueError(f"{type(ev).__name__} returned {task} scores outside [0, 1] (or 1..5) or non-finite")
+            raise ValueError(
+                f"{type(ev).__name__} returned {task} scores outside [0, 1] (or 1..5) or non-finite"
+            )
         scores[task] = s
     return [
         Judgement(

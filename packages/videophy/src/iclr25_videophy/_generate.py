@@ -43,7 +43,9 @@ class DiffusersGenerator:
         call_kwargs: more keyword arguments for the pipeline (height, width, guidance_scale, ...).
     """
 
-    def __init__(self, pipe: Any, *, num_frames: int = 16, num_inference_steps: int = 25, **call_kwargs: Any) -> None:
+    def __init__(
+        self, pipe: Any, *, num_frames: int = 16, num_inference_steps: int = 25, **call_kwargs: Any
+    ) -> None:
         if not callable(pipe):
             raise TypeError(f"pipe must be a callable diffusers pipeline, got {type(pipe).__name__}")
         self.pipe = pipe
@@ -110,7 +112,9 @@ def generate(
         TypeError: ``generator`` not callable.
     """
     if not callable(generator):
-        raise TypeError(f"generator must be callable (prompt, seed) -> frames, got {type(generator).__name__}")
+        raise TypeError(
+            f"generator must be callable (prompt, seed) -> frames, got {type(generator).__name__}"
+        )
     if not prompts:
         raise ValueError("the prompt set is empty; nothing to generate")
     videos_per_prompt = check_int("videos_per_prompt", videos_per_prompt, low=1)
@@ -121,7 +125,9 @@ def generate(
     done: dict[tuple[str, str], tuple[str, Prompt, str]] = {}
     if mapping_path.exists():
         if not resume:
-            raise ValueError(f"{str(mapping_path)!r} exists; pass resume=True (--resume) to continue that run")
+            raise ValueError(
+                f"{str(mapping_path)!r} exists; pass resume=True (--resume) to continue that run"
+            )
         for video, p, src in read_mapping(mapping_path):
             done[(p.caption, Path(video).name)] = (video, p, src)
     (out / "videos").mkdir(parents=True, exist_ok=True)
@@ -146,7 +152,9 @@ def generate(
         try:
             write_video(path, frames, fps=fps)
         except ValueError as exc:
-            raise ValueError(f"the generator's output for prompt {p.caption!r} is not a video: {exc}") from exc
+            raise ValueError(
+                f"the generator's output for prompt {p.caption!r} is not a video: {exc}"
+            ) from exc
         entries[key] = (str(path.resolve()), p, source)
         save()
         results.append((str(path.resolve()), p, source))

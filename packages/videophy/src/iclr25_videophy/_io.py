@@ -166,7 +166,9 @@ def read_prompts(path: str | os.PathLike[str]) -> list[Prompt]:
         caption = row.get(col) or ""
         if not caption.strip():
             raise ValueError(f"{where}: empty caption")
-        p = Prompt(caption, _state(row.get("states_of_matter"), where), _complexity(row.get("complexity"), where))
+        p = Prompt(
+            caption, _state(row.get("states_of_matter"), where), _complexity(row.get("complexity"), where)
+        )
         old = seen.get(caption)
         if old is None:
             seen[caption] = p
@@ -214,7 +216,12 @@ def read_labels(path: str | os.PathLike[str]) -> list[Judgement]:
     header, rows = _read_rows(path)
     hs = set(header)
     video_col = "video_url" if "video_url" in hs else "videopath" if "videopath" in hs else None
-    for sa_col, pc_col in (("sa_score", "pc_score"), ("majority_sa", "majority_pc"), ("sa", "physics"), ("sa", "pc")):
+    for sa_col, pc_col in (
+        ("sa_score", "pc_score"),
+        ("majority_sa", "majority_pc"),
+        ("sa", "physics"),
+        ("sa", "pc"),
+    ):
         if {sa_col, pc_col} <= hs:
             break
     else:
@@ -244,11 +251,23 @@ def read_labels(path: str | os.PathLike[str]) -> list[Judgement]:
     return out
 
 
-TEST_COLUMNS = ("video_url", "caption", "states_of_matter", "source", "complexity", "majority_sa", "majority_pc")
+TEST_COLUMNS = (
+    "video_url",
+    "caption",
+    "states_of_matter",
+    "source",
+    "complexity",
+    "majority_sa",
+    "majority_pc",
+)
 
 
 def write_labels(
-    path: str | os.PathLike[str], judgements: Iterable[Judgement], *, threshold: float = 0.5, scores: bool = True
+    path: str | os.PathLike[str],
+    judgements: Iterable[Judgement],
+    *,
+    threshold: float = 0.5,
+    scores: bool = True,
 ) -> Path:
     """Write per-video labels in the published **test** format (atomically).
 
@@ -306,7 +325,9 @@ def read_judge_output(path: str | os.PathLike[str]) -> list[tuple[str, str, str,
             if not row:
                 continue
             if len(row) != 3:
-                raise ValueError(f"{path}, row {i}: expected 3 fields (videopath, prompt, score), got {len(row)}")
+                raise ValueError(
+                    f"{path}, row {i}: expected 3 fields (videopath, prompt, score), got {len(row)}"
+                )
             video, prompt, score = row
             if prompt == PC_TEMPLATE:
                 task, caption = "pc", ""
@@ -329,7 +350,9 @@ def write_mapping(path: str | os.PathLike[str], entries: Sequence[tuple[str, Pro
         w = csv.writer(fh)
         w.writerow(["videopath", "caption", "states_of_matter", "complexity", "source"])
         for video, p, source in entries:
-            w.writerow([video, p.caption, p.states_of_matter, "" if p.complexity is None else p.complexity, source])
+            w.writerow(
+                [video, p.caption, p.states_of_matter, "" if p.complexity is None else p.complexity, source]
+            )
 
     return _atomic_write(path, write)
 
@@ -362,7 +385,9 @@ def read_mapping(path: str | os.PathLike[str]) -> list[tuple[str, Prompt, str]]:
                 raise ValueError(f"{str(p)!r}: empty caption")
             for v in [videos] if isinstance(videos, str) else list(videos):
                 if not isinstance(v, str) or not v.strip():
-                    raise ValueError(f"{str(p)!r}: caption {caption!r} maps to an empty or non-string path {v!r}")
+                    raise ValueError(
+                        f"{str(p)!r}: caption {caption!r} maps to an empty or non-string path {v!r}"
+                    )
                 out.append((resolve(v), Prompt(caption), ""))
         return out
     header, rows = _read_rows(p)
@@ -373,7 +398,9 @@ def read_mapping(path: str | os.PathLike[str]) -> list[tuple[str, Prompt, str]]:
         video, caption = row.get("videopath") or "", row.get("caption") or ""
         if not video.strip() or not caption.strip():
             raise ValueError(f"{where}: empty videopath or caption")
-        prompt = Prompt(caption, _state(row.get("states_of_matter"), where), _complexity(row.get("complexity"), where))
+        prompt = Prompt(
+            caption, _state(row.get("states_of_matter"), where), _complexity(row.get("complexity"), where)
+        )
         out.append((resolve(video), prompt, (row.get("source") or "").strip()))
     return out
 

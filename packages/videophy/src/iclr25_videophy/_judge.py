@@ -142,7 +142,13 @@ def _to_numpy(x: Any) -> Any:
 
 
 def entailment_score(
-    logits: Any, *, yes_id: int, no_id: int, attention_mask: Any = None, input_ids: Any = None, pad_id: int | None = None
+    logits: Any,
+    *,
+    yes_id: int,
+    no_id: int,
+    attention_mask: Any = None,
+    input_ids: Any = None,
+    pad_id: int | None = None,
 ) -> np.ndarray:
     """Eq. (1): ``P(Yes) / (P(Yes) + P(No))`` at the last non-pad token of each sequence.
 
@@ -170,7 +176,9 @@ def entailment_score(
     """
     arr = np.asarray(_to_numpy(logits), dtype=np.float64)
     if arr.ndim not in (2, 3):
-        raise ValueError(f"logits must have shape (batch, seq, vocab) or (batch, vocab), got shape {arr.shape}")
+        raise ValueError(
+            f"logits must have shape (batch, seq, vocab) or (batch, vocab), got shape {arr.shape}"
+        )
     vocab = arr.shape[-1]
     yes_id = check_int("yes_id", yes_id, low=0, high=vocab - 1)
     no_id = check_int("no_id", no_id, low=0, high=vocab - 1)
@@ -188,7 +196,9 @@ def entailment_score(
         if attention_mask is not None:
             mask = np.asarray(_to_numpy(attention_mask))
             if mask.shape != (batch, seq):
-                raise ValueError(f"attention_mask must have shape {(batch, seq)} (batch, seq), got {mask.shape}")
+                raise ValueError(
+                    f"attention_mask must have shape {(batch, seq)} (batch, seq), got {mask.shape}"
+                )
             pos = last_non_pad_index(mask)
         else:
             pos = np.full(batch, seq - 1, dtype=np.int64)
@@ -198,7 +208,9 @@ def entailment_score(
     diff = rows[:, yes_id] - rows[:, no_id]
     bad = ~np.isfinite(diff)
     if bad.any():
-        raise ValueError(f"logits of Yes/No are not finite at the read position of row {int(np.flatnonzero(bad)[0])}")
+        raise ValueError(
+            f"logits of Yes/No are not finite at the read position of row {int(np.flatnonzero(bad)[0])}"
+        )
     # numerically stable sigmoid
     out = np.empty_like(diff)
     pos_d = diff >= 0

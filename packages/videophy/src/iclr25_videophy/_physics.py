@@ -39,7 +39,9 @@ CLIP_KINDS = ("physical", *VIOLATIONS)
 FEATURE_SETS = ("trajectory", "framediff")
 
 
-def _simulate(kind: str, rng: np.random.Generator, frames: int, size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _simulate(
+    kind: str, rng: np.random.Generator, frames: int, size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Centre (row, col) and radius per frame, in pixels (row grows downwards)."""
     floor = size - 2.0
     r0 = rng.uniform(2.5, 4.0)
@@ -126,7 +128,9 @@ def _grey(frames: Any) -> np.ndarray:
     if arr.ndim == 4 and arr.shape[-1] == 3:
         arr = arr.mean(axis=-1)
     if arr.ndim != 3 or arr.shape[0] < 4:
-        raise ValueError(f"frames must have shape (T, H, W) or (T, H, W, 3) with T >= 4, got {np.asarray(frames).shape}")
+        raise ValueError(
+            f"frames must have shape (T, H, W) or (T, H, W, 3) with T >= 4, got {np.asarray(frames).shape}"
+        )
     arr = arr.astype(np.float64)
     if np.asarray(frames).dtype == np.uint8:
         arr /= 255.0
@@ -262,7 +266,9 @@ class PhysicsPlausibility(FrameEvaluator):
         if len(clips) != y.shape[0]:
             raise ValueError(f"clips and labels differ in length: {len(clips)} vs {y.shape[0]}")
         if set(np.unique(y).tolist()) != {0, 1}:
-            raise ValueError(f"labels must hold both 0 and 1 (1 = physical), got values {np.unique(y).tolist()}")
+            raise ValueError(
+                f"labels must hold both 0 and 1 (1 = physical), got values {np.unique(y).tolist()}"
+            )
         self.model = make_pipeline(StandardScaler(), LogisticRegression(C=self.C, max_iter=2000))
         self.model.fit(self.featurize(clips), y)
         return self

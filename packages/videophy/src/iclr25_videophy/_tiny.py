@@ -17,7 +17,11 @@ __all__ = ["tiny_text_to_video_pipeline"]
 
 def _byte_vocab(folder: Path) -> None:
     # GPT-2 / CLIP byte-to-unicode table: every byte maps to a printable character.
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    bs = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
     cs = bs[:]
     n = 0
     for b in range(256):
@@ -84,7 +88,11 @@ def tiny_text_to_video_pipeline(seed: int = 0, device: Any = "cpu") -> Any:
         tokenizer = CLIPTokenizer(
             str(Path(tmp) / "vocab.json"), str(Path(tmp) / "merges.txt"), model_max_length=77
         )
-    scheduler = DDIMScheduler(beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", clip_sample=False)
-    pipe = TextToVideoSDPipeline(vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet, scheduler=scheduler)
+    scheduler = DDIMScheduler(
+        beta_start=0.00085, beta_end=0.012, beta_schedule="scaled_linear", clip_sample=False
+    )
+    pipe = TextToVideoSDPipeline(
+        vae=vae, text_encoder=text_encoder, tokenizer=tokenizer, unet=unet, scheduler=scheduler
+    )
     pipe.set_progress_bar_config(disable=True)
     return pipe.to(device)

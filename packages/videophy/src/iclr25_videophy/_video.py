@@ -141,7 +141,9 @@ def read_video(
     return np.stack([got[int(i)] for i in wanted])
 
 
-def write_video(path: str | os.PathLike[str], frames: Any, *, fps: float = 8.0, codec: str = "libx264") -> Path:
+def write_video(
+    path: str | os.PathLike[str], frames: Any, *, fps: float = 8.0, codec: str = "libx264"
+) -> Path:
     """Write RGB frames to a video file atomically (temporary file beside ``path``, then a rename).
 
     Args:

@@ -73,7 +73,9 @@ class GenerateConfig(CommonOptions):
         check_int("width", self.width, low=0)
         check_float("fps", self.fps, low=0.0, low_inclusive=False)
         if self.pipeline != "tiny-random" and not Path(self.pipeline).is_dir():
-            raise ValueError(f"pipeline must be 'tiny-random' or a local diffusers folder, got {self.pipeline!r}")
+            raise ValueError(
+                f"pipeline must be 'tiny-random' or a local diffusers folder, got {self.pipeline!r}"
+            )
         if self.prompts is not None and not self.prompts.is_file():
             raise ValueError(f"prompts file {str(self.prompts)!r} does not exist")
         for i, p in enumerate(self.prompt):
