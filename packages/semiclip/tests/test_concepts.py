@@ -36,7 +36,10 @@ def test_mining_is_deterministic_case_normalised_and_order_free():
 
 
 def test_a_user_noun_filter_restricts_the_candidates():
-    assert mine_concepts(CAPTIONS, min_count=2, max_frequency=0.5, is_noun=lambda w: w != "belt") == ["coat", "dress"]
+    assert mine_concepts(CAPTIONS, min_count=2, max_frequency=0.5, is_noun=lambda w: w != "belt") == [
+        "coat",
+        "dress",
+    ]
 
 
 def test_words_keep_hyphenated_compounds_whole():
@@ -46,7 +49,16 @@ def test_words_keep_hyphenated_compounds_whole():
 def test_multi_hot_vectors_and_an_empty_caption():
     y = concept_multi_hot(CAPTIONS, ["coat", "dress", "belt"])
     assert y.dtype == np.float32 and y.shape == (8, 3)
-    assert y.tolist() == [[0, 1, 0], [0, 1, 1], [0, 1, 0], [1, 0, 1], [1, 0, 0], [1, 0, 0], [0, 0, 0], [0, 0, 0]]
+    assert y.tolist() == [
+        [0, 1, 0],
+        [0, 1, 1],
+        [0, 1, 0],
+        [1, 0, 1],
+        [1, 0, 0],
+        [1, 0, 0],
+        [0, 0, 0],
+        [0, 0, 0],
+    ]
 
 
 def test_an_empty_concept_set_is_refused_with_the_thresholds_named():

@@ -5,4 +5,6 @@ from iclr25_shared.testing import ContractTests
 
 class TestContract(ContractTests):
     package = "iclr25_semiclip"
-    heavy_allowed = frozenset()  # e.g. {"torch"} when the public API subclasses torch classes
+    heavy_allowed = (
+        frozenset()
+    )  # torch, transformers and timm are imported only when a command or class needs them

@@ -176,7 +176,9 @@ def test_topk_pseudo_label_is_uniform_on_the_k_largest_concepts():
             topk_uniform_targets(logits, k)
 
 
-@pytest.mark.parametrize(("u", "ratio", "kept"), [(10, 0.3, 3), (100, 0.29, 29), (7, 0.0, 0), (7, 1.0, 7), (3, 0.3, 0)])
+@pytest.mark.parametrize(
+    ("u", "ratio", "kept"), [(10, 0.3, 3), (100, 0.29, 29), (7, 0.0, 0), (7, 1.0, 7), (3, 0.3, 0)]
+)
 def test_selection_keeps_exactly_floor_ratio_u_of_the_best_matches(u, ratio, kept):
     scores = torch.randn(u, generator=torch.Generator().manual_seed(u))
     mask = select_top_fraction(scores, ratio)

@@ -41,7 +41,9 @@ def test_a_multi_piece_concept_fills_its_slot_with_the_mean_piece_embedding(tiny
     assert len(pieces) > 1
     sur = SurrogateCaptions(tower, CONCEPTS, words=1)
     table = tower.encoder.get_input_embeddings().weight
-    torch.testing.assert_close(sur.inputs_embeds(torch.tensor([[5]]))[0, sur.slot_positions[0]], table[pieces].mean(0))
+    torch.testing.assert_close(
+        sur.inputs_embeds(torch.tensor([[5]]))[0, sur.slot_positions[0]], table[pieces].mean(0)
+    )
 
 
 def test_the_template_embeddings_are_the_only_new_parameters_and_receive_gradient(tiny):

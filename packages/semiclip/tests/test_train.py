@@ -44,8 +44,12 @@ def test_stage1_without_concepts_optimises_exactly_the_clip_loss():
     fe = feats(6)
     head = head_for(fe, 6, concepts=False)
     with torch.no_grad():  # full batch: the loss is invariant to the batch's order
-        want = clip_contrastive_loss(head.image(fe.labelled_image), head.text(fe.labelled_text), head.scale()).item()
-    hist = train_stage1(head, fe, steps=3, settings=Settings(batch_size=64, lambda1=0.0), generator=torch.Generator())
+        want = clip_contrastive_loss(
+            head.image(fe.labelled_image), head.text(fe.labelled_text), head.scale()
+        ).item()
+    hist = train_stage1(
+        head, fe, steps=3, settings=Settings(batch_size=64, lambda1=0.0), generator=torch.Generator()
+    )
     assert hist[0]["clip"] == pytest.approx(want, rel=1e-6)
     assert set(hist[0]) == {"clip"}
     assert hist[-1]["clip"] < hist[0]["clip"]
@@ -57,7 +61,10 @@ def test_stage1_concept_term_is_the_soft_ce_against_normalised_multi_hot_targets
     with torch.no_grad():
         z = head.concept_logits(head.image(fe.labelled_image))
         y = fe.concept_targets
-        rows = [-(y[i] / y[i].sum() * torch.log_softmax(z[i], 0)).sum() if y[i].sum() > 0 else torch.tensor(0.0) for i in range(len(y))]
+        rows = [
+            -(y[i] / y[i].sum() * torch.log_softmax(z[i], 0)).sum() if y[i].sum() > 0 else torch.tensor(0.0)
+            for i in range(len(y))
+        ]
         want = torch.stack(rows).mean().item()
     hist = train_stage1(head, fe, steps=1, settings=Settings(batch_size=64), generator=torch.Generator())
     assert hist[0]["concept"] == pytest.approx(want, rel=1e-5)
@@ -90,16 +97,31 @@ def test_stage2_refuses_mismatched_stored_logits(tiny):
     head = head_for(fe, tower.dim)
     sur = SurrogateCaptions(tower, CONCEPTS, words=2)
     with pytest.raises(ValueError, match="stored_logits has 3 rows"):
-        train_stage2(head, sur, tower, fe, torch.zeros(3, 5), steps=1, settings=Settings(words=2), generator=torch.Generator())
+        train_stage2(
+            head,
+            sur,
+            tower,
+            fe,
+            torch.zeros(3, 5),
+            steps=1,
+            settings=Settings(words=2),
+            generator=torch.Generator(),
+        )
 
 
 def test_features_refuse_inconsistent_shapes():
     with pytest.raises(ValueError, match="labelled_text has 2 rows"):
-        Features(torch.zeros(3, 4), torch.zeros(2, 4), torch.zeros(3, 2), torch.zeros(1, 4), torch.zeros(1, 4))
+        Features(
+            torch.zeros(3, 4), torch.zeros(2, 4), torch.zeros(3, 2), torch.zeros(1, 4), torch.zeros(1, 4)
+        )
     with pytest.raises(ValueError, match="same shape"):
-        Features(torch.zeros(3, 4), torch.zeros(3, 4), torch.zeros(3, 2), torch.zeros(2, 4), torch.zeros(1, 4))
+        Features(
+            torch.zeros(3, 4), torch.zeros(3, 4), torch.zeros(3, 2), torch.zeros(2, 4), torch.zeros(1, 4)
+        )
     with pytest.raises(ValueError, match="at least one captioned"):
-        Features(torch.zeros(0, 4), torch.zeros(0, 4), torch.zeros(0, 2), torch.zeros(1, 4), torch.zeros(1, 4))
+        Features(
+            torch.zeros(0, 4), torch.zeros(0, 4), torch.zeros(0, 2), torch.zeros(1, 4), torch.zeros(1, 4)
+        )
 
 
 def test_recall_at_k_matches_a_brute_force_count():
@@ -123,7 +145,9 @@ def test_zero_shot_accuracy_is_the_argmax_over_class_prompts():
         head.image_proj.weight.copy_(torch.eye(4))
         head.text_proj.weight.copy_(torch.eye(4))
     classes = torch.eye(4)[:3]
-    images = F.normalize(torch.tensor([[1.0, 0.1, 0, 0], [0, 1, 0.2, 0], [0.1, 0, 1, 0], [1, 0, 0, 0]]), dim=1)
+    images = F.normalize(
+        torch.tensor([[1.0, 0.1, 0, 0], [0, 1, 0.2, 0], [0.1, 0, 1, 0], [1, 0, 0, 0]]), dim=1
+    )
     labels = torch.tensor([0, 1, 2, 2])  # the last one is wrong on purpose
     out = evaluate(head, images, labels, classes, classes, torch.arange(3), ks=(1,))
     assert out["zero_shot"] == pytest.approx(0.75)

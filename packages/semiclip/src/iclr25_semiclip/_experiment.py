@@ -327,6 +327,8 @@ def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
 
     from iclr25_semiclip._model import SemiCLIPHead
 
+    if cfg.checkpoint is None:
+        raise ValueError("evaluate needs --checkpoint (the model.pt written by `train --out DIR`)")
     device = ctx.torch_device()
     try:
         state = torch.load(cfg.checkpoint, map_location="cpu", weights_only=False)

@@ -117,8 +117,8 @@ class TrainConfig(CommonOptions):
 class EvaluateConfig(CommonOptions):
     """Zero-shot accuracy and image→text / text→image recall@k of a checkpoint saved by `train --out`."""
 
-    checkpoint: Path
-    """model.pt written by `iclr25-semiclip train --out DIR`."""
+    checkpoint: Path | None = None
+    """model.pt written by `iclr25-semiclip train --out DIR` (required)."""
     test_size: int = 1000
     """Fashion-MNIST test images used."""
     data_root: Path | None = None
@@ -126,7 +126,7 @@ class EvaluateConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if not self.checkpoint.is_file():
+        if self.checkpoint is not None and not self.checkpoint.is_file():
             raise ValueError(
                 f"checkpoint: {self.checkpoint} is not a file (write one with `train --out DIR`)"
             )

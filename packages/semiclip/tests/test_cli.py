@@ -1,0 +1,186 @@
+"""The command line end to end on tiny inputs (tiny random towers), and every bad input of the issue (exit 2)."""
+
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from iclr25_semiclip.cli import main
+from iclr25_shared.data import fashion_mnist
+from iclr25_shared.testing import require
+
+
+def user_data(tmp_path, n=12):
+    (tmp_path / "img").mkdir()
+    (tmp_path / "unl").mkdir()
+    rng = np.random.default_rng(0)
+    lines = []
+    names = ["coat", "dress", "bag"]
+    for i in range(n):
+        Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(tmp_path / "img" / f"{i}.png")
+        lines.append(f"img/{i}.png\ta picture of a {names[i % 3]} on a table")
+    for i in range(8):
+        Image.fromarray(rng.integers(0, 255, (16, 16, 3), dtype=np.uint8)).save(tmp_path / "unl" / f"{i}.png")
+    (tmp_path / "pairs.tsv").write_text("\n".join(lines) + "\n")
+    return tmp_path / "pairs.tsv", tmp_path / "unl"
+
+
+TINY = ["--towers", "tiny", "--resolution", "16", "--stage1-steps", "3", "--stage2-steps", "2", "--quiet"]
+
+
+def test_train_on_user_pairs_and_images_writes_a_checkpoint(tmp_path):
+    pairs, unl = user_data(tmp_path)
+    out = tmp_path / "run"
+    code = main(
+        ["train", "--pairs", str(pairs), "--images", str(unl), "--min-count", "2", "--max-frequency", "0.5", *TINY, "--out", str(out)]
+    )
+    assert code == 0
+    res = json.loads((out / "results.json").read_text())
+    text = json.dumps(res)
+    assert "coat" in text and "train_i2t_R@1" in text
+    assert (out / "model.pt").is_file()
+
+
+def test_train_then_evaluate_on_fashion_mnist_gives_the_same_numbers(tmp_path):
+    require(fashion_mnist, "test")
+    out = tmp_path / "run"
+    common = ["--test-size", "40"]
+    assert (
+        main(
+            [
+                "train",
+                "--pool",
+                "120",
+                "--labelled-fraction",
+                "0.5",
+                "--min-count",
+                "2",
+                *common,
+                *TINY,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    trained = json.loads((out / "results.json").read_text())
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(out / "model.pt"),
+                *common,
+                "--quiet",
+                "--out",
+                str(tmp_path / "ev"),
+            ]
+        )
+        == 0
+    )
+    evaluated = json.loads((tmp_path / "ev" / "results.json").read_text())
+    flat = json.dumps(evaluated)
+    for key in ("zero_shot", "i2t_R@1", "t2i_R@5"):
+        assert key in flat
+    assert json.dumps(trained).count("zero_shot") >= 1
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--labelled-fraction", "0"], "labelled_fraction must be in (0.0, 1.0]"),
+        (["train", "--labelled-fraction", "1.5"], "labelled_fraction must be in (0.0, 1.0]"),
+        (["train", "--select-ratio", "2"], "select_ratio must be in"),
+        (["reproduce", "--fractions", "0.5", "0"], "fractions must be in (0.0, 1.0]"),
+        (
+            ["evaluate", "--checkpoint", "/nonexistent/model.pt"],
+            "checkpoint: /nonexistent/model.pt is not a file",
+        ),
+    ],
+)
+def test_bad_options_exit_2_with_one_line(args, message, capsys):
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_captions_without_images_or_images_without_captions_exit_2(tmp_path, capsys):
+    pairs, unl = user_data(tmp_path)
+    assert main(["train", "--pairs", str(pairs)]) == 2
+    assert "--pairs needs --images" in capsys.readouterr().err
+    assert main(["train", "--images", str(unl)]) == 2
+    assert "--images needs --pairs" in capsys.readouterr().err
+    (tmp_path / "img" / "3.png").unlink()
+    assert main(["train", "--pairs", str(pairs), "--images", str(unl), "--max-frequency", "0.5", *TINY]) == 2
+    assert "caption without an image" in capsys.readouterr().err
+
+
+def test_an_empty_concept_set_exits_2(tmp_path, capsys):
+    pairs, unl = user_data(tmp_path)
+    assert main(["train", "--pairs", str(pairs), "--images", str(unl), "--min-count", "50", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "concept set is empty" in err and "min_count=50" in err
+
+
+def test_a_file_that_is_not_a_checkpoint_exits_2(tmp_path, capsys):
+    bad = tmp_path / "model.pt"
+    bad.write_text("not a checkpoint")
+    assert main(["evaluate", "--checkpoint", str(bad), "--quiet"]) == 2
+    assert "is not a model.pt written by" in capsys.readouterr().err
+
+
+def test_bench_reports_the_stage2_over_stage1_ratio(tmp_path):
+    require(fashion_mnist, "train")
+    out = tmp_path / "bench"
+    assert (
+        main(
+            [
+                "bench",
+                "--towers",
+                "tiny",
+                "--repeats",
+                "1",
+                "--batch-size",
+                "8",
+                "--unlabelled-batch",
+                "8",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    res = json.loads((out / "results.json").read_text())
+    assert res["metrics"]["stage2_over_stage1_time"] > 0
+
+
+@pytest.mark.slow
+def test_reproduce_runs_end_to_end_with_tiny_towers(tmp_path):
+    require(fashion_mnist, "train")
+    out = tmp_path / "repro"
+    assert (
+        main(
+            [
+                "reproduce",
+                "--towers",
+                "tiny",
+                "--seeds",
+                "2",
+                "--fractions",
+                "0.1",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    res = json.loads((out / "results.json").read_text())
+    assert {r["method"] for r in res["tables"]["runs"]} == {
+        "clip",
+        "stage1",
+        "semiclip",
+        "clip (all captioned)",
+    }
