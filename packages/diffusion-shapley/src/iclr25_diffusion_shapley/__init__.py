@@ -1,0 +1,97 @@
+"""Shapley values of data contributors for a global property of a diffusion model, made affordable by sparsified
+fine-tuning (Lu, Lin, Kim, Lee, "An Efficient Framework for Crediting Data Contributors of Diffusion Models",
+ICLR 2025, arXiv:2407.03153).
+
+Estimators work on any game ``v(mask) -> float`` (numpy only): :func:`exact_shapley`, :func:`kernel_shap` (the
+constrained closed form, exact efficiency), :func:`banzhaf`, :func:`leave_one_out`, :func:`datamodel`, and the
+evaluation :func:`lds`. The diffusion side (torch, diffusers, torch-pruning) turns a retraining strategy
+(:class:`Retrain`, :class:`SparsifiedFineTune`, :class:`GradientAscentUnlearn`) and a global property into such a
+game (:class:`DiffusionGame`)::
+
+    from iclr25_diffusion_shapley import kernel_shap, exact_shapley
+    phi = kernel_shap(lambda m: float(m[0] and m[1]) + m[2], 3, num_samples=64).values   # (3,), sums to v(N)-v(∅)
+
+Only the estimators are imported eagerly; the torch-based names load lazily on first use.
+"""
+
+from iclr25_diffusion_shapley._shapley import (
+    AttributionResult,
+    CachedGame,
+    all_subsets,
+    banzhaf,
+    banzhaf_from_samples,
+    banzhaf_from_table,
+    datamodel,
+    datamodel_from_samples,
+    exact_shapley,
+    kernel_shap,
+    kernel_shap_from_samples,
+    lds,
+    lds_interval,
+    leave_one_out,
+    sample_datamodel_subsets,
+    sample_shapley_kernel,
+    shapley_from_table,
+    shapley_kernel_size_probabilities,
+    subset_table,
+)
+from iclr25_shared import distribution_version
+
+_LAZY = {
+    "ContributorData": "_diffusion",
+    "DiffusionGame": "_diffusion",
+    "GradientAscentUnlearn": "_diffusion",
+    "MLPDenoiser": "_diffusion",
+    "Retrain": "_diffusion",
+    "SparsifiedFineTune": "_diffusion",
+    "make_contributors": "_diffusion",
+    "make_scheduler": "_diffusion",
+    "make_unet": "_diffusion",
+    "parameter_count": "_diffusion",
+    "prune_model": "_diffusion",
+    "sample_images": "_diffusion",
+    "train_denoiser": "_diffusion",
+    "PixelClassifier": "_properties",
+    "class_entropy": "_properties",
+    "class_share": "_properties",
+    "fashion_mnist_contributors": "_properties",
+    "frechet_pixel_distance": "_properties",
+    "pixel_diversity": "_properties",
+    "pixel_similarity_attribution": "_properties",
+    "size_only_attribution": "_properties",
+}
+
+__all__ = [
+    "AttributionResult",
+    "CachedGame",
+    "__version__",
+    "all_subsets",
+    "banzhaf",
+    "banzhaf_from_samples",
+    "banzhaf_from_table",
+    "datamodel",
+    "datamodel_from_samples",
+    "exact_shapley",
+    "kernel_shap",
+    "kernel_shap_from_samples",
+    "lds",
+    "lds_interval",
+    "leave_one_out",
+    "sample_datamodel_subsets",
+    "sample_shapley_kernel",
+    "shapley_from_table",
+    "shapley_kernel_size_probabilities",
+    "subset_table",
+    *sorted(_LAZY),
+]
+__version__ = distribution_version("iclr25-diffusion-shapley")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f"iclr25_diffusion_shapley.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'iclr25_diffusion_shapley' has no attribute {name!r}")

@@ -1,0 +1,3 @@
+from iclr25_diffusion_shapley.cli import main
+
+raise SystemExit(main())
