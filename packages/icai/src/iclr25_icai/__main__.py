@@ -1,0 +1,3 @@
+from iclr25_icai.cli import main
+
+raise SystemExit(main())

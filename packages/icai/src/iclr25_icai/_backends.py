@@ -1,0 +1,682 @@
+"""LLM backends behind one small protocol, and the append-only JSONL call cache.
+
+A backend is anything with a ``model_name`` string and ``chat(messages, *, max_tokens, temperature) -> str``
+(:class:`LLMBackend`). A backend that can also score the next token (the local transformers judge) implements
+``choice_logprobs(prompts, options) -> (n_prompts, n_options)`` (:class:`ChoiceBackend`); the voting and
+reconstruction stages then compare the log-probabilities of "A" and "B" instead of parsing generated text.
+
+Backends here:
+
+- :class:`OpenAICompatibleBackend`: ``POST {base_url}/chat/completions`` (and ``/embeddings``) over ``httpx`` for any
+  OpenAI-compatible server (vLLM, llama.cpp server, Ollama ``/v1``, OpenAI). Retries with exponential backoff on
+  408/409/429/5xx and on every error that carries no HTTP status code (connection refused, timeouts, a body that is
+  not the expected JSON); other 4xx fail at once.
+- :class:`LocalChatBackend`: a ``transformers`` causal LM (SmolLM2-135M-Instruct from ``iclr25_shared.models`` by
+  default); generation with the tokenizer's chat template, and next-token log-probabilities with a shared-prefix
+  key/value cache so that many prompts that differ only at the end cost one prefix pass.
+- :class:`ScriptedBackend`: replies from a Python function, for tests and dry runs.
+- :class:`CachedBackend`: wraps any of them; every call is keyed by its inputs and appended to a JSONL file, so an
+  interrupted run resumes without repeating a call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.errors import SourceUnavailable
+
+__all__ = [
+    "RETRY_STATUS",
+    "CachedBackend",
+    "ChoiceBackend",
+    "EndpointUnavailable",
+    "LLMBackend",
+    "LocalChatBackend",
+    "Message",
+    "OpenAICompatibleBackend",
+    "ScriptedBackend",
+    "is_retryable",
+    "status_code_of",
+]
+
+Message = Mapping[str, str]
+"""One chat message: ``{"role": "system"|"user"|"assistant", "content": str}``."""
+
+RETRY_STATUS = frozenset({408, 409, 425, 429})
+"""HTTP codes retried besides every 5xx."""
+
+
+class EndpointUnavailable(SourceUnavailable):
+    """The LLM endpoint failed after the bounded retries (or with a status that is never retried)."""
+
+
+@runtime_checkable
+class LLMBackend(Protocol):
+    """What every stage needs from an LLM: a name (part of every cache key) and chat completion."""
+
+    model_name: str
+
+    def chat(self, messages: Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0) -> str:
+        """The assistant's reply to ``messages`` (text only)."""
+        ...
+
+
+@runtime_checkable
+class ChoiceBackend(LLMBackend, Protocol):
+    """A backend that can also score single-token answers."""
+
+    def choice_logprobs(self, prompts: Sequence[Sequence[Message]], options: Sequence[str]) -> np.ndarray:
+        """``(n_prompts, n_options)`` float64: log-probability of each option's first token as the reply's first
+        token (after the chat template's assistant header)."""
+        ...
+
+
+def _check_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence) or not messages:
+        raise ValueError("messages must be a non-empty list of {'role', 'content'} dicts")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or set(m) != {"role", "content"}:
+            raise ValueError(f"messages[{i}] must have exactly the keys 'role' and 'content', got {m!r}")
+        if m["role"] not in {"system", "user", "assistant"}:
+            raise ValueError(f"messages[{i}]['role'] must be system, user or assistant, got {m['role']!r}")
+        if not isinstance(m["content"], str):
+            raise TypeError(f"messages[{i}]['content'] must be a string, got {type(m['content']).__name__}")
+        out.append({"role": m["role"], "content": m["content"]})
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Scripted backend (tests, dry runs)
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class ScriptedBackend:
+    """Replies computed by a Python function; counts its calls.
+
+    Args:
+        reply: ``fn(messages) -> str`` for :meth:`chat`.
+        choice: optional ``fn(messages, options) -> sequence of n_options floats`` (log-probabilities); when given,
+            the backend also implements :meth:`choice_logprobs`.
+        model_name: the name used in cache keys.
+    """
+
+    def __init__(
+        self,
+        reply: Callable[[list[dict[str, str]]], str],
+        *,
+        choice: Callable[[list[dict[str, str]], list[str]], Sequence[float]] | None = None,
+        model_name: str = "scripted",
+    ) -> None:
+        self._reply = reply
+        self._choice = choice
+        self.model_name = model_name
+        self.calls = 0
+
+    def chat(self, messages: Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0) -> str:
+        msgs = _check_messages(messages)
+        self.calls += 1
+        return str(self._reply(msgs))
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "choice_logprobs" and self.__dict__.get("_choice") is not None:
+            return self._choice_logprobs
+        raise AttributeError(name)
+
+    def _choice_logprobs(self, prompts: Sequence[Sequence[Message]], options: Sequence[str]) -> np.ndarray:
+        out = np.empty((len(prompts), len(options)), dtype=np.float64)
+        for i, p in enumerate(prompts):
+            self.calls += 1
+            out[i] = np.asarray(self._choice(_check_messages(p), list(options)), dtype=np.float64)
+        return out
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# OpenAI-compatible endpoint
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def status_code_of(exc: BaseException) -> int | None:
+    """The HTTP status code an exception carries, or ``None`` when it has none.
+
+    Looks at ``exc.response.status_code`` (httpx, requests) and ``exc.status_code`` / ``exc.status`` (openai,
+    aiohttp). Never raises.
+    """
+    response = getattr(exc, "response", None)
+    for holder, attr in ((response, "status_code"), (exc, "status_code"), (exc, "status")):
+        value = getattr(holder, attr, None) if holder is not None else None
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether a failed LLM call should be retried.
+
+    Retried: 408, 409, 425, 429 and every 5xx, and **every exception without an HTTP status code** (connection
+    refused, DNS failure, timeouts, a 200 whose body is not the expected JSON). The official ``inverse-cai`` computes
+    ``code // 100`` on such exceptions and crashes with ``TypeError`` instead of retrying; this predicate never
+    raises. Not retried: other 4xx (bad request, authentication, not found), which would fail again.
+    """
+    code = status_code_of(exc)
+    if code is None:
+        return True
+    return code in RETRY_STATUS or 500 <= code <= 599
+
+
+class _BadResponse(RuntimeError):
+    """A 2xx response whose body is not what the OpenAI API specifies (no status code: retried)."""
+
+
+class OpenAICompatibleBackend:
+    """Chat completions and embeddings from any OpenAI-compatible HTTP endpoint.
+
+    Args:
+        model: the model name the server expects (e.g. ``"gpt-4o-mini"``, a vLLM model id, an Ollama tag).
+        base_url: e.g. ``"http://127.0.0.1:8000/v1"``; default ``$OPENAI_BASE_URL``, then ``$OPENAI_API_BASE``,
+            then ``https://api.openai.com/v1``.
+        api_key: bearer token; default ``$OPENAI_API_KEY`` (local servers usually need none).
+        embedding_model: model name for :meth:`embed` (default: ``model``).
+        timeout: seconds per HTTP request.
+        max_retries: retries after the first attempt (so at most ``max_retries + 1`` requests per call).
+        backoff: first retry delay in seconds; doubles per retry, with jitter in ``[0.5, 1]``, capped at
+            ``max_backoff``; a numeric ``Retry-After`` header is honoured (capped too).
+        transport: an ``httpx`` transport (tests use ``httpx.MockTransport``); default: real network.
+        sleep: the sleep function (tests pass a recorder).
+
+    Raises:
+        EndpointUnavailable: from :meth:`chat` / :meth:`embed` after the retries, naming the URL, the attempts
+            and the last error.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        embedding_model: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 5,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        transport: Any = None,
+        sleep: Callable[[float], None] = time.sleep,
+        seed: int = 0,
+    ) -> None:
+        import httpx
+
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(f"model must be a non-empty string, got {model!r}")
+        self.model_name = model
+        self.embedding_model = embedding_model or model
+        url = base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE")
+        url = url or "https://api.openai.com/v1"
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
+        self.base_url = url.rstrip("/")
+        self.max_retries = check_int("max_retries", max_retries, low=0)
+        self.backoff = check_float("backoff", backoff, low=0.0)
+        self.max_backoff = check_float("max_backoff", max_backoff, low=0.0)
+        check_float("timeout", timeout, low=0.0, low_inclusive=False)
+        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._client = httpx.Client(timeout=timeout, headers=headers, transport=transport)
+        self._sleep = sleep
+        self._rng = random.Random(seed)
+        self.calls = 0  # logical calls
+        self.requests = 0  # HTTP requests, retries included
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self._client.close()
+
+    def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+        import httpx
+
+        url = f"{self.base_url}{path}"
+        last: BaseException | None = None
+        for attempt in range(self.max_retries + 1):
+            self.requests += 1
+            try:
+                response = self._client.post(url, json=payload)
+                response.raise_for_status()
+                try:
+                    body = response.json()
+                except ValueError as exc:
+                    raise _BadResponse(f"response body is not JSON: {response.text[:200]!r}") from exc
+                if not isinstance(body, dict):
+                    raise _BadResponse(f"response body is not a JSON object: {str(body)[:200]!r}")
+                return body
+            except (httpx.HTTPError, _BadResponse, OSError) as exc:
+                last = exc
+                if not is_retryable(exc) or attempt == self.max_retries:
+                    break
+                delay = min(self.max_backoff, self.backoff * 2**attempt) * (0.5 + 0.5 * self._rng.random())
+                retry_after = getattr(getattr(exc, "response", None), "headers", {}).get("retry-after")
+                if retry_after is not None:
+                    with contextlib.suppress(ValueError):
+                        delay = min(self.max_backoff, max(delay, float(retry_after)))
+                self._sleep(delay)
+        code = status_code_of(last) if last is not None else None
+        what = f"HTTP {code}" if code is not None else f"{type(last).__name__}: {last}"
+        raise EndpointUnavailable(
+            f"LLM endpoint {url} failed after {attempt + 1} attempt(s) ({what}); check --base-url, the server and "
+            "the API key"
+        )
+
+    def chat(self, messages: Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0) -> str:
+        """``POST /chat/completions``; returns ``choices[0].message.content``.
+
+        Raises:
+            EndpointUnavailable: after the bounded retries (a 2xx reply without that field counts as an error
+                without status code, so it is retried too).
+        """
+        msgs = _check_messages(messages)
+        check_int("max_tokens", max_tokens, low=1)
+        check_float("temperature", temperature, low=0.0)
+        self.calls += 1
+        payload = {
+            "model": self.model_name,
+            "messages": msgs,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        for attempt in range(2):
+            body = self._post("/chat/completions", payload)
+            try:
+                content = body["choices"][0]["message"]["content"]
+            except (KeyError, IndexError, TypeError):
+                content = None
+            if isinstance(content, str):
+                return content
+            if attempt == 1:
+                raise EndpointUnavailable(
+                    f"LLM endpoint {self.base_url}/chat/completions returned no choices[0].message.content: "
+                    f"{json.dumps(body)[:200]}"
+                )
+        raise AssertionError("unreachable")
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """``POST /embeddings``: ``(n_texts, dim)`` float32 embeddings, in the order of ``texts``.
+
+        Raises:
+            EndpointUnavailable: after the bounded retries, or when the reply does not hold one embedding per text.
+        """
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, 0), dtype=np.float32)
+        self.calls += 1
+        body = self._post("/embeddings", {"model": self.embedding_model, "input": texts})
+        try:
+            rows = sorted(body["data"], key=lambda r: r["index"])
+            emb = np.asarray([r["embedding"] for r in rows], dtype=np.float32)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise EndpointUnavailable(
+                f"LLM endpoint {self.base_url}/embeddings returned no data[].embedding"
+            ) from exc
+        if emb.ndim != 2 or emb.shape[0] != len(texts):
+            raise EndpointUnavailable(
+                f"LLM endpoint {self.base_url}/embeddings returned {emb.shape[0]} embeddings for {len(texts)} texts"
+            )
+        return emb
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Local transformers judge
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class LocalChatBackend:
+    """A local ``transformers`` causal LM as chat model and next-token judge.
+
+    Args:
+        model: a name or path for :func:`iclr25_shared.models.load_causal_lm` (default: the packaged
+            SmolLM2-135M-Instruct); with ``lm`` given it is only the name used in cache keys (``"local:<model>"``).
+        lm: an already loaded object with ``.model`` and ``.tokenizer`` (the tokenizer must have a chat template).
+        device: where to run (``torch.device`` or string).
+        batch_size: prompts per forward pass in :meth:`choice_logprobs` and :meth:`chat_batch`.
+        share_prefix: run the longest common token prefix of a batch once and reuse its key/value cache for the
+            suffixes (identical results up to float rounding; much faster when prompts differ only at the end).
+        seed: seed of the sampler when ``temperature > 0``.
+
+    A trailing ``assistant`` message in ``messages`` is a prefill: the reply continues it (and does not repeat it).
+    """
+
+    supports_prefill = True
+
+    def __init__(
+        self,
+        model: str = "smollm2-135m-instruct",
+        *,
+        lm: Any = None,
+        device: Any = "cpu",
+        batch_size: int = 8,
+        share_prefix: bool = True,
+        seed: int = 0,
+    ) -> None:
+        if lm is None:
+            from iclr25_shared.models import load_causal_lm
+
+            lm = load_causal_lm(model, device=device)
+        self.model = lm.model
+        self.tokenizer = lm.tokenizer
+        if getattr(self.tokenizer, "chat_template", None) is None:
+            raise ValueError(
+                "the tokenizer has no chat template; LocalChatBackend needs an instruct/chat model"
+            )
+        self.model_name = f"local:{model}"
+        self.batch_size = check_int("batch_size", batch_size, low=1)
+        self.share_prefix = bool(share_prefix)
+        self.seed = check_int("seed", seed, low=0)
+        self.device = next(self.model.parameters()).device
+        # transformers >= 5.x names the key/value cache argument ``cache`` (``past_key_values`` before)
+        import inspect
+
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_name = "cache" if "cache" in params else "past_key_values"
+        self.calls = 0
+        self.tokens_forwarded = 0
+
+    # -- prompts ---------------------------------------------------------------------------------------------
+    def _render(self, messages: Sequence[Message]) -> str:
+        msgs = _check_messages(messages)
+        prefill = ""
+        if msgs[-1]["role"] == "assistant":
+            prefill = msgs.pop()["content"]
+        if not msgs:
+            raise ValueError("messages must hold at least one non-assistant message before a prefill")
+        text = self.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+        return text + prefill
+
+    def _ids(self, messages: Sequence[Message]) -> list[int]:
+        return list(self.tokenizer(self._render(messages), add_special_tokens=False)["input_ids"])
+
+    def option_token_ids(self, options: Sequence[str]) -> list[int]:
+        """The first token id of each option as the reply's first token; options must differ in it.
+
+        Raises:
+            ValueError: empty options, an option that tokenizes to nothing, or two options sharing a first token.
+        """
+        if not options:
+            raise ValueError("options must be a non-empty list of strings")
+        ids = []
+        for o in options:
+            toks = self.tokenizer(o, add_special_tokens=False)["input_ids"]
+            if not toks:
+                raise ValueError(f"option {o!r} tokenizes to no token")
+            ids.append(int(toks[0]))
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"options {list(options)} do not differ in their first token ({ids})")
+        return ids
+
+    # -- scoring ---------------------------------------------------------------------------------------------
+    def choice_logprobs(self, prompts: Sequence[Sequence[Message]], options: Sequence[str]) -> np.ndarray:
+        """``(n_prompts, n_options)`` float64 next-token log-probabilities (log-softmax over the whole vocabulary)
+        of each option's first token after each prompt's assistant header.
+
+        Prompts are processed in batches of ``batch_size``; within a batch the longest common token prefix is run
+        once (``share_prefix``) and its key/value cache is repeated over the batch for the suffixes. Suffixes are
+        right-padded: with causal attention a position never sees the padding after it, so no mask is needed.
+        """
+        import torch
+
+        option_ids = torch.tensor(self.option_token_ids(options), device=self.device)
+        seqs = [self._ids(p) for p in prompts]
+        out = np.empty((len(seqs), len(options)), dtype=np.float64)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        with torch.no_grad():
+            for start, stop in self._chunks(seqs):
+                chunk = seqs[start:stop]
+                self.calls += len(chunk)
+                common = 0
+                if self.share_prefix and len(chunk) > 1:
+                    shortest = min(len(s) for s in chunk)
+                    while common < shortest - 1 and all(s[common] == chunk[0][common] for s in chunk):
+                        common += 1
+                cache = None
+                if common > 0:
+                    prefix = torch.tensor([chunk[0][:common]], device=self.device)
+                    prefix_out = self.model(prefix, use_cache=True)
+                    cache = getattr(prefix_out, self._cache_name)
+                    cache.batch_repeat_interleave(len(chunk))
+                    self.tokens_forwarded += common
+                tails = [s[common:] for s in chunk]
+                width = max(len(t) for t in tails)
+                ids = torch.full((len(chunk), width), pad, dtype=torch.long, device=self.device)
+                for i, t in enumerate(tails):
+                    ids[i, : len(t)] = torch.tensor(t, device=self.device)
+                self.tokens_forwarded += sum(len(t) for t in tails)
+                if cache is not None:
+                    logits = self.model(ids, **{self._cache_name: cache}, use_cache=True).logits
+                else:
+                    logits = self.model(ids, use_cache=False).logits
+                last = torch.tensor([len(t) - 1 for t in tails], device=self.device)
+                final = logits[torch.arange(len(chunk), device=self.device), last].float()
+                logp = torch.log_softmax(final, dim=-1)[:, option_ids]
+                out[start : start + len(chunk)] = logp.double().cpu().numpy()
+        return out
+
+    def _chunks(self, seqs: list[list[int]]) -> list[tuple[int, int]]:
+        """Consecutive batches of at most ``batch_size``; with ``share_prefix`` a batch also ends where the next
+        prompt shares less than half of the batch's common prefix (so prompts of one pair stay together)."""
+        bounds, start, common = [], 0, 0
+        for i in range(1, len(seqs) + 1):
+            if i < len(seqs) and i - start < self.batch_size:
+                if not self.share_prefix:
+                    continue
+                a, b = seqs[start], seqs[i]
+                n = 0
+                limit = min(len(a), len(b), common or len(a))
+                while n < limit and a[n] == b[n]:
+                    n += 1
+                if i == start + 1 or n * 2 >= common:
+                    common = n if i == start + 1 else min(common, n)
+                    continue
+            bounds.append((start, i))
+            start, common = i, 0
+        return bounds
+
+    # -- generation ------------------------------------------------------------------------------------------
+    def chat_batch(
+        self, prompts: Sequence[Sequence[Message]], *, max_tokens: int = 256, temperature: float = 0.0
+    ) -> list[str]:
+        """Replies to several prompts, generated in left-padded batches (greedy when ``temperature == 0``)."""
+        import torch
+
+        check_int("max_tokens", max_tokens, low=1)
+        check_float("temperature", temperature, low=0.0)
+        texts = [self._render(p) for p in prompts]
+        replies: list[str] = []
+        tok = self.tokenizer
+        side = tok.padding_side
+        tok.padding_side = "left"
+        try:
+            for start in range(0, len(texts), self.batch_size):
+                chunk = texts[start : start + self.batch_size]
+                self.calls += len(chunk)
+                enc = tok(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+                kwargs: dict[str, Any] = {"max_new_tokens": max_tokens, "pad_token_id": tok.pad_token_id}
+                if temperature > 0:
+                    torch.manual_seed(self.seed + start)
+                    kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+                else:
+                    kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+                with torch.no_grad():
+                    gen = self.model.generate(**enc, **kwargs)
+                width = enc["input_ids"].shape[1]
+                self.tokens_forwarded += int(enc["attention_mask"].sum()) + len(chunk) * (
+                    gen.shape[1] - width
+                )
+                replies += [tok.decode(g[width:], skip_special_tokens=True) for g in gen]
+        finally:
+            tok.padding_side = side
+        return replies
+
+    def chat(self, messages: Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0) -> str:
+        """The reply to one prompt (see :meth:`chat_batch`)."""
+        return self.chat_batch([messages], max_tokens=max_tokens, temperature=temperature)[0]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Cache
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _key(record: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(record, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+class CachedBackend:
+    """Any backend with an append-only JSONL cache of its calls.
+
+    Every call is keyed by SHA-256 of its inputs (model name, kind, messages, options or generation settings).
+    A hit returns the stored answer without calling the backend; a miss calls it and appends one line
+    ``{"key", "kind", "model", "request", "response"}`` (flushed and fsynced) before returning, so a run that is
+    killed at any point resumes with every finished call intact. A partly written last line (the process died while
+    writing it) is ignored on load and completed with a newline before the next append; no line is ever rewritten.
+
+    Args:
+        backend: the wrapped backend.
+        path: the JSONL file (created with its folder when missing); ``None`` keeps the cache in memory only.
+
+    Attributes:
+        hits / misses: counts since construction.
+        skipped_lines: unreadable lines found on load.
+    """
+
+    def __init__(self, backend: LLMBackend, path: str | os.PathLike[str] | None) -> None:
+        self.backend = backend
+        self.model_name = backend.model_name
+        self.path = Path(path) if path is not None else None
+        self._store: dict[str, Any] = {}
+        self.hits = 0
+        self.misses = 0
+        self.skipped_lines = 0
+        if self.path is not None and self.path.exists():
+            if not self.path.is_file():
+                raise ValueError(f"cache path {str(self.path)!r} exists and is not a file")
+            with self.path.open("r", encoding="utf-8") as f:
+                for line in f:
+                    try:
+                        row = json.loads(line)
+                        self._store[row["key"]] = row["response"]
+                    except (ValueError, KeyError, TypeError):
+                        self.skipped_lines += int(bool(line.strip()))
+        if hasattr(backend, "choice_logprobs"):
+            self.choice_logprobs = self._choice_logprobs
+        self.supports_prefill = bool(getattr(backend, "supports_prefill", False))
+
+    def __len__(self) -> int:
+        return len(self._store)
+
+    @property
+    def calls(self) -> int:
+        """Calls made to the wrapped backend (misses) since construction."""
+        return self.misses
+
+    def _append(self, key: str, kind: str, request: Any, response: Any) -> None:
+        self._store[key] = response
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        line = json.dumps(
+            {"key": key, "kind": kind, "model": self.model_name, "request": request, "response": response},
+            ensure_ascii=False,
+            allow_nan=False,
+        )
+        with self.path.open("a+b") as f:
+            f.seek(0, os.SEEK_END)
+            if f.tell() > 0:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    f.write(b"\n")
+            f.write(line.encode("utf-8") + b"\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def chat(self, messages: Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0) -> str:
+        request = {
+            "messages": _check_messages(messages),
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+        }
+        key = _key({"kind": "chat", "model": self.model_name, **request})
+        if key in self._store:
+            self.hits += 1
+            return self._store[key]
+        self.misses += 1
+        reply = self.backend.chat(request["messages"], max_tokens=max_tokens, temperature=temperature)
+        self._append(key, "chat", request, reply)
+        return reply
+
+    def chat_batch(
+        self, prompts: Sequence[Sequence[Message]], *, max_tokens: int = 256, temperature: float = 0.0
+    ) -> list[str]:
+        """Batched :meth:`chat`: misses go to the backend's ``chat_batch`` when it has one."""
+        requests = [
+            {"messages": _check_messages(p), "max_tokens": max_tokens, "temperature": temperature}
+            for p in prompts
+        ]
+        keys = [_key({"kind": "chat", "model": self.model_name, **r}) for r in requests]
+        todo = sorted({k: i for i, k in enumerate(keys) if k not in self._store}.values())
+        self.hits += len(keys) - len(todo)
+        if todo:
+            self.misses += len(todo)
+            if hasattr(self.backend, "chat_batch"):
+                replies = self.backend.chat_batch(
+                    [requests[i]["messages"] for i in todo], max_tokens=max_tokens, temperature=temperature
+                )
+            else:
+                replies = [
+                    self.backend.chat(requests[i]["messages"], max_tokens=max_tokens, temperature=temperature)
+                    for i in todo
+                ]
+            for i, r in zip(todo, replies):
+                self._append(keys[i], "chat", requests[i], r)
+        return [self._store[k] for k in keys]
+
+    def _choice_logprobs(self, prompts: Sequence[Sequence[Message]], options: Sequence[str]) -> np.ndarray:
+        requests = [{"messages": _check_messages(p), "options": list(options)} for p in prompts]
+        keys = [_key({"kind": "choice", "model": self.model_name, **r}) for r in requests]
+        todo = sorted({k: i for i, k in enumerate(keys) if k not in self._store}.values())
+        self.hits += len(keys) - len(todo)
+        if todo:
+            self.misses += len(todo)
+            scores = self.backend.choice_logprobs([requests[i]["messages"] for i in todo], options)
+            for i, row in zip(todo, np.asarray(scores, dtype=np.float64)):
+                # -inf (an impossible token) is stored as null: JSON has no infinities.
+                self._append(
+                    keys[i], "choice", requests[i], [float(v) if math.isfinite(v) else None for v in row]
+                )
+        return np.asarray(
+            [[-math.inf if v is None else v for v in self._store[k]] for k in keys], dtype=np.float64
+        ).reshape(len(keys), len(options))
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Cached ``embed`` of the wrapped backend (one line per batch of texts)."""
+        if not hasattr(self.backend, "embed"):
+            raise AttributeError(f"backend {self.model_name!r} has no embed()")
+        request = {"texts": list(texts)}
+        key = _key(
+            {"kind": "embed", "model": getattr(self.backend, "embedding_model", self.model_name), **request}
+        )
+        if key in self._store:
+            self.hits += 1
+            return np.asarray(self._store[key], dtype=np.float32).reshape(len(request["texts"]), -1)
+        self.misses += 1
+        emb = np.asarray(self.backend.embed(request["texts"]), dtype=np.float32)
+        self._append(key, "embed", request, emb.tolist())
+        return emb

@@ -1,0 +1,442 @@
+"""What the CLI runs: ICAI on a dataset (``run``), the planted-rule reproduction and the benchmark.
+
+Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Result`; the runner writes
+results.json / results.md into ``--out`` (atomically, as one folder) and prints the tables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from iclr25_shared.cli import Result, RunContext
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from iclr25_icai.cli import BenchConfig, ReproduceConfig, RunConfig
+
+PAPER = {  # arXiv:2406.06560, Table 1 (synthetic data, GPT-3.5-Turbo, mean over 6 seeds): default → constitutional
+    "orthogonal": (37.8, 86.7),
+    "aligned": (100.0, 92.2),
+    "unaligned": (0.0, 84.4),
+}
+
+
+def _wiki() -> Any:
+    from iclr25_shared.data import wiki_summaries
+
+    return wiki_summaries()
+
+
+def _load_data(cfg: RunConfig) -> pd.DataFrame:
+    from iclr25_icai._formats import read_alpacaeval, read_arena, read_pairs
+
+    if cfg.data is None:
+        from iclr25_icai._synthetic import make_planted_pairs
+
+        return make_planted_pairs(_wiki(), "person", 12, seed=cfg.seed, max_words=24)
+    reader = {"pairs": read_pairs, "alpacaeval": read_alpacaeval, "arena": read_arena}[cfg.format]
+    return reader(cfg.data)
+
+
+def _backend(cfg: RunConfig, ctx: RunContext) -> Any:
+    from iclr25_icai._backends import LocalChatBackend, OpenAICompatibleBackend
+
+    if cfg.backend == "local":
+        ctx.log.info(f"loading the local judge {cfg.model}")
+        return LocalChatBackend(cfg.model, device=ctx.torch_device(), seed=cfg.seed)
+    return OpenAICompatibleBackend(
+        cfg.model,
+        base_url=cfg.base_url,
+        api_key=os.environ.get(cfg.api_key_env),
+        embedding_model=cfg.embedding_model,
+        timeout=cfg.timeout,
+        max_retries=cfg.retries,
+        seed=cfg.seed,
+    )
+
+
+def _embedder(kind: str, backend: Any, device: Any = "cpu") -> Any:
+    from iclr25_icai._embed import EndpointEmbedder, MiniLMEmbedder, TfidfEmbedder
+
+    if kind == "tfidf":
+        return TfidfEmbedder()
+    if kind == "endpoint":
+        return EndpointEmbedder(backend)
+    return MiniLMEmbedder(device=device)
+
+
+def run(cfg: RunConfig, ctx: RunContext) -> Result:
+    """ICAI on ``--data`` (or the embedded planted-rule Wikipedia pairs): constitution, votes, reconstruction."""
+    from iclr25_icai._backends import CachedBackend
+    from iclr25_icai._icai import ICAIConfig, reconstruct, run_icai, validate_pairs
+    from iclr25_shared import cache_dir
+    from iclr25_shared.metrics import accuracy
+
+    pairs = validate_pairs(_load_data(cfg))
+    rng = np.random.default_rng(cfg.seed)
+    if cfg.max_pairs and len(pairs) > cfg.max_pairs:
+        pairs = pairs.iloc[np.sort(rng.choice(len(pairs), cfg.max_pairs, replace=False))].reset_index(
+            drop=True
+        )
+    n_test = round(cfg.test_fraction * len(pairs))
+    if cfg.test_fraction > 0 and (n_test < 1 or n_test >= len(pairs)):
+        raise ValueError(
+            f"test_fraction={cfg.test_fraction} leaves no train or no test pair out of {len(pairs)}"
+        )
+    order = rng.permutation(len(pairs))
+    train = pairs.iloc[np.sort(order[n_test:])].reset_index(drop=True)
+    test = pairs.iloc[np.sort(order[:n_test])].reset_index(drop=True) if n_test else train
+    inner = _backend(cfg, ctx)
+    cache_path = None if cfg.no_cache else (cfg.cache or cache_dir("icai") / "calls.jsonl")
+    llm = CachedBackend(inner, cache_path)
+    if llm.skipped_lines:
+        ctx.log.warning(f"cache {cache_path}: {llm.skipped_lines} unreadable line(s) ignored")
+    embed = _embedder(cfg.embedder, llm, ctx.torch_device() if cfg.embedder == "minilm" else "cpu")
+    local = cfg.backend == "local"
+    icai_cfg = ICAIConfig(
+        num_principles_per_pair=cfg.principles_per_pair,
+        n_clusters=cfg.clusters,
+        max_principles=cfg.max_principles,
+        reannotations=cfg.reannotations,
+        merge=("logprob" if local else "unanimous") if cfg.merge == "auto" else cfg.merge,
+        flips=("balanced" if local else "random") if cfg.flips == "auto" else cfg.flips,
+        vote_options=("A", "B") if local else ("A", "B", "Both", "Neither"),
+        prefill=local,
+        proposal_max_tokens=32 if local else 200,
+    )
+    t0 = time.perf_counter()
+    result = run_icai(train, llm, embed, icai_cfg, seed=cfg.seed, log=ctx.log.info)
+    t_icai = time.perf_counter() - t0
+    ctx.log.info("reconstructing the labels with and without the constitution")
+    t0 = time.perf_counter()
+    base = reconstruct(None, test, llm, seed=cfg.seed)
+    const = reconstruct(result.constitution, test, llm, seed=cfg.seed)
+    t_rec = time.perf_counter() - t0
+    ones = np.ones(len(test), dtype=np.int64)
+    acc0 = accuracy(base["agree"].to_numpy().astype(np.int64), ones)  # agreement with a Wilson interval
+    acc1 = accuracy(const["agree"].to_numpy().astype(np.int64), ones)
+    ctx.save_json(
+        "constitution.json",
+        {"principles": list(result.constitution.principles), "text": str(result.constitution)},
+    )
+    ctx.save_text("constitution.md", result.constitution.to_markdown())
+    if ctx.writes:
+        result.proposals.to_csv(ctx.path("proposals.csv"), index=False)
+        result.votes.assign(principle_text=[result.candidates[p] for p in result.votes["principle"]]).to_csv(
+            ctx.path("votes.csv"), index=False
+        )
+        result.counts.to_csv(ctx.path("vote_counts.csv"), index_label="id")
+        test.assign(default=base["predicted"], constitutional=const["predicted"]).to_csv(
+            ctx.path("reconstruction.csv"), index=False
+        )
+    rows = [
+        {
+            "id": int(i),
+            "principle": r["principle"],
+            **{k: int(r[k]) for k in ("for", "against", "both", "neither", "abstain", "invalid")},
+            "kept": i in set(result.kept.index),
+        }
+        for i, r in result.counts.iterrows()
+    ]
+    notes = [
+        f"constitution:\n{result.constitution}"
+        if result.constitution.principles
+        else "constitution: empty (no principle passed the filter)"
+    ]
+    if local and inner.model_name == "local:smollm2-135m-instruct":
+        notes.append(
+            "the local judge is a 135M model: its principles and votes are weak; use --backend openai for real models"
+        )
+    return Result(
+        metrics={
+            "agreement_default": acc0.as_dict(),
+            "agreement_constitutional": acc1.as_dict(),
+            "evaluated_on": "held-out pairs" if n_test else "training pairs",
+            **result.stats,
+            "llm_calls": llm.misses,
+            "cache_hits": llm.hits,
+        },
+        tables={"principles": rows},
+        timings={"icai": t_icai, "reconstruction": t_rec},
+        notes=notes,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reproduce
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def _sizes(backend: str, size: str) -> tuple[int, int]:
+    if backend == "oracle" or size == "full":
+        return 30, 30
+    return 6, 6
+
+
+def _icai_config(backend: str) -> Any:
+    from iclr25_icai._icai import ICAIConfig
+
+    if backend == "oracle":  # the paper's settings (Appendix, synthetic configs)
+        return ICAIConfig(num_principles_per_pair=2, n_clusters=40, max_principles=5, reannotations=3)
+    return ICAIConfig(
+        num_principles_per_pair=1,
+        n_clusters=3,
+        max_principles=3,
+        reannotations=2,
+        merge="logprob",
+        flips="balanced",
+        vote_options=("A", "B"),
+        prefill=True,
+        proposal_max_tokens=20,
+    )
+
+
+def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
+    """Planted-rule recovery and reconstruction agreement (arXiv:2406.06560, Section 4.1, Table 1) on Wikipedia."""
+    from iclr25_icai._backends import CachedBackend, LocalChatBackend
+    from iclr25_icai._embed import TfidfEmbedder
+    from iclr25_icai._icai import count_votes, reconstruct, run_icai, validate_pairs, vote
+    from iclr25_icai._synthetic import RULES, SETTINGS, feature_oracle, make_planted_pairs, matches_rule
+    from iclr25_shared.metrics import paired_t_interval
+
+    corpus = _wiki()
+    embed = TfidfEmbedder()
+    per_seed: list[dict[str, Any]] = []
+    timings: dict[str, float] = {}
+    local = None
+    for backend_name in cfg.backends:
+        n_train, n_test = _sizes(backend_name, cfg.size)
+        n_train, n_test = cfg.train_pairs or n_train, cfg.test_pairs or n_test
+        icai_cfg = _icai_config(backend_name)
+        t_backend = time.perf_counter()
+        if backend_name == "local" and local is None:
+            ctx.log.info("loading SmolLM2-135M-Instruct")
+            local = CachedBackend(LocalChatBackend(device=ctx.torch_device(), seed=cfg.seed), None)
+        for s in range(cfg.seeds):
+            seed = cfg.seed + s
+            split = np.random.default_rng(10_000 + seed).permutation(len(corpus))
+            train_rows, test_rows = split[: len(split) // 2], split[len(split) // 2 :]
+            for setting in cfg.settings:
+                rule = SETTINGS[setting]
+                train = make_planted_pairs(
+                    corpus, rule, n_train, seed=seed, max_words=cfg.max_words, rows=train_rows
+                )
+                test = make_planted_pairs(
+                    corpus, rule, n_test, seed=seed, max_words=cfg.max_words, rows=test_rows
+                )
+                llm = feature_oracle([train, test], seed=seed) if backend_name == "oracle" else local
+                ctx.log.info(f"{backend_name} seed {seed} {setting}: {n_train} train / {n_test} test pairs")
+                t0 = time.perf_counter()
+                res = run_icai(train, llm, embed, icai_cfg, seed=seed)
+                principles = list(res.constitution.principles)
+                ranks = [i + 1 for i, p in enumerate(principles) if matches_rule(p, rule)]
+                inverse = RULES[rule].inverse
+                inv_rule = {"person": None, "longer": "shorter", "shorter": "longer"}[rule]
+                probes = [RULES[rule].statement, inverse]
+                _, merged = vote(
+                    validate_pairs(train),
+                    probes,
+                    llm,
+                    reannotations=icai_cfg.reannotations,
+                    merge=icai_cfg.merge,
+                    flips=icai_cfg.flips,
+                    options=icai_cfg.vote_options,
+                    seed=seed + 2,
+                )
+                probe = count_votes(merged, probes)
+                agree0 = reconstruct(None, test, llm, seed=seed)["agree"].mean()
+                agree1 = reconstruct(res.constitution, test, llm, seed=seed)["agree"].mean()
+                agree_true = reconstruct([RULES[rule].statement], test, llm, seed=seed)["agree"].mean()
+                per_seed.append(
+                    {
+                        "backend": backend_name,
+                        "setting": setting,
+                        "rule": rule,
+                        "seed": seed,
+                        "recovered_rank1": bool(ranks[:1] == [1]),
+                        "rank": ranks[0] if ranks else 0,
+                        "inverse_in_constitution": bool(
+                            inv_rule is not None and any(matches_rule(p, inv_rule) for p in principles)
+                        ),
+                        "proposed_at_all": bool(
+                            any(matches_rule(p, rule) for p in res.proposals["principle"] if p)
+                        ),
+                        "probe_rule_net": int(probe.loc[0, "for"] - probe.loc[0, "against"]),
+                        "probe_inverse_net": int(probe.loc[1, "for"] - probe.loc[1, "against"]),
+                        "agreement_default": float(agree0),
+                        "agreement_constitutional": float(agree1),
+                        "agreement_true_rule": float(agree_true),
+                        "constitution": " | ".join(principles),
+                        "seconds": round(time.perf_counter() - t0, 1),
+                    }
+                )
+        timings[backend_name] = time.perf_counter() - t_backend
+    summary = []
+    for backend_name in cfg.backends:
+        for setting in cfg.settings:
+            rows = [r for r in per_seed if r["backend"] == backend_name and r["setting"] == setting]
+            diffs = [r["agreement_constitutional"] - r["agreement_default"] for r in rows]
+            est = paired_t_interval(diffs)
+            summary.append(
+                {
+                    "backend": backend_name,
+                    "setting": setting,
+                    "planted rule": RULES[SETTINGS[setting]].statement.removeprefix(
+                        "Select the response that "
+                    ),
+                    "seeds": len(rows),
+                    "recovered (rank 1)": f"{sum(r['recovered_rank1'] for r in rows)}/{len(rows)}",
+                    "in constitution": f"{sum(r['rank'] > 0 for r in rows)}/{len(rows)}",
+                    "inverse rule in constitution": f"{sum(r['inverse_in_constitution'] for r in rows)}/{len(rows)}",
+                    "default %": round(100 * statistics.mean(r["agreement_default"] for r in rows), 1),
+                    "constitutional %": round(
+                        100 * statistics.mean(r["agreement_constitutional"] for r in rows), 1
+                    ),
+                    "diff (95% CI), pts": f"{100 * est.value:+.1f} [{100 * est.low:+.1f}, {100 * est.high:+.1f}]",
+                    "true-rule constitution %": round(
+                        100 * statistics.mean(r["agreement_true_rule"] for r in rows), 1
+                    ),
+                    "paper default → const. %": "{} → {}".format(*PAPER[setting]),
+                }
+            )
+    notes = [
+        "oracle = a scripted LLM that reads the prompts and answers from the true text features (a pipeline check, "
+        "not a model); local = SmolLM2-135M-Instruct, scoring A vs B by next-token log-probability.",
+        "default and constitutional annotators: same model, same test pairs, both orders of every pair (equal calls).",
+        "probe_*_net: for - against votes of the planted rule and of its inverse on the training pairs (the voter's "
+        "ability to see the rule, independent of the proposer).",
+    ]
+    return Result(
+        metrics={"size": cfg.size, "seeds": cfg.seeds},
+        tables={"summary": summary, "per_seed": per_seed},
+        timings=timings,
+        notes=notes,
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# bench
+# ----------------------------------------------------------------------------------------------------------------
+
+
+class _Crash(Exception):
+    """Raised by the crashing backend wrapper in the resume measurement."""
+
+
+class _CrashAfter:
+    def __init__(self, backend: Any, calls: int) -> None:
+        self.backend, self.left, self.model_name = backend, calls, backend.model_name
+
+    def chat(self, messages: Any, **kw: Any) -> str:
+        if self.left <= 0:
+            raise _Crash("simulated crash")
+        self.left -= 1
+        return self.backend.chat(messages, **kw)
+
+
+def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
+    """Calls and wall time per 100 pairs, resume cache hits, and batched local scoring throughput."""
+    from iclr25_icai._backends import CachedBackend, LocalChatBackend
+    from iclr25_icai._embed import TfidfEmbedder
+    from iclr25_icai._icai import ICAIConfig, choice_vote_messages, reconstruct, run_icai, validate_pairs
+    from iclr25_icai._synthetic import feature_oracle, make_planted_pairs
+
+    corpus = _wiki()
+    pairs = make_planted_pairs(corpus, "person", cfg.pairs, seed=cfg.seed)
+    icai_cfg = ICAIConfig(n_clusters=40, max_principles=5, reannotations=3)
+    embed = TfidfEmbedder()
+    embed(["warm up the vectorizer import"])
+    rows = []
+    oracle = feature_oracle([pairs], seed=cfg.seed)
+    t0 = time.perf_counter()
+    res = run_icai(pairs, oracle, embed, icai_cfg, seed=cfg.seed)
+    t_icai = time.perf_counter() - t0
+    calls_icai = oracle.calls
+    reconstruct(res.constitution, pairs, oracle, seed=cfg.seed)
+    per100 = 100 / cfg.pairs
+    rows.append(
+        {
+            "measurement": "ICAI calls per 100 pairs (scripted oracle)",
+            "value": round(calls_icai * per100, 1),
+            "detail": f"{cfg.pairs} pairs, {len(res.candidates)} candidates, k=3 reannotations, wall {t_icai:.2f} s "
+            f"({t_icai * per100:.2f} s per 100 pairs, LLM time excluded)",
+        }
+    )
+    rows.append(
+        {
+            "measurement": "reconstruction calls per 100 pairs (both orders)",
+            "value": round((oracle.calls - calls_icai) * per100, 1),
+            "detail": "",
+        }
+    )
+    # resume after a crash half-way
+    with tempfile.TemporaryDirectory(prefix="icai-bench-") as tmp:
+        path = Path(tmp) / "calls.jsonl"
+        fresh = feature_oracle([pairs], seed=cfg.seed)
+        crash = CachedBackend(_CrashAfter(fresh, calls_icai // 2), path)
+        with contextlib.suppress(_Crash):
+            run_icai(pairs, crash, embed, icai_cfg, seed=cfg.seed)
+        first = fresh.calls
+        fresh2 = feature_oracle([pairs], seed=cfg.seed)
+        resumed = CachedBackend(fresh2, path)
+        res2 = run_icai(pairs, resumed, embed, icai_cfg, seed=cfg.seed)
+        repeated = first + fresh2.calls - calls_icai
+        rows.append(
+            {
+                "measurement": "cache hit rate on the resumed run",
+                "value": round(resumed.hits / max(1, resumed.hits + resumed.misses), 3),
+                "detail": f"crash after {first} calls; resume: {resumed.hits} hits, {resumed.misses} new calls; "
+                f"calls repeated: {repeated}; same constitution: {res2.constitution == res.constitution}",
+            }
+        )
+    timings = {"icai_oracle": t_icai}
+    if cfg.local_pairs:
+        ctx.log.info("loading SmolLM2-135M-Instruct")
+        base = LocalChatBackend(device=ctx.torch_device(), seed=cfg.seed)
+        sub = validate_pairs(pairs.iloc[: cfg.local_pairs])
+        principles = [str(p) for p in list(res.candidates)[:6]]
+        prompts = [
+            choice_vote_messages("", first, second, p, ["A", "B"])
+            for _, r in sub.iterrows()
+            for first, second in ((r["text_a"], r["text_b"]), (r["text_b"], r["text_a"]))
+            for p in principles
+        ]
+        results = {}
+        for label, bs, share in (
+            ("one by one", 1, False),
+            ("batched, padded", 8, False),
+            ("batched, shared prefix", 8, True),
+        ):
+            base.batch_size, base.share_prefix = bs, share
+            times = []
+            for _ in range(cfg.repeats):
+                t0 = time.perf_counter()
+                out = base.choice_logprobs(prompts, ["A", "B"])
+                times.append(time.perf_counter() - t0)
+            results[label] = (statistics.median(times), out)
+        ref_t, ref = results["one by one"]
+        for label, (t, out) in results.items():
+            rows.append(
+                {
+                    "measurement": f"local vote scoring: {label}",
+                    "value": round(len(prompts) / t, 2),
+                    "detail": f"prompts/s ({len(prompts)} prompts, median of {cfg.repeats}); speed-up x{ref_t / t:.2f}; "
+                    f"max |Δ log p| vs one by one {float(np.max(np.abs(out - ref))):.1e}",
+                }
+            )
+            timings[f"local_{label}"] = t
+    return Result(
+        metrics={"pairs": cfg.pairs, "threads": ctx.threads},
+        tables={"bench": rows},
+        timings=timings,
+        notes=["ratios and rates are measured in this one run on this machine"],
+    )

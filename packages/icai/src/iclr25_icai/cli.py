@@ -1,0 +1,150 @@
+"""``iclr25-icai``: Inverse Constitutional AI — compress pairwise preferences into a short constitution with a local
+or OpenAI-compatible LLM. Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.cli import CommonOptions, run
+
+__all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "ReproduceConfig", "RunConfig", "main"]
+
+PROG = "iclr25-icai"
+DEFAULT = "run"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig(CommonOptions):
+    """Find the constitution of a preference dataset and measure how well it reconstructs the labels.
+
+    Without --data the input is the embedded real default: 12 pairs of Wikipedia lead summaries where the preferred
+    one is about a person (a planted rule). Writes constitution.json/.md, the votes per principle, and the
+    agreement of the annotator with and without the constitution."""
+
+    data: Path | None = None
+    """Pairs file (.csv/.json/.jsonl/.parquet with text_a, text_b, preferred_text, optional input)."""
+    format: Literal["pairs", "alpacaeval", "arena"] = "pairs"
+    """Layout of --data: our pairs table, AlpacaEval annotations, or Chatbot Arena conversations."""
+    backend: Literal["local", "openai"] = "local"
+    """local: a transformers chat model (default SmolLM2-135M-Instruct); openai: any OpenAI-compatible endpoint."""
+    model: str = "smollm2-135m-instruct"
+    """Model: for local a name/path for iclr25_shared.models.load_causal_lm; for openai the server's model id."""
+    base_url: str | None = None
+    """OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (default $OPENAI_BASE_URL, then OpenAI)."""
+    api_key_env: str = "OPENAI_API_KEY"
+    """Name of the environment variable holding the API key (keys are never passed on the command line)."""
+    embedder: Literal["minilm", "tfidf", "endpoint"] = "minilm"
+    """Principle embeddings for clustering: packaged all-MiniLM-L6-v2, TF-IDF, or the endpoint's /embeddings."""
+    embedding_model: str | None = None
+    """Model id for --embedder endpoint (default: --model)."""
+    max_principles: int = 5
+    """Constitution size n (>= 1)."""
+    principles_per_pair: int = 2
+    """Principles proposed per pair (>= 1)."""
+    clusters: int = 40
+    """KMeans clusters before deduplication (>= 1)."""
+    reannotations: int = 3
+    """Votes per (pair, principle) with their own order flip (>= 1)."""
+    merge: Literal["auto", "unanimous", "majority", "logprob"] = "auto"
+    """How reannotations merge; auto = logprob for the local judge, unanimous (the paper's) for endpoints."""
+    flips: Literal["auto", "random", "balanced"] = "auto"
+    """A/B order per reannotation; auto = balanced for the local judge, random (the paper's) for endpoints."""
+    max_pairs: int = 0
+    """Use at most this many pairs (0 = all), chosen at random with --seed."""
+    test_fraction: float = 0.0
+    """Share of pairs held out for the reconstruction (0 = reconstruct on the training pairs, as the paper's
+    synthetic tables do)."""
+    cache: Path | None = None
+    """JSONL cache of LLM calls (default: calls.jsonl in the iclr25 user cache); an interrupted run resumes from it."""
+    no_cache: bool = False
+    """Call the LLM for everything (nothing read from or written to the cache)."""
+    retries: int = 5
+    """Retries per endpoint call on 408/409/429/5xx and errors without status (>= 0)."""
+    timeout: float = 60.0
+    """Seconds per endpoint request (> 0)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("max_principles", self.max_principles, low=1)
+        check_int("principles_per_pair", self.principles_per_pair, low=1)
+        check_int("clusters", self.clusters, low=1)
+        check_int("reannotations", self.reannotations, low=1)
+        check_int("max_pairs", self.max_pairs, low=0)
+        check_float("test_fraction", self.test_fraction, low=0.0, high=1.0, high_inclusive=False)
+        check_int("retries", self.retries, low=0)
+        check_float("timeout", self.timeout, low=0.0, low_inclusive=False)
+        if self.merge == "logprob" and self.backend != "local":
+            raise ValueError("merge='logprob' needs --backend local (next-token log-probabilities)")
+        if self.backend == "openai" and self.model == "smollm2-135m-instruct":
+            raise ValueError("--backend openai needs --model (the endpoint's model id)")
+        if self.embedder == "endpoint" and self.backend != "openai":
+            raise ValueError("--embedder endpoint needs --backend openai")
+        if self.data is None and self.format != "pairs":
+            raise ValueError(f"--format {self.format} needs --data")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReproduceConfig(CommonOptions):
+    """The paper's synthetic experiment on real text: is a planted rule recovered, and does the constitution raise
+    the annotator's agreement with the labels (orthogonal, aligned, unaligned settings; >= 3 seeds)."""
+
+    size: Literal["quick", "full"] = "quick"
+    """quick: 30/30 pairs for the scripted oracle, 6/6 for SmolLM2 (minutes on 2 CPU cores); full: 30/30 for both."""
+    seeds: int = 3
+    """Independent seeds (>= 3 for an interval)."""
+    backends: tuple[Literal["oracle", "local"], ...] = ("oracle", "local")
+    """oracle: a scripted LLM answering from the true text features (pipeline check); local: SmolLM2-135M."""
+    settings: tuple[Literal["orthogonal", "aligned", "unaligned"], ...] = (
+        "orthogonal",
+        "aligned",
+        "unaligned",
+    )
+    """Synthetic settings (Section 4.1): rule person / longer / shorter."""
+    max_words: int = 24
+    """Longest text in words (>= 8)."""
+    train_pairs: int = 0
+    """Training pairs per run (0 = the --size default)."""
+    test_pairs: int = 0
+    """Held-out pairs per run (0 = the --size default)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("seeds", self.seeds, low=1)
+        check_int("train_pairs", self.train_pairs, low=0)
+        check_int("test_pairs", self.test_pairs, low=0)
+        check_int("max_words", self.max_words, low=8)
+        if not self.backends or not self.settings:
+            raise ValueError("backends and settings must each name at least one value")
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchConfig(CommonOptions):
+    """LLM calls and wall time per 100 pairs, cache hits on a resumed run, and batched vs one-by-one local scoring."""
+
+    pairs: int = 100
+    """Pairs for the call-count and resume measurements (scripted oracle backend, >= 2)."""
+    local_pairs: int = 3
+    """Pairs for the SmolLM2 scoring-throughput measurement (0 skips it)."""
+    repeats: int = 1
+    """Timed repetitions of the SmolLM2 measurement (the median is reported, >= 1)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("pairs", self.pairs, low=2)
+        check_int("local_pairs", self.local_pairs, low=0)
+        check_int("repeats", self.repeats, low=1)
+
+
+COMMANDS = {
+    "run": (RunConfig, "iclr25_icai._experiment:run"),
+    "reproduce": (ReproduceConfig, "iclr25_icai._experiment:reproduce"),
+    "bench": (BenchConfig, "iclr25_icai._experiment:bench"),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point of ``iclr25-icai``; returns the exit code (0 ok, 1 failure, 2 bad input)."""
+    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
