@@ -367,9 +367,13 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     t0 = time.perf_counter()
     m_a, t_a, judgements = _part_a(cfg, ctx)
     timings["A"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    m_b, t_b, notes = _part_b(cfg, ctx)
-    timings["B"] = time.perf_counter() - t0
+    m_b: dict[str, Any] = {}
+    t_b: dict[str, list[dict[str, Any]]] = {}
+    notes: list[str] = []
+    if cfg.physics:
+        t0 = time.perf_counter()
+        m_b, t_b, notes = _part_b(cfg, ctx)
+        timings["B"] = time.perf_counter() - t0
     m_c, t_c = _part_c(ctx, judgements)
     metrics = {**m_a, **m_b, **m_c}
     if cfg.generate:

@@ -167,6 +167,8 @@ class ReproduceConfig(CommonOptions):
     """Seeds of part B (>= 3 for an interval)."""
     opencv_data: Path | None = None
     """Folder with opencv-doc's vtest.avi and tree.avi (default: the Debian path, then the iclr25 cache)."""
+    physics: bool = True
+    """Run part B (the physics-evaluator AUC table; most of the run time); --no-physics skips it."""
     generate: bool = False
     """Also run part D: the tiny random diffusers pipeline through generate + evaluate (slow import)."""
 
