@@ -32,7 +32,9 @@ torch.set_num_threads(1)
 
 def ova_logits(neg, pos):
     """(N, 2K) logits from the (N, K) negative and positive halves (the (N, 2, K) view)."""
-    return torch.cat([torch.as_tensor(neg, dtype=torch.float64), torch.as_tensor(pos, dtype=torch.float64)], 1)
+    return torch.cat(
+        [torch.as_tensor(neg, dtype=torch.float64), torch.as_tensor(pos, dtype=torch.float64)], 1
+    )
 
 
 # ---------------------------------------------------------------- the semantic distribution detector (OVA)
@@ -144,7 +146,9 @@ def test_distill_loss_is_the_cross_view_cross_entropy():
 
 def test_mean_entropy_regulariser_zero_for_uniform_logk_for_collapse():
     k = 7
-    assert float(mean_entropy_regulariser(torch.zeros(5, k, dtype=torch.float64))) == pytest.approx(0.0, abs=1e-12)
+    assert float(mean_entropy_regulariser(torch.zeros(5, k, dtype=torch.float64))) == pytest.approx(
+        0.0, abs=1e-12
+    )
     collapsed = torch.full((5, k), -1.0, dtype=torch.float64)
     collapsed[:, 2] = 1.0  # cosines; at temp 0.1 the softmax is one-hot up to e^-20
     assert float(mean_entropy_regulariser(collapsed)) == pytest.approx(math.log(k), abs=1e-6)
@@ -256,11 +260,15 @@ def test_teacher_pseudo_labels_and_certainty_carry_no_gradient():
     deb = out.logits_deb.detach()
     cfg = GCDLossConfig(threshold=0.0, sdl_weight=0.0, adl_weight=1.0, pl_weight=1.0)
     # with only the pseudo-label term on, neither the GCD logits nor the detector receive a gradient from it
-    loss, _ = debgcd_loss(GCDOutputs(out.proj.detach(), logits, ood, deb.requires_grad_()), y, m, epoch=0, cfg=cfg)
+    loss, _ = debgcd_loss(
+        GCDOutputs(out.proj.detach(), logits, ood, deb.requires_grad_()), y, m, epoch=0, cfg=cfg
+    )
     sim, _ = simgcd_loss(GCDOutputs(out.proj.detach(), logits, ood, deb), y, m, epoch=0, cfg=cfg)
     g_total = torch.autograd.grad(loss, (logits, ood), allow_unused=True)
     g_sim = torch.autograd.grad(sim, (logits,))
-    assert torch.allclose(g_total[0], g_sim[0]) and (g_total[1] is None or torch.count_nonzero(g_total[1]) == 0)
+    assert torch.allclose(g_total[0], g_sim[0]) and (
+        g_total[1] is None or torch.count_nonzero(g_total[1]) == 0
+    )
 
 
 def test_debgcd_weights_without_heads_are_refused():
@@ -271,8 +279,13 @@ def test_debgcd_weights_without_heads_are_refused():
 
 @pytest.mark.parametrize(
     ("field", "value", "match"),
-    [("sup_weight", 1.5, "sup_weight"), ("student_temp", 0.0, "student_temp"), ("sdl_weight", -1.0, "sdl_weight"),
-     ("threshold", float("nan"), "threshold"), ("warmup_teacher_epochs", -1, "warmup_teacher_epochs")],
+    [
+        ("sup_weight", 1.5, "sup_weight"),
+        ("student_temp", 0.0, "student_temp"),
+        ("sdl_weight", -1.0, "sdl_weight"),
+        ("threshold", float("nan"), "threshold"),
+        ("warmup_teacher_epochs", -1, "warmup_teacher_epochs"),
+    ],
 )
 def test_bad_loss_config_names_the_field(field, value, match):
     with pytest.raises(ValueError, match=match):
@@ -284,6 +297,8 @@ def test_loss_runs_in_bfloat16_and_stays_close_to_float32():
     model = _model(True)
     out = model(x)
     l32, _ = debgcd_loss(out, y, m, epoch=0, cfg=GCDLossConfig(threshold=0.0))
-    o16 = GCDOutputs(*(t.detach().to(torch.bfloat16) for t in (out.proj, out.logits, out.logits_ood, out.logits_deb)))
+    o16 = GCDOutputs(
+        *(t.detach().to(torch.bfloat16) for t in (out.proj, out.logits, out.logits_ood, out.logits_deb))
+    )
     l16, _ = debgcd_loss(o16, y, m, epoch=0, cfg=GCDLossConfig(threshold=0.0))
     assert torch.isfinite(l16) and l16.item() == pytest.approx(l32.item(), rel=0.05)

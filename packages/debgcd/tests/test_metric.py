@@ -92,8 +92,13 @@ def test_empty_new_or_old_subset_gives_nan_not_an_error():
 
 @pytest.mark.parametrize(
     ("y_true", "y_pred", "match"),
-    [([0, 1], [0], "same length"), ([], [], "must not be empty"), ([0, -1], [0, 1], "non-negative"),
-     ([0.5, 1], [0, 1], "integer"), ([[0, 1]], [[0, 1]], "shape")],
+    [
+        ([0, 1], [0], "same length"),
+        ([], [], "must not be empty"),
+        ([0, -1], [0, 1], "non-negative"),
+        ([0.5, 1], [0, 1], "integer"),
+        ([[0, 1]], [[0, 1]], "shape"),
+    ],
 )
 def test_bad_inputs_are_refused(y_true, y_pred, match):
     with pytest.raises(ValueError, match=match):

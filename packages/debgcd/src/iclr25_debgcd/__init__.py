@@ -59,7 +59,7 @@ _LAZY = {
     "train_gcd": "_train",
 }
 
-__all__ = sorted(_LAZY) + ["__version__"]
+__all__ = [*sorted(_LAZY), "__version__"]
 
 
 def __getattr__(name: str) -> Any:

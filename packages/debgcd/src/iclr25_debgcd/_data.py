@@ -129,9 +129,7 @@ def load_images(
     if per_class is not None:
         check_int("per_class", per_class, low=1)
         rng = np.random.default_rng(seed)
-        keep = np.concatenate(
-            [rng.permutation(np.flatnonzero(y == c))[:per_class] for c in np.unique(y)]
-        )
+        keep = np.concatenate([rng.permutation(np.flatnonzero(y == c))[:per_class] for c in np.unique(y)])
         keep.sort()
         x, y = x[keep], y[keep]
     return np.ascontiguousarray(x[:, None], np.float32), y.astype(np.int64)

@@ -1,31 +1,422 @@
-"""What the CLI runs: the method's verb on an embedded real default, the reproduction and the benchmark.
+"""What the CLI runs: ``discover`` (one GCD run), ``reproduce`` (k-means / SimGCD / DebGCD over seeds) and ``bench``.
 
-Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Result`; the runner writes
-results.json / results.md into ``--out`` (atomically, as one folder) and prints the tables. Files of its own a
-command writes through ``ctx.save_array`` / ``ctx.save_figure`` / ``ctx.save_text``.
+Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Result`.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from iclr25_shared.cli import Result, RunContext
 
 if TYPE_CHECKING:
-    from iclr25_debgcd.cli import BenchConfig, ReproduceConfig, DiscoverConfig
+    from iclr25_debgcd.cli import BenchConfig, DiscoverConfig, ReproduceConfig
+
+__all__ = ["SIZES", "ReproduceSize", "bench", "discover", "load_npz", "reproduce"]
+
+
+def load_npz(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    """Images and labels from a ``.npz`` with ``images`` ``(n, H, W)`` / ``(n, C, H, W)`` (uint8 or floats in
+    [0, 1]) and ``labels`` ``(n,)`` non-negative ints. Returns ``(n, C, H, W)`` float32 and ``(n,)`` int64.
+
+    Raises:
+        ValueError: a key is missing, shapes disagree, values are out of range or not finite.
+    """
+    from iclr25_shared.checks import check_finite
+
+    with np.load(path, allow_pickle=False) as z:
+        missing = [k for k in ("images", "labels") if k not in z.files]
+        if missing:
+            raise ValueError(f"{path}: missing array(s) {missing}; has {z.files}")
+        x, y = z["images"], z["labels"]
+    if x.ndim == 3:
+        x = x[:, None]
+    if x.ndim != 4 or y.ndim != 1 or x.shape[0] != y.shape[0] or y.size == 0:
+        raise ValueError(
+            f"{path}: images must be (n, H, W) or (n, C, H, W) and labels (n,), got {x.shape}, {y.shape}"
+        )
+    if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
+        raise ValueError(f"{path}: labels must be non-negative integers, got dtype {y.dtype}")
+    if x.dtype == np.uint8:
+        x = x.astype(np.float32) / 255.0
+    x = x.astype(np.float32)
+    check_finite("images", x)
+    if x.min() < 0 or x.max() > 1:
+        raise ValueError(f"{path}: float images must lie in [0, 1], got [{x.min()}, {x.max()}]")
+    return x, y.astype(np.int64)
+
+
+def _load(name: str, root: Path | None, per_class: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    from iclr25_debgcd._data import load_images
+
+    if name in ("fashion-mnist", "digits"):
+        return load_images(name, root=root, per_class=per_class or None, seed=seed)
+    x, y = load_npz(name)
+    if per_class:
+        rng = np.random.default_rng(seed)
+        keep = np.sort(
+            np.concatenate([rng.permutation(np.flatnonzero(y == c))[:per_class] for c in np.unique(y)])
+        )
+        x, y = x[keep], y[keep]
+    return x, y
+
+
+def _train_config(
+    method: str,
+    *,
+    backbone: str,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    hidden: int,
+    data: str,
+    threshold: float,
+    adl_weight: float,
+    sdl_weight: float,
+) -> Any:
+    from iclr25_debgcd._losses import GCDLossConfig
+    from iclr25_debgcd._train import TrainConfig
+
+    # teacher warm-up: 30 of 200 epochs in the paper, kept as the same share of the schedule
+    warmup = max(1, round(0.15 * epochs))
+    loss = GCDLossConfig(
+        memax_weight=1.0,  # official CIFAR-10 script (a 10-class set like ours)
+        warmup_teacher_epochs=warmup,
+        threshold=threshold,
+        adl_weight=adl_weight,
+        sdl_weight=sdl_weight,
+    )
+    return TrainConfig(
+        method=method,
+        backbone=backbone,
+        epochs=epochs,
+        batch_size=batch_size,
+        lr=lr,
+        hidden=hidden,
+        flip=data == "fashion-mnist",
+        shift=2 if data != "digits" else 1,
+        loss=loss,
+    )
 
 
 def discover(cfg: DiscoverConfig, ctx: RunContext) -> Result:
-    """Run the method on the embedded real default (or the user's input)."""
-    ctx.log.info("loading ...")
-    raise NotImplementedError
+    """Train DebGCD (or SimGCD) on one GCD split and report All/Old/New on the unlabelled images."""
+    from iclr25_debgcd._data import gcd_split
+    from iclr25_debgcd._train import train_gcd
+
+    device = ctx.torch_device()
+    x, y = _load(cfg.data, cfg.root, cfg.per_class, cfg.seed)
+    split = gcd_split(y, cfg.known_classes, cfg.labelled_fraction, num_classes=cfg.num_classes, seed=cfg.seed)
+    tcfg = _train_config(
+        cfg.method,
+        backbone=cfg.backbone,
+        epochs=cfg.epochs,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
+        hidden=512,
+        data=cfg.data,
+        threshold=cfg.threshold,
+        adl_weight=cfg.adl_weight,
+        sdl_weight=cfg.sdl_weight,
+    )
+    ctx.log.info(
+        f"{x.shape[0]} images, {int(split.labelled.sum())} labelled, {split.num_old} known + "
+        f"{split.num_classes - split.num_old} new classes; training {cfg.method} for {cfg.epochs} epochs on {device}"
+    )
+    bar = iter(ctx.progress(range(cfg.epochs), desc=cfg.method))
+    res = train_gcd(x, split, tcfg, seed=cfg.seed, device=device, on_epoch=lambda _row: next(bar, None))
+    ctx.save_array("predictions", res.predictions)
+    ctx.save_array("unlabelled_index", np.flatnonzero(split.unlabelled))
+    metrics = {k: round(float(v), 4) for k, v in res.final.items()}
+    metrics |= {"images": int(x.shape[0]), "labelled": int(split.labelled.sum()), "method": cfg.method}
+    return Result(
+        metrics=metrics,
+        tables={"epochs": [{k: round(v, 4) for k, v in row.items()} for row in res.history]},
+        timings={"train": res.seconds},
+        notes=[
+            "accuracy on the unlabelled images, one Hungarian assignment over all classes (GCD protocol)",
+            f"predictions.npy: the model's class index of each unlabelled image (unlabelled_index.npy); indices "
+            f"0..{split.num_old - 1} are the known classes {list(split.original[: split.num_old])}, the others are "
+            "discovered clusters",
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class ReproduceSize:
+    per_class: dict[str, int | None]
+    epochs: int
+    hidden: int
+    batch_size: int
+
+
+SIZES = {
+    "tiny": ReproduceSize({"fashion-mnist": 12, "digits": 12}, epochs=2, hidden=32, batch_size=32),
+    "quick": ReproduceSize({"fashion-mnist": 150, "digits": None}, epochs=40, hidden=256, batch_size=128),
+    "full": ReproduceSize({"fashion-mnist": 1000, "digits": None}, epochs=100, hidden=512, batch_size=128),
+}
+_PAPER = [
+    # DINO ViT-B/16, All / Old / New on the unlabelled training images. SimGCD: its README (github.com/CVMI-Lab/
+    # SimGCD, mean of 3 runs). DebGCD: only the All values we could check (benchmark listing of arXiv:2504.04804);
+    # Old/New of DebGCD are in the paper's tables, not copied here unchecked.
+    {"data": "CIFAR-10", "SimGCD": "97.1 / 95.1 / 98.1", "DebGCD": "see paper"},
+    {"data": "CIFAR-100", "SimGCD": "80.1 / 81.2 / 77.8", "DebGCD": "83.0 / – / –"},
+    {"data": "ImageNet-100", "SimGCD": "83.0 / 93.1 / 77.9", "DebGCD": "85.9 / – / –"},
+    {"data": "CUB", "SimGCD": "60.3 / 65.6 / 57.7", "DebGCD": "see paper"},
+]
+
+
+def _kmeans(x: np.ndarray, split: Any, seed: int) -> dict[str, float]:
+    from sklearn.cluster import KMeans
+
+    from iclr25_debgcd._metrics import gcd_accuracy
+
+    flat = x.reshape(x.shape[0], -1)
+    km = KMeans(n_clusters=split.num_classes, n_init=10, random_state=seed).fit(flat)
+    unl = split.unlabelled
+    acc = gcd_accuracy(split.labels[unl], km.labels_[unl], range(split.num_old))
+    return acc.as_dict()
 
 
 def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
-    """The paper's headline comparison at small scale on real data, method beside its baseline, >= 3 seeds."""
-    raise NotImplementedError
+    """k-means on pixels, SimGCD and DebGCD on Fashion-MNIST and digits GCD splits (Old 0-4, half labelled)."""
+    from iclr25_debgcd._data import gcd_split
+    from iclr25_debgcd._train import train_gcd
+    from iclr25_shared.metrics import paired_t_interval
+
+    device = ctx.torch_device()
+    size = SIZES[cfg.size]
+    rows: list[dict[str, Any]] = []
+    curves: dict[tuple[str, str], list[list[dict[str, float]]]] = {}
+    t_total = time.perf_counter()
+    timings: dict[str, float] = {}
+    for data in cfg.datasets:
+        x, y = _load(data, cfg.root, size.per_class[data], 0)
+        for s in range(cfg.seeds):
+            seed = cfg.seed + s
+            split = gcd_split(y, [0, 1, 2, 3, 4], 0.5, seed=seed)
+            t = time.perf_counter()
+            rows.append({"data": data, "seed": seed, "method": "k-means (pixels)", **_kmeans(x, split, seed)})
+            timings[f"{data}/k-means"] = timings.get(f"{data}/k-means", 0.0) + time.perf_counter() - t
+            for method in ("simgcd", "debgcd"):
+                tcfg = _train_config(
+                    method,
+                    backbone="mlp",
+                    epochs=size.epochs,
+                    batch_size=size.batch_size,
+                    lr=0.1,
+                    hidden=size.hidden,
+                    data=data,
+                    threshold=0.9,
+                    adl_weight=2.0,
+                    sdl_weight=0.01,
+                )
+                res = train_gcd(x, split, tcfg, seed=seed, device=device, eval_every=max(1, size.epochs // 5))
+                ctx.log.info(
+                    f"{data} seed {seed} {method}: { ({k: round(v, 3) for k, v in res.final.items()}) }"
+                )
+                rows.append({"data": data, "seed": seed, "method": method, **res.final})
+                curves.setdefault((data, method), []).append(res.history)
+                timings[f"{data}/{method}"] = timings.get(f"{data}/{method}", 0.0) + res.seconds
+    timings["total"] = time.perf_counter() - t_total
+
+    summary, paired = [], []
+    for data in cfg.datasets:
+        by = {
+            m: [r for r in rows if r["data"] == data and r["method"] == m]
+            for m in ("k-means (pixels)", "simgcd", "debgcd")
+        }
+        for m, rs in by.items():
+            line: dict[str, Any] = {"data": data, "method": m, "seeds": len(rs)}
+            for k in ("all", "old", "new", "deb_all", "auroc", "certainty", "pl_rate"):
+                vals = [r[k] for r in rs if k in r and r[k] == r[k]]
+                sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
+                line[k] = f"{100 * np.mean(vals):.1f} ± {100 * sd:.1f}" if vals else "–"
+            summary.append(line)
+        for a, b in (("debgcd", "simgcd"), ("simgcd", "k-means (pixels)"), ("debgcd", "k-means (pixels)")):
+            line = {"data": data, "difference": f"{a} − {b}"}
+            for k in ("all", "old", "new"):
+                d = [ra[k] - rb[k] for ra, rb in zip(by[a], by[b], strict=True)]
+                est = paired_t_interval(d)
+                line[k] = f"{100 * est.value:+.1f} [{100 * est.low:+.1f}, {100 * est.high:+.1f}]"
+            paired.append(line)
+    run_keys = [
+        "data",
+        "seed",
+        "method",
+        "all",
+        "old",
+        "new",
+        "deb_all",
+        "deb_old",
+        "deb_new",
+        "auroc",
+        "certainty",
+        "pl_rate",
+    ]
+    _plot(ctx, curves)
+    return Result(
+        metrics={"size": cfg.size, "seeds": cfg.seeds, "epochs": size.epochs},
+        tables={
+            "summary (unlabelled images, % mean ± sd over seeds)": summary,
+            "paired differences (percentage points, mean [95% t-interval])": paired,
+            "paper (DINO ViT-B/16; other data sets, for reference only)": _PAPER,
+            "runs": [
+                {k: (round(r[k], 4) if isinstance(r.get(k), float) else r.get(k, "–")) for k in run_keys}
+                for r in rows
+            ],
+        },
+        timings=timings,
+        notes=[
+            "GCD split: classes 0-4 Old with half their images labelled, 5-9 New; scored on the unlabelled images "
+            "(transductive), one Hungarian assignment over all classes, last epoch (no model selection).",
+            "Equal budget: SimGCD and DebGCD get the same backbone (MLP from scratch), epochs, batches and views.",
+            "auroc = the DebGCD detector's known-vs-new AUROC; certainty = mean |2 s_unk − 1|; pl_rate = share of "
+            "unlabelled images whose GCD pseudo-label passes the 0.9 threshold.",
+        ],
+    )
+
+
+def _plot(ctx: RunContext, curves: dict[tuple[str, str], list[list[dict[str, float]]]]) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # pragma: no cover - plot extra not installed
+        ctx.log.info("matplotlib not installed: no curves.png (pip install 'iclr25-debgcd[plot]')")
+        return
+    datasets = sorted({d for d, _ in curves})
+    fig, axes = plt.subplots(1, 2 * len(datasets), figsize=(5 * 2 * len(datasets), 3.6), squeeze=False)
+    for i, data in enumerate(datasets):
+        for j, key in enumerate(("all", "new")):
+            ax = axes[0, 2 * i + j]
+            for method, colour in (("simgcd", "tab:blue"), ("debgcd", "tab:red")):
+                runs = curves.get((data, method), [])
+                for h in runs:
+                    pts = [(r["epoch"], r[key]) for r in h if key in r]
+                    if pts:
+                        e, v = zip(*pts, strict=True)
+                        ax.plot(e, [100 * a for a in v], color=colour, alpha=0.35, marker="o", ms=3)
+                ax.plot([], [], color=colour, label=method)
+            ax.set_title(f"{data}: {key.capitalize()} accuracy")
+            ax.set_xlabel("epoch")
+            ax.set_ylabel("% (unlabelled images)")
+            ax.grid(alpha=0.3)
+            ax.legend()
+    fig.tight_layout()
+    ctx.save_figure("curves.png", fig, dpi=110)
+
+
+def _step_stats(
+    model: Any, loss_fn: Any, x: Any, y: Any, mask: Any, cfg: Any, repeats: int, device: Any
+) -> dict:
+    import torch
+
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.01, momentum=0.9)
+    saved = {"bytes": 0}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved["bytes"] += t.numel() * t.element_size()
+        return t
+
+    def step(count: bool = False) -> None:
+        if count:
+            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+                out = model(x)
+                loss, _ = loss_fn(out, y, mask, epoch=0, cfg=cfg)
+        else:
+            out = model(x)
+            loss, _ = loss_fn(out, y, mask, epoch=0, cfg=cfg)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(2):
+        step()
+    step(count=True)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    times = []
+    for _ in range(repeats):
+        sync()
+        t = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - t)
+    stats = {
+        "step_ms": 1000 * statistics.median(times),
+        "params": sum(p.numel() for p in model.parameters()),
+        "saved_activations_mb": saved["bytes"] / 2**20,
+    }
+    if device.type == "cuda":
+        stats["peak_cuda_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return stats
 
 
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """Time / memory of the method as ratios against the baseline, measured in this one run."""
-    raise NotImplementedError
+    """Step time and memory (parameters, activations saved for backward, CUDA peak) of DebGCD / SimGCD."""
+    import torch
+
+    from iclr25_debgcd._data import GCDSplit
+    from iclr25_debgcd._losses import debgcd_loss, simgcd_loss
+    from iclr25_debgcd._train import build_model
+
+    device = ctx.torch_device()
+    rows = []
+    b = cfg.batch_size
+    split = GCDSplit(
+        labels=np.zeros(1, np.int64), labelled=np.zeros(1, bool), num_old=5, num_classes=10, original=()
+    )
+    for backbone in cfg.backbones:
+        g = torch.Generator().manual_seed(cfg.seed)
+        x = torch.rand(2 * b, 1, cfg.image_size, cfg.image_size, generator=g).to(device)
+        y = torch.randint(0, 5, (b,), generator=g).to(device)
+        mask = (torch.rand(b, generator=g) < 0.5).to(device)
+        stats = {}
+        for method, fn in (("simgcd", simgcd_loss), ("debgcd", debgcd_loss)):
+            tcfg = _train_config(
+                method,
+                backbone=backbone,
+                epochs=1,
+                batch_size=b,
+                lr=0.1,
+                hidden=cfg.hidden,
+                data="fashion-mnist",
+                threshold=0.0,
+                adl_weight=2.0,
+                sdl_weight=0.01,
+            )
+            torch.manual_seed(cfg.seed)
+            model = build_model(split, (1, cfg.image_size, cfg.image_size), dataclasses.replace(tcfg)).to(
+                device
+            )
+            model.train()
+            stats[method] = _step_stats(model, fn, x, y, mask, tcfg.loss, cfg.repeats, device)
+            ctx.log.info(f"{backbone} {method}: {stats[method]}")
+        row: dict[str, Any] = {"backbone": backbone, "device": str(device), "batch": b}
+        for k in stats["simgcd"]:
+            row[f"simgcd {k}"] = round(stats["simgcd"][k], 2)
+            row[f"debgcd {k}"] = round(stats["debgcd"][k], 2)
+            row[f"ratio {k}"] = round(stats["debgcd"][k] / stats["simgcd"][k], 3)
+        rows.append(row)
+    return Result(
+        metrics={f"{r['backbone']} step time ratio": r["ratio step_ms"] for r in rows},
+        tables={"DebGCD / SimGCD, one training step (two views of the batch)": rows},
+        notes=[
+            "step = forward of both views + loss + backward + SGD step; median of --repeats after 2 warm-up steps.",
+            "saved_activations_mb = bytes of the tensors autograd saves for backward (device-independent memory).",
+            f"heads' MLP width {cfg.hidden} (paper: 2048); images {cfg.image_size}x{cfg.image_size}, 1 channel.",
+        ],
+    )

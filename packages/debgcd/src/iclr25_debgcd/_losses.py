@@ -145,7 +145,11 @@ def _views(x: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def distill_loss(
-    student_logits: torch.Tensor, teacher_logits: torch.Tensor, *, teacher_temp: float, student_temp: float = 0.1
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    *,
+    teacher_temp: float,
+    student_temp: float = 0.1,
 ) -> torch.Tensor:
     """Cross-view self-distillation (SimGCD's L^u_cls): the teacher of view v supervises the student of the other view.
 
@@ -267,7 +271,13 @@ def ova_loss(logits_ood: torch.Tensor, labels: torch.Tensor, *, temp: float = 0.
     pos = -torch.log(p[rows, 1, labels] + 1e-8)
     if k == 1:
         return pos.mean()
-    neg = -torch.log(p[:, 0,] + 1e-8)
+    neg = -torch.log(
+        p[
+            :,
+            0,
+        ]
+        + 1e-8
+    )
     neg = neg.masked_fill(torch.nn.functional.one_hot(labels, k).bool(), float("-inf")).amax(dim=1)
     return (pos + neg).mean()
 
@@ -281,7 +291,9 @@ def ova_entropy(logits_ood: torch.Tensor, *, temp: float = 0.1) -> torch.Tensor:
     return (-(p * (p + 1e-8).log()).sum(1)).mean()
 
 
-def ova_consistency(logits_view1: torch.Tensor, logits_view2: torch.Tensor, *, temp: float = 0.1) -> torch.Tensor:
+def ova_consistency(
+    logits_view1: torch.Tensor, logits_view2: torch.Tensor, *, temp: float = 0.1
+) -> torch.Tensor:
     """Soft open-set consistency (OpenMatch's L_socr): ``mean_i Σ_k Σ_± |p_view1 − p_view2|²``; 0 for equal views."""
     p1 = ova_probabilities(logits_view1, temp=temp)
     p2 = ova_probabilities(logits_view2, temp=temp)
@@ -298,7 +310,10 @@ def unknown_score(logits_ood: torch.Tensor, *, temp: float = 0.1) -> torch.Tenso
     import torch
 
     p = ova_probabilities(logits_ood, temp=temp)
-    c = p[:, 1,].argmax(dim=1)
+    c = p[
+        :,
+        1,
+    ].argmax(dim=1)
     return p[torch.arange(p.shape[0], device=p.device), 0, c]
 
 
@@ -345,7 +360,9 @@ def debiased_loss(
 def _check_batch(out: GCDOutputs, labels: torch.Tensor, mask_lab: torch.Tensor) -> int:
     n2 = out.logits.shape[0]
     if n2 % 2 or out.proj.shape[0] != n2:
-        raise ValueError(f"proj and logits must stack two views of the same batch, got {n2} and {out.proj.shape[0]}")
+        raise ValueError(
+            f"proj and logits must stack two views of the same batch, got {n2} and {out.proj.shape[0]}"
+        )
     b = n2 // 2
     if tuple(labels.shape) != (b,) or tuple(mask_lab.shape) != (b,):
         raise ValueError(
@@ -424,9 +441,10 @@ def debgcd_loss(
     mask_lab = mask_lab.bool()
     two_lab = torch.cat([mask_lab, mask_lab])
     sup_labels = torch.cat([labels[mask_lab], labels[mask_lab]])
-    if cfg.sdl_weight > 0 or cfg.adl_weight > 0:
-        if out.logits_ood is None or out.logits_deb is None:
-            raise ValueError("sdl_weight/adl_weight > 0 need a model with the detector and the debiased classifier")
+    if (cfg.sdl_weight > 0 or cfg.adl_weight > 0) and (out.logits_ood is None or out.logits_deb is None):
+        raise ValueError(
+            "sdl_weight/adl_weight > 0 need a model with the detector and the debiased classifier"
+        )
     if cfg.sdl_weight > 0:
         ood = out.logits_ood
         l_ova = ova_loss(ood[two_lab], sup_labels, temp=cfg.student_temp)

@@ -36,9 +36,10 @@ class GCDAccuracy:
 def _labels(name: str, values: object) -> np.ndarray:
     arr = np.asarray(values)
     check_shape(name, arr, ("n",))
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
-            raise ValueError(f"{name} must hold non-negative integer ids, got dtype {arr.dtype}")
+    if (arr.size and not np.issubdtype(arr.dtype, np.integer)) and (
+        not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr))
+    ):
+        raise ValueError(f"{name} must hold non-negative integer ids, got dtype {arr.dtype}")
     arr = arr.astype(np.int64)
     if arr.size and arr.min() < 0:
         raise ValueError(f"{name} must hold non-negative integer ids, got {int(arr.min())}")

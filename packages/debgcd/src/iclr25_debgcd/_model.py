@@ -111,7 +111,9 @@ class GCDModel(nn.Module):
         if self.debiased:
             out_ood = self.classifier_ood(self.ood_mlp(f))
             out_deb = self.classifier_deb(f)
-        return GCDOutputs(proj=self.projector(f), logits=self.classifier(f), logits_ood=out_ood, logits_deb=out_deb)
+        return GCDOutputs(
+            proj=self.projector(f), logits=self.classifier(f), logits_ood=out_ood, logits_deb=out_deb
+        )
 
 
 def small_convnet(in_channels: int = 1, width: int = 32, feat_dim: int = 128) -> nn.Module:
@@ -157,7 +159,9 @@ def efficientnet_lite0(
     try:
         import timm
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError("the EfficientNet-Lite0 backbone needs timm: pip install 'iclr25-debgcd[pretrained]'") from exc
+        raise ImportError(
+            "the EfficientNet-Lite0 backbone needs timm: pip install 'iclr25-debgcd[pretrained]'"
+        ) from exc
     net = timm.create_model("efficientnet_lite0", pretrained=False, num_classes=0)
     if pretrained:
         if weights is None:
@@ -174,7 +178,9 @@ def efficientnet_lite0(
         target = net.state_dict()
         sd = {k: v for k, v in sd.items() if not k.startswith("_fc.")}  # the ImageNet classifier is not used
         if len(sd) != len(target) or any(a.shape != b.shape for a, b in zip(sd.values(), target.values())):
-            raise ValueError(f"{weights}: {len(sd)} tensors do not map by order and shape onto timm's efficientnet_lite0")
+            raise ValueError(
+                f"{weights}: {len(sd)} tensors do not map by order and shape onto timm's efficientnet_lite0"
+            )
         net.load_state_dict(dict(zip(target.keys(), sd.values(), strict=True)))
     for p in net.parameters():
         p.requires_grad_(False)

@@ -24,7 +24,16 @@ if TYPE_CHECKING:
 
     import torch
 
-__all__ = ["BACKBONES", "METHODS", "TrainConfig", "TrainResult", "build_backbone", "build_model", "evaluate", "train_gcd"]
+__all__ = [
+    "BACKBONES",
+    "METHODS",
+    "TrainConfig",
+    "TrainResult",
+    "build_backbone",
+    "build_model",
+    "evaluate",
+    "train_gcd",
+]
 
 METHODS = ("simgcd", "debgcd")
 BACKBONES = ("mlp", "convnet", "efficientnet-lite0")
@@ -78,7 +87,9 @@ class TrainResult:
     seconds: float
 
 
-def build_backbone(name: str, image_shape: tuple[int, int, int], cfg: TrainConfig) -> tuple[torch.nn.Module, int]:
+def build_backbone(
+    name: str, image_shape: tuple[int, int, int], cfg: TrainConfig
+) -> tuple[torch.nn.Module, int]:
     """The backbone ``name`` for images of shape ``(C, H, W)``; returns ``(module, feature width)``.
 
     ``mlp``: flatten, Linear–BatchNorm–ReLU–Linear to ``feat_dim`` (hidden ``cfg.hidden``; PyTorch's default init). ``convnet``: :func:`small_convnet`.
@@ -131,18 +142,25 @@ def build_model(split: GCDSplit, image_shape: tuple[int, int, int], cfg: TrainCo
     )
 
 
-def evaluate(model, images: torch.Tensor, split: GCDSplit, *, batch_size: int = 1024) -> dict[str, float]:
+def evaluate(
+    model, images: torch.Tensor, split: GCDSplit, *, threshold: float = 0.9, batch_size: int = 1024
+) -> dict[str, float]:
     """Transductive GCD evaluation on the unlabelled images: All/Old/New of the GCD classifier (one Hungarian
-    assignment), of the debiased classifier (``deb_*``) and the detector's known-vs-new AUROC (DebGCD models)."""
+    assignment); for DebGCD models also the debiased classifier's (``deb_*``), the detector's known-vs-new AUROC,
+    the mean certainty ``|2 s_unk − 1|`` and the share of images whose GCD pseudo-label passes ``threshold``
+    (``pl_rate``), i.e. how much of the unlabelled set the debiased pseudo-label loss sees."""
     import torch
+
+    from iclr25_debgcd._losses import certainty
 
     unl = np.flatnonzero(split.unlabelled)
     model.eval()
-    preds, preds_deb, scores = [], [], []
+    preds, preds_deb, scores, conf = [], [], [], []
     with torch.no_grad():
         for s in range(0, unl.size, batch_size):
             out = model(images[torch.as_tensor(unl[s : s + batch_size])])
             preds.append(out.logits.argmax(1).cpu())
+            conf.append((out.logits / 0.1).softmax(1).amax(1).cpu())
             if out.logits_deb is not None:
                 preds_deb.append(out.logits_deb.argmax(1).cpu())
                 scores.append(unknown_score(out.logits_ood).cpu())
@@ -151,10 +169,13 @@ def evaluate(model, images: torch.Tensor, split: GCDSplit, *, batch_size: int = 
     pred = torch.cat(preds).numpy()
     acc = gcd_accuracy(y, pred, old)
     res = {"all": acc.all, "old": acc.old, "new": acc.new}
+    res["pl_rate"] = float((torch.cat(conf) >= threshold).double().mean())
     if preds_deb:
         deb = gcd_accuracy(y, torch.cat(preds_deb).numpy(), old)
         res |= {"deb_all": deb.all, "deb_old": deb.old, "deb_new": deb.new}
-        res["auroc"] = known_vs_new_auroc(torch.cat(scores).numpy(), y >= split.num_old)
+        s_unk = torch.cat(scores)
+        res["auroc"] = known_vs_new_auroc(s_unk.numpy(), y >= split.num_old)
+        res["certainty"] = float(certainty(s_unk).mean())
     res["_pred"] = pred  # type: ignore[assignment]
     return res
 
@@ -229,7 +250,10 @@ def train_gcd(
             idx = order[s * cfg.batch_size : (s + 1) * cfg.batch_size]
             xb = x[idx]
             views = torch.cat(
-                [augment(xb, shift=cfg.shift, flip=cfg.flip, noise=cfg.noise, generator=gen) for _ in range(2)]
+                [
+                    augment(xb, shift=cfg.shift, flip=cfg.flip, noise=cfg.noise, generator=gen)
+                    for _ in range(2)
+                ]
             )
             out = model(views)
             loss, parts = loss_fn(out, y[idx], lab[idx], epoch=epoch, cfg=loss_cfg)
@@ -243,12 +267,13 @@ def train_gcd(
         sched.step()
         row = {"epoch": float(epoch + 1), **sums, "seconds": time.perf_counter() - te}
         if eval_every and ((epoch + 1) % eval_every == 0) and epoch + 1 < cfg.epochs:
-            row |= {k: v for k, v in evaluate(model, x, split).items() if not k.startswith("_")}
+            ev = evaluate(model, x, split, threshold=loss_cfg.threshold)
+            row |= {k: v for k, v in ev.items() if not k.startswith("_")}
         history.append(row)
         if on_epoch is not None:
             on_epoch(row)
     seconds = time.perf_counter() - t0
-    final = evaluate(model, x, split)
+    final = evaluate(model, x, split, threshold=loss_cfg.threshold)
     pred = final.pop("_pred")
     history[-1] |= final
     return TrainResult(model=model, history=history, final=final, predictions=pred, seconds=seconds)

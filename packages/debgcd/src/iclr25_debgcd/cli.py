@@ -1,4 +1,7 @@
-"""``iclr25-debgcd``: __ONE_LINE__. Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
+"""``iclr25-debgcd``: generalized category discovery with DebGCD (ICLR 2025) beside SimGCD, on real images.
+
+Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,58 +9,131 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.checks import check_choice, check_float, check_int, check_probability
 from iclr25_shared.cli import CommonOptions, run
 
-__all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "ReproduceConfig", "DiscoverConfig", "main"]
+__all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "DiscoverConfig", "ReproduceConfig", "main"]
 
 PROG = "iclr25-debgcd"
 DEFAULT = "discover"
+_NAMED = ("fashion-mnist", "digits")
 
 
 @dataclass(frozen=True, kw_only=True)
 class DiscoverConfig(CommonOptions):
-    """One sentence: what the verb does (first sentence is the --help summary).
+    """Label every unlabelled image of a GCD split (known classes partly labelled, new classes unlabelled).
 
-    More detail: the default input (real, offline) and what is printed."""
+    Default: Fashion-MNIST (300 training images per class), classes 0-4 known with half their images labelled,
+    5-9 new; trains DebGCD (or SimGCD with --method simgcd) and prints All / Old / New accuracy on the unlabelled
+    images (one Hungarian assignment) and the detector's known-vs-new AUROC. With --out, saves the predicted class
+    of every unlabelled image (predictions.npy, ids in the data's original labels for Old classes)."""
 
-    data: Path | None = None
-    """Input file (default: the embedded real example)."""
-    k: int = 10
-    """Number of ... (>= 1)."""
-    lr: float = 1e-3
-    """Learning rate (> 0)."""
+    data: str = "fashion-mnist"
+    """fashion-mnist, digits, or a .npz file with `images` (n, H, W) or (n, C, H, W) in [0, 1] or uint8, and
+    integer `labels` (n,)."""
+    root: Path | None = None
+    """Folder with the Fashion-MNIST IDX .gz files (searched before Debian's dataset-fashion-mnist and the cache)."""
+    known_classes: tuple[int, ...] = (0, 1, 2, 3, 4)
+    """Original ids of the Old (known) classes; each must occur in the labels."""
+    labelled_fraction: float = 0.5
+    """Share of each known class's images that is labelled, in (0, 1]."""
+    num_classes: int | None = None
+    """Classes the model has (default: the classes present); >= the known ones."""
+    per_class: int | None = 300
+    """Images kept per class (seeded subset); None/0 = all."""
+    method: Literal["debgcd", "simgcd"] = "debgcd"
+    backbone: Literal["mlp", "convnet", "efficientnet-lite0"] = "mlp"
+    """mlp/convnet trained from scratch, or the packaged ImageNet EfficientNet-Lite0 with its last stage tuned."""
+    epochs: int = 20
+    batch_size: int = 128
+    lr: float = 0.1
+    threshold: float = 0.9
+    """Pseudo-label confidence threshold of the debiased classifier (official CIFAR-10 script: 0.9)."""
+    adl_weight: float = 2.0
+    """Weight of the debiased classifier's loss (official CIFAR-10 script: 2.0)."""
+    sdl_weight: float = 0.01
+    """Weight of the detector's loss (official CIFAR-10 script: 0.01)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int("k", self.k, low=1)
+        if self.data not in _NAMED and not str(self.data).endswith(".npz"):
+            raise ValueError(f"data must be one of {', '.join(_NAMED)} or a .npz file; got {self.data!r}")
+        if self.data not in _NAMED and not Path(self.data).is_file():
+            raise ValueError(f"data file {self.data} does not exist")
+        if not self.known_classes:
+            raise ValueError("known_classes must name at least one class")
+        for c in self.known_classes:
+            check_int("known_classes", c, low=0, high=9 if self.data in _NAMED else None)
+        if len(set(self.known_classes)) != len(self.known_classes):
+            raise ValueError(f"known_classes must be distinct, got {list(self.known_classes)}")
+        check_float("labelled_fraction", self.labelled_fraction, low=0.0, high=1.0, low_inclusive=False)
+        if self.num_classes is not None:
+            check_int("num_classes", self.num_classes, low=1)
+            if self.num_classes < len(self.known_classes):
+                raise ValueError(
+                    f"num_classes must be >= the {len(self.known_classes)} known classes, got {self.num_classes}"
+                )
+        if self.per_class is not None:
+            check_int("per_class", self.per_class, low=0)
+        check_choice("method", self.method, ("debgcd", "simgcd"))
+        check_choice("backbone", self.backbone, ("mlp", "convnet", "efficientnet-lite0"))
+        check_int("epochs", self.epochs, low=1)
+        check_int("batch_size", self.batch_size, low=2)
         check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_probability("threshold", self.threshold)
+        check_float("adl_weight", self.adl_weight, low=0.0)
+        check_float("sdl_weight", self.sdl_weight, low=0.0)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(CommonOptions):
-    """The paper's headline claim at small scale on real data, method beside its baseline."""
+    """k-means, SimGCD and DebGCD on GCD splits of Fashion-MNIST and scikit-learn digits, paired over seeds.
 
-    size: Literal["quick", "full"] = "quick"
-    """quick (minutes on 2 CPU cores) or full."""
+    Equal budget: SimGCD and DebGCD get the same backbone, epochs, batches and augmentations (same seed).
+    Reports All / Old / New, the detector's AUROC, paired DebGCD − SimGCD differences with 95% t-intervals, and
+    accuracy-per-epoch curves (curves.png with --out)."""
+
+    size: Literal["tiny", "quick", "full"] = "quick"
+    """tiny (seconds, a smoke test), quick (minutes on 2 CPU cores) or full."""
     seeds: int = 3
-    """Independent seeds (>= 3 for an interval)."""
+    """Independent seeds (>= 2 for an interval)."""
+    datasets: tuple[Literal["fashion-mnist", "digits"], ...] = ("fashion-mnist", "digits")
+    root: Path | None = None
+    """Folder with the Fashion-MNIST IDX .gz files."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_choice("size", self.size, ("tiny", "quick", "full"))
         check_int("seeds", self.seeds, low=1)
+        if not self.datasets:
+            raise ValueError("datasets must name at least one of fashion-mnist, digits")
+        for d in self.datasets:
+            check_choice("datasets", d, _NAMED)
 
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """Speed and memory of the method as ratios against the baseline, measured in one run."""
+    """Training-step time and memory of DebGCD as ratios against SimGCD, same backbone and batch, one run."""
 
-    repeats: int = 5
-    """Timed repetitions per point (the median is reported)."""
+    repeats: int = 10
+    """Timed steps per method (the median is reported), after 2 warm-up steps."""
+    batch_size: int = 128
+    backbones: tuple[Literal["mlp", "convnet", "efficientnet-lite0"], ...] = ("mlp", "convnet")
+    image_size: int = 28
+    """Side of the (random, 1-channel) input images."""
+    hidden: int = 512
+    """Width of the heads' MLPs (the paper uses 2048)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("repeats", self.repeats, low=1)
+        check_int("batch_size", self.batch_size, low=2)
+        check_int("image_size", self.image_size, low=8)
+        check_int("hidden", self.hidden, low=1)
+        if not self.backbones:
+            raise ValueError("backbones must name at least one of mlp, convnet, efficientnet-lite0")
+        for b in self.backbones:
+            check_choice("backbones", b, ("mlp", "convnet", "efficientnet-lite0"))
 
 
 COMMANDS = {
