@@ -1,5 +1,5 @@
 """The leaderboard metric: joint = SA ∧ PC per video, averaged per prompt then per model (arXiv:2406.03520
-Section 3.3, Table 2), its modes, dedupe and the constant-judge warning."""
+human-evaluation leaderboard), its modes, dedupe and the constant-judge warning."""
 
 import math
 import warnings

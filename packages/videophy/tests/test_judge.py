@@ -1,4 +1,4 @@
-"""VideoCon-Physics' scoring rule, Eq. (1) of arXiv:2406.03520 Section 4, and its prompt templates."""
+"""VideoCon-Physics' scoring rule, Eq. (1) (the VideoCon-Physics score of arXiv:2406.03520), and its prompt templates."""
 
 import numpy as np
 import pytest

@@ -1,5 +1,5 @@
 """The physics-plausibility evaluator: rendered clips with known ground truth (gravity, energy, mass conservation,
-continuity), the violations VideoPhy's generated videos show most (arXiv:2406.03520, Section 5)."""
+continuity), the violations VideoPhy's generated videos show most (arXiv:2406.03520, qualitative analysis)."""
 
 import numpy as np
 import pytest

@@ -1,4 +1,4 @@
-"""Frame sampling (32 uniformly spaced frames, as the judge's input in arXiv:2406.03520 Section 4) and PyAV I/O."""
+"""Frame sampling (32 uniformly spaced frames, the judge's input in arXiv:2406.03520's inference code) and PyAV I/O."""
 
 import numpy as np
 import pytest

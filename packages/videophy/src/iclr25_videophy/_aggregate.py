@@ -1,4 +1,4 @@
-"""SA, PC and joint scores per model: the VideoPhy leaderboard metric (arXiv:2406.03520, Section 3.3 / Table 2).
+"""SA, PC and joint scores per model: the VideoPhy leaderboard metric (arXiv:2406.03520, human-evaluation leaderboard).
 
 Each (caption, video) pair carries a semantic-adherence score SA and a physical-commonsense score PC. A video
 counts for the joint metric when it is both: ``joint = SA ∧ PC``. Scores are aggregated **per prompt first** (a

@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 STATES_OF_MATTER = ("solid_solid", "solid_fluid", "fluid_fluid")
-"""The interaction categories of the prompt set (Section 3.1 of the paper)."""
+"""The interaction categories of the prompt set (solid-solid, solid-fluid, fluid-fluid; arXiv:2406.03520, abstract and dataset description)."""
 
 FILENAME_LIMIT_BYTES = 255
 """Longest file name (in UTF-8 bytes) common file systems accept (ext4, APFS, NTFS in practice)."""

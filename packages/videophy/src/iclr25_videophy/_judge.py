@@ -1,10 +1,10 @@
-"""The VideoCon-Physics auto-evaluator's scoring rule and its two prompt templates (arXiv:2406.03520, Section 4).
+"""The VideoCon-Physics auto-evaluator's scoring rule and its two prompt templates (arXiv:2406.03520, the VideoCon-Physics auto-evaluator).
 
 VideoPhy's judge (VideoCon-Physics, an mPLUG-Owl-Video 7B model fine-tuned on the human labels) answers one of two
 questions about a video, and the score is the probability of "Yes" renormalised over {"Yes", "No"} at the position
 that predicts the answer's first token:
 
-    s = P(Yes) / (P(Yes) + P(No)) = sigmoid(l_Yes - l_No)                                         (1)
+    s = P(Yes) / (P(Yes) + P(No)) = sigmoid(l_Yes - l_No)                      (1)  (our numbering)
 
 where ``l`` are the logits at the last non-pad token of the prompt. The prompt templates below are byte-exact with
 the ones the authors' inference script fills (mPLUG-Owl's conversation preamble, the ``<|video|>`` media token, the
@@ -172,7 +172,7 @@ def entailment_score(
 
     References:
         Bansal et al., "VideoPhy: Evaluating Physical Commonsense for Video Generation", ICLR 2025,
-        arXiv:2406.03520, Section 4 (VideoCon-Physics); the authors' ``entailment_inference.py``.
+        arXiv:2406.03520, VideoCon-Physics auto-evaluator; the authors' ``entailment_inference.py``.
     """
     arr = np.asarray(_to_numpy(logits), dtype=np.float64)
     if arr.ndim not in (2, 3):

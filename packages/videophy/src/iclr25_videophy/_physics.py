@@ -1,7 +1,7 @@
 """A physics-plausibility evaluator trained here, on rendered clips of a falling, bouncing ball.
 
 VideoPhy finds that generated videos most often break conservation laws (mass, momentum/energy) and gravity
-(arXiv:2406.03520, Section 5, "qualitative analysis"). Its judge cannot be run offline, so this module builds a
+(arXiv:2406.03520, qualitative analysis of the human evaluation). Its judge cannot be run offline, so this module builds a
 small, checkable stand-in: clips whose ground truth is known by construction.
 
 - :func:`render_clip` draws a ball under gravity with inelastic bounces (``physical``), or one of four violations:

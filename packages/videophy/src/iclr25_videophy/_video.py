@@ -1,6 +1,6 @@
 """Video decoding, frame sampling and writing with PyAV.
 
-The judge sees a fixed number of frames per video (32 in VideoPhy's inference, arXiv:2406.03520, Section 4). The
+The judge sees a fixed number of frames per video (32 in the VideoCon-Physics inference code of arXiv:2406.03520). The
 sampler is mPLUG-Owl-Video's segment-centre rule used by the authors' code: split ``[0, T-1]`` into ``N`` segments
 of length ``(T-1)/N`` and take ``floor(len/2) + round(len * i)`` for ``i = 0..N-1``. It always returns exactly ``N``
 sorted indices in ``[0, T)``; for videos with fewer than ``N`` frames indices repeat.
