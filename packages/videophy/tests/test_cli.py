@@ -90,3 +90,35 @@ def test_empty_prompt_set_exits_2(tmp_path, capsys):
     (tmp_path / "p.csv").write_text("caption\n")
     assert main(["generate", "--prompts", str(tmp_path / "p.csv"), "--videos-dir", str(tmp_path / "v")]) == 2
     assert "empty" in capsys.readouterr().err
+
+
+def test_evaluate_released_videos_with_human_labels_end_to_end(tmp_path, numbered_video):
+    # released-video convention (caption with '_' for spaces, _k suffix) + a label file with relative paths
+    folder = tmp_path / "released"
+    folder.mkdir()
+    numbered_video(4, name="Shoe_squishes_a_bug._0.mp4", folder=folder)
+    numbered_video(4, name="An_apple_falls._1.mp4", folder=folder)
+    write_prompts(tmp_path / "p.csv", [Prompt("Shoe squishes a bug."), Prompt("An apple falls.")])
+    (tmp_path / "labels.csv").write_text(
+        "videopath,caption,sa,pc\nexamples/Shoe_squishes_a_bug._0.mp4,Shoe squishes a bug.,0,1\n"
+        "examples/An_apple_falls._1.mp4,An apple falls.,1,1\n"
+    )
+    argv = [
+        "evaluate",
+        "--videos",
+        str(folder),
+        "--prompts",
+        str(tmp_path / "p.csv"),
+        "--sa",
+        "labels",
+        "--pc",
+        "labels",
+        "--labels",
+        str(tmp_path / "labels.csv"),
+        "--out",
+        str(tmp_path / "r"),
+        "--quiet",
+    ]
+    assert main(argv) == 0
+    (row,) = json.loads((tmp_path / "r" / "results.json").read_text())["tables"]["aggregate"]
+    assert (row["joint"], row["sa"], row["pc"]) == (50.0, 50.0, 100.0)

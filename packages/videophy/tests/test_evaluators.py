@@ -46,6 +46,14 @@ def test_human_labels_lookup_and_missing_video():
     np.testing.assert_array_equal(hl.score(["a.mp4"], ["c"], "pc"), [0.0])
     with pytest.raises(ValueError, match="no label for video 'b.mp4'"):
         hl.score(["b.mp4"], ["c"], "sa")
+    # relative path / URL in the label file, absolute path in the mapping: matched by the file name
+    hl2 = HumanLabels(
+        [Judgement("https://host/v/x.mp4", "c", 1.0, 0.0), Judgement("examples/y.mp4", "c", 0.0, 1.0)]
+    )
+    np.testing.assert_array_equal(hl2.score(["/data/x.mp4", "/abs/y.mp4"], ["c", "c"], "sa"), [1.0, 0.0])
+    hl3 = HumanLabels([Judgement("a/z.mp4", "c", 1.0, 0.0), Judgement("b/z.mp4", "c", 0.0, 1.0)])
+    with pytest.raises(ValueError, match="share its file name"):
+        hl3.score(["/q/z.mp4"], ["c"], "sa")
 
 
 def test_evaluator_refuses_a_task_it_does_not_score():

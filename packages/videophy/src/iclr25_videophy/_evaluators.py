@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -48,8 +49,12 @@ class HumanLabels:
     Args:
         labels: a path to a label CSV, or :class:`~iclr25_videophy.Judgement` rows.
 
+    A video is found by its exact path, else by its file name when exactly one labelled video has it (label files
+    often hold relative paths or URLs).
+
     Raises (``score``):
-        ValueError: a video with no label (the video is named), or labels for one video that disagree.
+        ValueError: a video with no label, or an ambiguous file name (the video is named); labels for one video
+            that disagree (at construction).
     """
 
     tasks = TASKS
@@ -66,13 +71,23 @@ class HumanLabels:
                 )
             self._by_video[j.videopath] = j
 
+    def _lookup(self, video: str) -> Judgement:
+        j = self._by_video.get(video)
+        if j is not None:
+            return j
+        # label files often hold relative paths or URLs: fall back to the file name when it is unambiguous
+        name = os.path.basename(video)
+        hits = [j for key, j in self._by_video.items() if os.path.basename(key) == name]
+        if len(hits) == 1:
+            return hits[0]
+        why = "several labelled videos share its file name" if hits else "no label for it"
+        raise ValueError(f"no label for video {video!r} in the label file ({why})")
+
     def score(self, videos: Sequence[str], captions: Sequence[str], task: str) -> np.ndarray:
         _check_task(self, task)
         out = []
         for v in videos:
-            j = self._by_video.get(str(v))
-            if j is None:
-                raise ValueError(f"no label for video {str(v)!r} in the label file")
+            j = self._lookup(str(v))
             out.append(j.sa if task == "sa" else j.pc)
         return np.asarray(out, dtype=np.float64)
 
