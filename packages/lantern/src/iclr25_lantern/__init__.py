@@ -35,6 +35,7 @@ from iclr25_lantern._relaxed import (
 from iclr25_shared import distribution_version
 
 __all__ = [
+    "VQVAE",
     "CachedDecoder",
     "FeatureCNN",
     "FunctionDecoder",
@@ -44,7 +45,6 @@ __all__ = [
     "Relaxation",
     "TokenTransformer",
     "TransformerConfig",
-    "VQVAE",
     "__version__",
     "acceptance_probability",
     "autoregressive_generate",

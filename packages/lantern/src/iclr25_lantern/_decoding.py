@@ -26,8 +26,6 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from iclr25_shared.checks import check_int
-
 from iclr25_lantern._relaxed import (
     LogitsProcessor,
     Relaxation,
@@ -36,6 +34,7 @@ from iclr25_lantern._relaxed import (
     relaxed_target_mass,
     residual_distribution,
 )
+from iclr25_shared.checks import check_int
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -125,17 +124,19 @@ class HFDecoder:
 
         if self.cache is None:
             self.cache = DynamicCache()
+        # transformers >= 5.2x names the argument `cache`; earlier releases `past_key_values`
+        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         with torch.no_grad():
-            out = self.model(input_ids=ids.to(self.model.device), past_key_values=self.cache, use_cache=True)
-        self.cache = out.past_key_values
+            out = self.model(input_ids=ids.to(self.model.device), use_cache=True, **{name: self.cache})
+        self.cache = out.get(name, self.cache)
         return out.logits
 
     def crop(self, length: int) -> None:
         if self.cache is None or length >= self.cache_len:
             return
-        # transformers < 5: crop(max_length); transformers 5: crop(tokens_to_remove)
-        name = next(iter(inspect.signature(self.cache.crop).parameters))
-        self.cache.crop(self.cache_len - length if name == "tokens_to_remove" else length)
+        # a negative argument removes that many tokens in every transformers release (crop(max_length) before 5,
+        # crop(tokens_to_remove) since)
+        self.cache.crop(length - self.cache_len)
 
 
 def layer_prefix_drafter(model: Any, num_layers: int) -> Any:
@@ -177,7 +178,9 @@ def layer_prefix_drafter(model: Any, num_layers: int) -> Any:
     missing, unexpected = small.load_state_dict(keep, strict=False)
     missing = [m for m in missing if not m.endswith("lm_head.weight")]  # tied embeddings
     if missing or unexpected:
-        raise ValueError(f"layer_prefix_drafter: weights did not map (missing {missing}, unexpected {unexpected})")
+        raise ValueError(
+            f"layer_prefix_drafter: weights did not map (missing {missing}, unexpected {unexpected})"
+        )
     return small.to(device=model.device, dtype=model.dtype).eval()
 
 
@@ -196,6 +199,7 @@ class GenerationOutput:
         draft_q: ``q(x)`` used in each acceptance ratio (for checks).
         draft_moved: moved mass ``TVD(p, p̃_x)`` of each verified draft (for checks).
         seconds: wall time of the loop.
+        cpu_seconds: CPU time of this process during the loop (robust to other processes on a shared machine).
     """
 
     tokens: torch.Tensor
@@ -208,6 +212,7 @@ class GenerationOutput:
     draft_q: list[float] = field(default_factory=list)
     draft_moved: list[float] = field(default_factory=list)
     seconds: float = 0.0
+    cpu_seconds: float = 0.0
 
     @property
     def acceptance_rate(self) -> float:
@@ -255,7 +260,9 @@ def _sync(model: CachedDecoder, seq: torch.Tensor) -> torch.Tensor:
 def _check_logits(logits: torch.Tensor, vocab: int | None, who: str) -> int:
     v = int(logits.shape[-1])
     if vocab is not None and v != vocab:
-        raise ValueError(f"codebook/vocabulary size mismatch: {who} returns V = {v} logits, expected V = {vocab}")
+        raise ValueError(
+            f"codebook/vocabulary size mismatch: {who} returns V = {v} logits, expected V = {vocab}"
+        )
     return v
 
 
@@ -309,7 +316,7 @@ def speculative_generate(
     seq = _rows(prefix, processor.rows)
     start = seq.shape[1]
     out = GenerationOutput(tokens=torch.empty(0, dtype=torch.long))
-    tic = time.perf_counter()
+    tic, cpu = time.perf_counter(), time.process_time()
     target.reset()
     drafter.reset()
     vocab = relax.vocab_size
@@ -371,6 +378,7 @@ def speculative_generate(
         seq = torch.cat([seq, committed.to(seq.device)], dim=1)
     out.tokens = seq[0, start:].cpu()
     out.seconds = time.perf_counter() - tic
+    out.cpu_seconds = time.process_time() - cpu
     return out
 
 
@@ -393,7 +401,7 @@ def autoregressive_generate(
     seq = _rows(prefix, processor.rows)
     start = seq.shape[1]
     out = GenerationOutput(tokens=torch.empty(0, dtype=torch.long))
-    tic = time.perf_counter()
+    tic, cpu = time.perf_counter(), time.process_time()
     target.reset()
     pending = seq
     for _ in range(max_new_tokens):
@@ -404,4 +412,5 @@ def autoregressive_generate(
         seq = torch.cat([seq, pending], dim=1)
     out.tokens = seq[0, start:].cpu()
     out.seconds = time.perf_counter() - tic
+    out.cpu_seconds = time.process_time() - cpu
     return out

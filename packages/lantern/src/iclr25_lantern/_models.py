@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-__all__ = ["FeatureCNN", "TokenTransformer", "TransformerConfig", "VQVAE"]
+__all__ = ["VQVAE", "FeatureCNN", "TokenTransformer", "TransformerConfig"]
 
 
 class VQVAE(nn.Module):
@@ -28,7 +28,11 @@ class VQVAE(nn.Module):
     def __init__(self, codebook_size: int = 256, code_dim: int = 16) -> None:
         super().__init__()
         self.encoder = nn.Sequential(
-            nn.Conv2d(1, 16, 4, 2, 1), nn.ReLU(), nn.Conv2d(16, 32, 4, 2, 1), nn.ReLU(), nn.Conv2d(32, code_dim, 1)
+            nn.Conv2d(1, 16, 4, 2, 1),
+            nn.ReLU(),
+            nn.Conv2d(16, 32, 4, 2, 1),
+            nn.ReLU(),
+            nn.Conv2d(32, code_dim, 1),
         )
         self.decoder = nn.Sequential(
             nn.Conv2d(code_dim, 32, 3, 1, 1),
@@ -101,7 +105,9 @@ class TokenTransformer(nn.Module):
                     "qkv": nn.Linear(cfg.dim, 3 * cfg.dim),
                     "proj": nn.Linear(cfg.dim, cfg.dim),
                     "ln2": nn.LayerNorm(cfg.dim),
-                    "mlp": nn.Sequential(nn.Linear(cfg.dim, 4 * cfg.dim), nn.GELU(), nn.Linear(4 * cfg.dim, cfg.dim)),
+                    "mlp": nn.Sequential(
+                        nn.Linear(cfg.dim, 4 * cfg.dim), nn.GELU(), nn.Linear(4 * cfg.dim, cfg.dim)
+                    ),
                 }
             )
             for _ in range(cfg.layers)

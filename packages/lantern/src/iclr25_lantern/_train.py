@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from iclr25_lantern._models import FeatureCNN, TokenTransformer, TransformerConfig, VQVAE, cosine_lr
+from iclr25_lantern._models import VQVAE, FeatureCNN, TokenTransformer, TransformerConfig, cosine_lr
 
 
 def _batches(n: int, batch: int, steps: int, rng: np.random.Generator):
@@ -15,7 +15,14 @@ def _batches(n: int, batch: int, steps: int, rng: np.random.Generator):
 
 
 def train_vqvae(
-    images: torch.Tensor, *, codebook_size: int, code_dim: int, steps: int, seed: int, batch: int = 64, log=None
+    images: torch.Tensor,
+    *,
+    codebook_size: int,
+    code_dim: int,
+    steps: int,
+    seed: int,
+    batch: int = 64,
+    log=None,
 ) -> VQVAE:
     """Train a :class:`VQVAE` on ``(n, 28, 28)`` images in [0, 1]; dead codes are re-seeded from encoder outputs
     every 100 steps (a standard fix for codebook collapse)."""

@@ -74,7 +74,9 @@ class GenerateConfig(CommonOptions):
         check_int("max_new_tokens", self.max_new_tokens, low=1, high=4096)
         check_int("draft_layers", self.draft_layers, low=1, high=29)
         if self.model == "smollm2" and self.cfg_scale != 1.0:
-            raise ValueError(f"cfg_scale must be 1 with --model smollm2 (no unconditional row), got {self.cfg_scale}")
+            raise ValueError(
+                f"cfg_scale must be 1 with --model smollm2 (no unconditional row), got {self.cfg_scale}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,8 +112,10 @@ class ReproduceConfig(CommonOptions):
 class BenchConfig(CommonOptions):
     """Tokens/s of target-only decoding, standard speculative decoding and LANTERN, as ratios, in one run."""
 
+    models: Path | None = None
+    """Folder with models.pt written by `reproduce --out` (default: train models of --size here)."""
     size: Literal["quick", "tiny"] = "quick"
-    """quick: models of the quick reproduction trained briefly; tiny: smoke test."""
+    """Models trained when --models is omitted: quick (the reproduction's sizes) or tiny (smoke test)."""
     images: int = 48
     """Images decoded per method (>= 1)."""
     k: int = 32

@@ -1,0 +1,101 @@
+"""The command line: bad input exits 2 with one line before any work; generate end to end on tiny models."""
+
+import json
+
+import pytest
+import torch
+
+from iclr25_lantern.cli import main
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["generate", "--delta", "-0.1"], "delta must be"),
+        (["generate", "--k", "256"], "k must be an integer in [0, V - 1 = 255]"),
+        (["generate", "--k", "-1"], "k must be"),
+        (["generate", "--lam", "0.5"], "lam must be"),
+        (["generate", "--temperature", "-1"], "temperature must be"),
+        (["generate", "--gamma", "0"], "gamma must be"),
+        (["generate", "--model", "smollm2", "--cfg-scale", "2"], "cfg_scale must be 1"),
+        (["generate", "--model", "smollm2", "--k", "49152"], "V - 1 = 49151"),
+        (["reproduce", "--codebook-size", "8"], "codebook_size must be"),
+        (["reproduce", "--seeds", "0"], "seeds must be"),
+        (["bench", "--k", "300"], "k must be an integer in [0, V - 1 = 255]"),
+        (["bench", "--delta", "0"], "delta must be"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, needle, capsys, tmp_path):
+    out = tmp_path / "out"
+    assert main([*argv, "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err, err
+    assert not out.exists()
+
+
+def _write_tiny_models(folder, vocab=16):
+    from iclr25_lantern._models import VQVAE, FeatureCNN, TokenTransformer, TransformerConfig
+
+    torch.manual_seed(0)
+    vq = VQVAE(vocab, 4)
+    t = TokenTransformer(TransformerConfig(vocab, dim=16, layers=1, heads=2))
+    d = TokenTransformer(TransformerConfig(vocab, dim=8, layers=1, heads=2))
+    blob = {
+        "vq": vq.state_dict(), "vq_shape": (vocab, 4), "target": t.state_dict(), "target_cfg": t.cfg.__dict__,
+        "drafter": d.state_dict(), "drafter_cfg": d.cfg.__dict__, "clf": FeatureCNN().state_dict(),
+    }  # fmt: skip
+    folder.mkdir()
+    torch.save(blob, folder / "models.pt")
+
+
+def test_generate_end_to_end_on_saved_tiny_models(tmp_path, capsys):
+    models = tmp_path / "models"
+    _write_tiny_models(models)
+    out = tmp_path / "out"
+    argv = [
+        "generate",
+        "--models",
+        str(models),
+        "--k",
+        "4",
+        "--delta",
+        "0.3",
+        "--samples",
+        "3",
+        "--out",
+        str(out),
+    ]
+    assert main([*argv, "--quiet"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["metrics"]["mean_accepted_length"] >= 1.0
+    assert 0.0 <= res["metrics"]["acceptance_rate"] <= 1.0
+    assert (out / "samples.png").is_file() and (out / "tokens.npy").is_file()
+    import numpy as np
+
+    tokens = np.load(out / "tokens.npy")
+    assert tokens.shape == (3, 49) and tokens.min() >= 0 and tokens.max() < 16
+
+
+def test_generate_refuses_k_above_the_loaded_codebook(tmp_path, capsys):
+    models = tmp_path / "models"
+    _write_tiny_models(models, vocab=16)
+    assert main(["generate", "--models", str(models), "--k", "16", "--quiet"]) == 2
+    assert "V - 1 = 15" in capsys.readouterr().err
+
+
+def test_generate_refuses_a_folder_without_models(tmp_path, capsys):
+    assert main(["generate", "--models", str(tmp_path), "--quiet"]) == 2
+    assert "models.pt" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_reproduce_tiny_runs_on_fashion_mnist(tmp_path):
+    from iclr25_shared.data import fashion_mnist
+    from iclr25_shared.testing import require
+
+    require(fashion_mnist, "test")
+    out = tmp_path / "r"
+    assert main(["reproduce", "--size", "tiny", "--seeds", "2", "--out", str(out), "--quiet"]) == 0
+    rows = json.loads((out / "results.json").read_text())["tables"]["sweep"]
+    assert [r["method"] for r in rows][:2] == ["target-only AR", "standard SD (delta=0)"]
+    assert (out / "speedup.png").is_file() and (out / "models.pt").is_file()
