@@ -101,7 +101,7 @@ def test_evaluate_released_videos_with_human_labels_end_to_end(tmp_path, numbere
     write_prompts(tmp_path / "p.csv", [Prompt("Shoe squishes a bug."), Prompt("An apple falls.")])
     (tmp_path / "labels.csv").write_text(
         "videopath,caption,sa,pc\nexamples/Shoe_squishes_a_bug._0.mp4,Shoe squishes a bug.,0,1\n"
-        "examples/An_apple_falls._1.mp4,An apple falls.,1,1\n"
+        "examples/An_apple_falls._1.mp4,An apple falls.,1,0\n"
     )
     argv = [
         "evaluate",
@@ -121,4 +121,4 @@ def test_evaluate_released_videos_with_human_labels_end_to_end(tmp_path, numbere
     ]
     assert main(argv) == 0
     (row,) = json.loads((tmp_path / "r" / "results.json").read_text())["tables"]["aggregate"]
-    assert (row["joint"], row["sa"], row["pc"]) == (50.0, 50.0, 100.0)
+    assert (row["joint"], row["sa"], row["pc"]) == (0.0, 50.0, 50.0)
