@@ -24,7 +24,7 @@ STRONG_VIEW_SEED = 777
 #: Paper (abstract; Tables 1–2): SemiCLIP over the best semi-supervised baseline, percentage points.
 PAPER_GAINS = {"zero_shot": "+1.72 to +6.58", "retrieval": "+2.32 to +3.23"}
 SIZES = {
-    "quick": {"pool": 2000, "test": 1000, "stage1": 150, "stage2": 30, "ubatch": 32},
+    "quick": {"pool": 1500, "test": 1000, "stage1": 150, "stage2": 30, "ubatch": 32},
     "full": {"pool": 6000, "test": 2000, "stage1": 300, "stage2": 150, "ubatch": 64},
 }
 
