@@ -287,7 +287,7 @@ def distill(
                 if grad_clip is not None:
                     nn.utils.clip_grad_norm_([p for p in t_model.parameters() if p.requires_grad], grad_clip)
                 t_opt.step()
-            t_sched.step()
+                t_sched.step()
         elif a_layer > 0 or a_logits > 0:
             if strategy == "waypoint":
                 idx = min(step // guidance.waypoint_every, len(waypoints) - 1)
