@@ -8,7 +8,15 @@ from importlib.resources import files
 import numpy as np
 import pytest
 
-from iclr25_videophy import ConstantScoresWarning, Judgement, aggregate, dedupe, leaderboard, read_labels
+from iclr25_videophy import (
+    ConstantScoresWarning,
+    Judgement,
+    aggregate,
+    dedupe,
+    leaderboard,
+    read_labels,
+    rule_summary,
+)
 
 
 def test_published_example_labels_give_joint_two_of_seven():
@@ -169,3 +177,18 @@ def test_bad_options_are_refused(kwargs, match):
 def test_empty_input_is_refused():
     with pytest.raises(ValueError, match="empty"):
         aggregate([])
+
+
+def test_rule_labels_are_summarised_apart_from_the_joint_score():
+    # Hritikbansal/videophy#10: each video has a list of rules; rules are aggregated explicitly, joint ignores them
+    rows = [("a", "r1", 1), ("a", "r2", 0), ("a", "r3", 1), ("a", "r4", 1), ("b", "r1", 2), ("a", "r1", 1)]
+    s = rule_summary(rows)
+    assert s["n_rules"] == 5 and s["n_videos"] == 2
+    assert s["per_rule"] == {0: 0.2, 1: 0.6, 2: 0.2}
+    assert s["per_video"] == {0: 0.125, 1: 0.375, 2: 0.5}  # a: (1/4, 3/4, 0), b: (0, 0, 1)
+    with pytest.raises(ValueError, match="0, 1 or 2"):
+        rule_summary([("a", "r", 3)])
+    with pytest.raises(ValueError, match="two labels"):
+        rule_summary([("a", "r", 1), ("a", "r", 0)])
+    with pytest.raises(ValueError, match="empty"):
+        rule_summary([])

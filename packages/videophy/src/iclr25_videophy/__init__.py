@@ -19,6 +19,7 @@ from iclr25_videophy._aggregate import (
     aggregate,
     dedupe,
     leaderboard,
+    rule_summary,
     warn_if_constant,
 )
 from iclr25_videophy._evaluators import (
@@ -107,6 +108,7 @@ __all__ = [
     "read_prompts",
     "read_video",
     "render_clip",
+    "rule_summary",
     "sa_prompt",
     "sample_frame_indices",
     "task_prompt",

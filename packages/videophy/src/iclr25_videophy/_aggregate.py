@@ -36,6 +36,7 @@ __all__ = [
     "aggregate",
     "dedupe",
     "leaderboard",
+    "rule_summary",
     "warn_if_constant",
 ]
 
@@ -208,3 +209,47 @@ def leaderboard(judgements: Iterable[Judgement], **kwargs: Any) -> list[dict[str
 
     rows.sort(key=lambda r: (desc(r["joint"]), desc(r["sa"]), desc(r["pc"]), r["source"]))
     return [{"rank": i + 1, **r} for i, r in enumerate(rows)]
+
+
+RULE_LABELS = (0, 1, 2)
+"""VideoPhy-2's per-rule labels (the semantics of each value are VideoPhy-2's, arXiv:2503.06800)."""
+
+
+def rule_summary(rows: Iterable[tuple[str, str, float]]) -> dict[str, Any]:
+    """Per-rule label counts of VideoPhy-2's physical-rule grounding, kept apart from the joint score.
+
+    Each video carries a list of rules, each with a label in ``{0, 1, 2}``; they are counted per label, both per rule
+    occurrence and per video (a video contributes the fraction of its rules with each label, so a video with many
+    rules does not outweigh one with few). The joint SA/PC score never reads these (Hritikbansal/videophy#10).
+
+    Args:
+        rows: ``(videopath, rule, label)``; exact repeats (append-mode outputs) are dropped.
+
+    Returns:
+        ``{"n_rules", "n_videos", "per_rule": {label: fraction}, "per_video": {label: mean fraction}}``.
+
+    Raises:
+        ValueError: no rows; a label outside ``{0, 1, 2}``; one (video, rule) with two different labels.
+    """
+    seen: dict[tuple[str, str], int] = {}
+    for video, rule, label in rows:
+        if label not in RULE_LABELS or int(label) != label:
+            raise ValueError(f"rule labels must be 0, 1 or 2; video {video!r} rule {rule!r} has {label!r}")
+        key = (video, rule)
+        if key in seen and seen[key] != int(label):
+            raise ValueError(f"video {video!r} rule {rule!r} has two labels ({seen[key]} and {int(label)})")
+        seen[key] = int(label)
+    if not seen:
+        raise ValueError("no rule labels to summarise (empty input)")
+    by_video: dict[str, list[int]] = defaultdict(list)
+    for (video, _), label in seen.items():
+        by_video[video].append(label)
+    labels = np.array(list(seen.values()))
+    return {
+        "n_rules": len(seen),
+        "n_videos": len(by_video),
+        "per_rule": {k: float((labels == k).mean()) for k in RULE_LABELS},
+        "per_video": {
+            k: float(np.mean([np.mean(np.array(v) == k) for v in by_video.values()])) for k in RULE_LABELS
+        },
+    }
