@@ -46,7 +46,8 @@ class GenerateConfig(CommonOptions):
     """A local diffusers pipeline folder (loaded with DiffusionPipeline.from_pretrained, offline), or 'tiny-random'
     (random weights; a smoke test that makes noise videos)."""
     videos_dir: Path | None = None
-    """Folder for the videos and mapping.csv (default: <out>/videos; one of the two is required)."""
+    """Folder for the videos and mapping.csv; resumable (a re-run skips finished videos). Without it the videos go
+    to <out>/videos, written only if the whole run succeeds (not resumable). One of the two is required."""
     videos_per_prompt: int = 1
     """Videos per prompt (>= 1)."""
     num_frames: int = 16
