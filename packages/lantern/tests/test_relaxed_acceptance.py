@@ -4,6 +4,7 @@ Expected values come from closed forms (δ = 0 reproduces p), brute-force loops 
 distances; never from the function under test.
 """
 
+import itertools
 import math
 
 import numpy as np
@@ -160,7 +161,7 @@ def test_acceptance_rate_is_monotone_in_delta_and_k():
         full = _table(rng, vocab)
         x = torch.arange(vocab)
 
-        def rate(k, delta):
+        def rate(k, delta, p=p, q=q, full=full, x=x, vocab=vocab):
             relax = Relaxation(neighbours=full[:, :k], delta=delta)
             return float(
                 (q * acceptance_probability(p.expand(vocab, vocab), q.expand(vocab, vocab), x, relax)).sum()
@@ -168,10 +169,10 @@ def test_acceptance_rate_is_monotone_in_delta_and_k():
 
         for k in (1, 4, 12, 23):
             rates = [rate(k, d) for d in (0.0, 0.02, 0.1, 0.3, 0.6, 1.0)]
-            assert all(b >= a - 1e-12 for a, b in zip(rates, rates[1:])), rates
+            assert all(b >= a - 1e-12 for a, b in itertools.pairwise(rates)), rates
         for delta in (0.05, 0.3):
             rates = [rate(k, delta) for k in (1, 2, 4, 8, 16, 23)]
-            assert all(b >= a - 1e-12 for a, b in zip(rates, rates[1:])), rates
+            assert all(b >= a - 1e-12 for a, b in itertools.pairwise(rates)), rates
         # delta = 0: the standard acceptance rate sum_x min(p, q) = 1 - TVD(p, q)
         assert rate(23, 0.0) == pytest.approx(float(torch.minimum(p, q).sum()), abs=1e-12)
 
@@ -220,10 +221,10 @@ def test_one_step_law_matches_an_independent_enumeration_for_positive_delta():
             a = min(1.0, (pn[x] + mass) / qn[x])
             law[x] += qn[x] * a
             r = np.maximum(pn - qn, 0)
-            r[[x] + row[:size]] = 0
+            r[[x, *row[:size]]] = 0
             if r.sum() == 0:
                 r = pn.copy()
-                r[[x] + row[:size]] = 0
+                r[[x, *row[:size]]] = 0
             law += qn[x] * (1 - a) * (r / r.sum() if a < 1 else 0)
         got = one_step_law(p, q, Relaxation(neighbours=table, delta=delta)).numpy()
         np.testing.assert_allclose(got, law, atol=1e-12)

@@ -246,7 +246,7 @@ def test_bad_loop_arguments_are_refused(kwargs, match):
 
 
 def test_last_round_never_overshoots_max_new_tokens():
-    t, d = _tiny_pair(6)
+    t, _ = _tiny_pair(6)
     for n in (1, 2, 5, 9):
         out = speculative_generate(t, t, torch.tensor([[24]]), max_new_tokens=n, gamma=4,
                                    generator=torch.Generator().manual_seed(n))  # fmt: skip

@@ -330,7 +330,7 @@ def speculative_generate(
         for _ in range(g):
             logits = drafter.forward(pending)
             out.drafter_calls += 1
-            vocab = _check_logits(logits, vocab, "the drafter" if relax.vocab_size is None else "the drafter")
+            vocab = _check_logits(logits, vocab, "the drafter")
             q = processor(logits[:, -1])
             x = _draw(q, processor.greedy, generator)
             drafts.append(x)

@@ -396,7 +396,7 @@ def _plots(rows, grids, models, ctx: RunContext) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for k in sorted({r["k"] for r in rows if isinstance(r["k"], int) and r["k"] > 0 and r["delta"] != ""}):
         pts = [r for r in rows if r["k"] == k and r["delta"] != ""]
-        pts = [rows[1]] + sorted(pts, key=lambda r: r["delta"])
+        pts = [rows[1], *sorted(pts, key=lambda r: r["delta"])]
         deltas = [0.0] + [r["delta"] for r in pts[1:]]
         axes[0].plot(deltas, [r["tau (tokens/target call)"] for r in pts], "o-", label=f"k={k}")
         axes[1].plot(deltas, [r["speed-up vs AR (CPU time)"] for r in pts], "o-", label=f"k={k}")

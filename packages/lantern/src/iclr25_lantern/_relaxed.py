@@ -107,7 +107,7 @@ def latent_proximity(codebook, k: int | None = None, *, chunk_size: int = 256, p
         if k == vocab - 1:
             idx = torch.sort(dist, dim=1, stable=True).indices[:, 1:]
         else:
-            vals, idx = torch.topk(dist, k + 1, dim=1, largest=False, sorted=True)
+            _, idx = torch.topk(dist, k + 1, dim=1, largest=False, sorted=True)
             idx = idx[:, 1:]
         out[rows] = idx.to(out.dtype)
     return out
