@@ -315,7 +315,7 @@ def _one_line(text: str) -> str:
 
     tyro prints a panel with a title, sections separated by rules, and a "For full helptext" footer; as a boxed
     panel (tyro < 1.0.10, or on a terminal) or as plain text with dashed rules. Both forms are handled, and the
-    supported range (tyro>=0.9.1) is tested by the lowest-direct CI job.
+    supported range (tyro>=1.0; 0.9 replays the first error of a process on later in-process calls) is tested by the lowest-direct CI job.
     """
     raw = [line for line in text.splitlines() if line.strip()]
     if not raw:

@@ -186,6 +186,8 @@ class HyperConnectedDecoderLayer(_LayerBase):  # type: ignore[misc,valid-type]
         self.expand_input = expand_input
         self.reduce_output = reduce_output
         self.reduce = reduce
+        if hasattr(layer, "attention_type"):  # read by the decoder loop to pick the mask (transformers 4.56)
+            self.attention_type = layer.attention_type
 
     @property
     def attn_hc(self) -> HyperConnection:

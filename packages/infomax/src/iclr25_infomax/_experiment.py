@@ -459,10 +459,9 @@ def _random_graph(n: int, k: int, rng: np.random.Generator) -> Any:
     rows = np.repeat(np.arange(n), k)
     cols = rng.integers(0, n, size=n * k)
     A = sp.csr_matrix((rng.uniform(0.5, 1.0, size=n * k), (rows, cols)), shape=(n, n))
-    K = A.maximum(A.T).tocsr()
-    K.setdiag(0.0)
-    K.eliminate_zeros()
-    return K
+    from ._similarity import without_diagonal
+
+    return without_diagonal(A.maximum(A.T))
 
 
 def _infomax_indices(

@@ -114,8 +114,18 @@ def knn_similarity(
         sigma2 = float(np.median(np.maximum(kth, 0.0)))
         sims = np.exp(-sq / sigma2) if sigma2 > 0 else (sq == 0).astype(np.float64)
     A = sp.csr_matrix((sims, (row_idx, cols)), shape=(n, n))
-    K = A.maximum(A.T).tocsr()
-    K.setdiag(0.0)
-    K.eliminate_zeros()
+    K = without_diagonal(A.maximum(A.T))
     K.sort_indices()
+    return K
+
+
+def without_diagonal(K: Any) -> Any:
+    """``K`` as CSR with its diagonal removed (stored zeros dropped), without changing the sparsity structure in place.
+
+    ``setdiag(0)`` on CSR inserts the missing diagonal entries (scipy's SparseEfficiencyWarning); subtracting the
+    diagonal is exact (``x - x == 0``) and never inserts.
+    """
+    K = sp.csr_matrix(K)
+    K = (K - sp.diags(K.diagonal(), format="csr")).tocsr()
+    K.eliminate_zeros()
     return K
