@@ -5,8 +5,9 @@ The reward of token ``t`` trades the model's log-likelihood of the next token ag
 
     r_t = log p(x_{t+1} | x_{<=t}; k) - lam * (1/L) * sum_l k_{t,l}
 
-(units: nats; ``lam`` is in nats per activated expert per layer). The advantage is ``r_t`` minus the batch mean
-(the baseline), shared by the token's ``L`` decisions. The allocators are updated with PPO's clipped surrogate
+(units: nats; ``lam`` is in nats per activated expert per layer). The advantage is ``r_t`` minus a baseline that
+does not depend on the sampled actions: by default the reward the current argmax policy gets on the same token
+(self-critical baseline, one extra forward pass), or the batch mean; it is shared by the token's ``L`` decisions. The allocators are updated with PPO's clipped surrogate
 plus an entropy bonus; the backbone, routers and experts are frozen. Because the allocators do not change the
 block inputs of a rollout whose actions are fixed, the recorded inputs ``x_t^l`` give the new policy exactly, so
 no second forward pass through the model is needed.
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 
 from iclr25_adak._routing import AdaKPatch
-from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.checks import check_choice, check_float, check_int
 
 __all__ = [
     "PPOConfig",
@@ -45,7 +46,9 @@ class PPOConfig:
         entropy_coef: weight of the entropy bonus (>= 0).
         epochs: PPO epochs per rollout batch (>= 1).
         lr: Adam learning rate of the allocators (> 0).
-        normalize_advantage: divide the centred reward by its standard deviation.
+        normalize_advantage: divide the advantage by its standard deviation.
+        baseline: ``"greedy"`` (self-critical: the reward the current argmax policy gets on the same token, one
+            extra forward pass per rollout) or ``"mean"`` (the batch mean reward).
     """
 
     lam: float = 0.0
@@ -54,6 +57,7 @@ class PPOConfig:
     epochs: int = 2
     lr: float = 3e-3
     normalize_advantage: bool = True
+    baseline: str = "greedy"
 
     def __post_init__(self) -> None:
         check_float("lam", self.lam, low=0.0)
@@ -61,6 +65,7 @@ class PPOConfig:
         check_float("entropy_coef", self.entropy_coef, low=0.0)
         check_int("epochs", self.epochs, low=1)
         check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_choice("baseline", self.baseline, ("greedy", "mean"))
 
 
 @dataclass
@@ -140,31 +145,48 @@ def expert_cost(k: torch.Tensor, lam: float) -> torch.Tensor:
     return float(lam) * k.float().mean(dim=0)
 
 
+def _run(patch: AdaKPatch, input_ids: torch.Tensor, mode: str) -> tuple[torch.Tensor, list[Any]]:
+    patch.take_records()
+    old = patch.mode, patch.record, patch.count
+    patch.mode, patch.record, patch.count = mode, True, False  # type: ignore[assignment]
+    try:
+        logits = patch.model(input_ids=input_ids).logits
+    finally:
+        patch.mode, patch.record, patch.count = old
+    return logits, patch.take_records()
+
+
+def _token_reward(patch: AdaKPatch, logits: torch.Tensor, input_ids: torch.Tensor, action: torch.Tensor,
+                  lam: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    b, s = input_ids.shape
+    k = action + torch.tensor([r.allocator.k_min for r in patch.routers], device=action.device)[:, None]
+    ll = token_log_likelihood(logits, input_ids)  # (b, s-1)
+    ll_full = torch.zeros((b, s), device=ll.device)
+    ll_full[:, :-1] = ll
+    return ll_full.reshape(-1) - expert_cost(k, lam), k, ll
+
+
 @torch.no_grad()
-def rollout(patch: AdaKPatch, input_ids: torch.Tensor, lam: float) -> dict[str, Any]:
+def rollout(patch: AdaKPatch, input_ids: torch.Tensor, lam: float, baseline: str = "mean") -> dict[str, Any]:
     """Run the model once with sampled ``k``; return the rollout needed by :func:`ppo_update`.
 
     Args:
         patch: a patched model.
         input_ids: ``(batch, seq)`` int64 token ids (``seq >= 2``).
         lam: the cost per activated expert.
+        baseline: ``"greedy"`` adds ``"baseline"``, the reward of each token under the current argmax policy
+            (a second forward pass); ``"mean"`` leaves it out (the update then uses the batch mean).
 
     Returns:
-        ``{"x": [L x (batch*seq, d)], "action": (L, batch*seq), "logp_old": (L, batch*seq), "reward":
-        (batch*seq,), "valid": (batch*seq,) bool (positions that have a next token), "log_likelihood":
-        (batch, seq-1)}``.
+        ``{"x": [L x (batch*seq, d)], "action": (L, batch*seq), "k": (L, batch*seq), "logp_old":
+        (L, batch*seq), "reward": (batch*seq,), "valid": (batch*seq,) bool (positions that have a next token),
+        "log_likelihood": (batch, seq-1)}`` and ``"baseline": (batch*seq,)`` for the greedy baseline.
     """
     b, s = input_ids.shape
     if s < 2:
         raise ValueError(f"input_ids must have at least 2 positions per row (a next token to predict), got {s}")
-    patch.take_records()
-    old_mode, old_record = patch.mode, patch.record
-    patch.mode, patch.record = "sample", True
-    try:
-        logits = patch.model(input_ids=input_ids).logits
-    finally:
-        patch.mode, patch.record = old_mode, old_record
-    records = patch.take_records()
+    check_choice("baseline", baseline, ("greedy", "mean"))
+    logits, records = _run(patch, input_ids, "sample")
     xs, actions, logps = [], [], []
     for chunks in records:
         if len(chunks) != 1:
@@ -174,14 +196,10 @@ def rollout(patch: AdaKPatch, input_ids: torch.Tensor, lam: float) -> dict[str, 
         actions.append(a)
         logps.append(lp)
     action = torch.stack(actions)  # (L, n)
-    k = action + torch.tensor([r.allocator.k_min for r in patch.routers], device=action.device)[:, None]
-    ll = token_log_likelihood(logits, input_ids)  # (b, s-1)
-    ll_full = torch.zeros((b, s), device=ll.device)
-    ll_full[:, :-1] = ll
+    reward, k, ll = _token_reward(patch, logits, input_ids, action, lam)
     valid = torch.zeros((b, s), dtype=torch.bool, device=ll.device)
     valid[:, :-1] = True
-    reward = ll_full.reshape(-1) - expert_cost(k, lam)
-    return {
+    out = {
         "x": xs,
         "action": action,
         "k": k,
@@ -190,6 +208,11 @@ def rollout(patch: AdaKPatch, input_ids: torch.Tensor, lam: float) -> dict[str, 
         "valid": valid.reshape(-1),
         "log_likelihood": ll,
     }
+    if baseline == "greedy":
+        g_logits, g_records = _run(patch, input_ids, "argmax")
+        g_action = torch.stack([chunks[0][1] for chunks in g_records])
+        out["baseline"] = _token_reward(patch, g_logits, input_ids, g_action, lam)[0]
+    return out
 
 
 def ppo_update(
@@ -198,7 +221,8 @@ def ppo_update(
     """``cfg.epochs`` PPO epochs over one rollout (full batch); only allocator parameters receive gradients."""
     valid = batch["valid"]
     reward = batch["reward"][valid]
-    adv = reward - reward.mean()
+    base = batch["baseline"][valid] if "baseline" in batch else reward.mean()
+    adv = reward - base
     if cfg.normalize_advantage and adv.numel() > 1:
         adv = adv / (adv.std() + 1e-8)
     stats = PPOStats(
@@ -228,8 +252,8 @@ def ppo_update(
         stats.ratio_mean.append(float(info["ratio"].mean()))
         stats.ratio_max.append(float(info["ratio"].max()))
         stats.clip_fraction.append(float(info["clipped"].float().mean()))
-        stats.entropy.append(float(torch.cat(ent).mean()))
-        stats.loss.append(float(loss))
+        stats.entropy.append(float(torch.cat(ent).detach().mean()))
+        stats.loss.append(float(loss.detach()))
     return stats
 
 
@@ -255,7 +279,7 @@ def train_allocators(
     history = []
     it = progress(batches) if progress is not None else batches
     for ids in it:
-        batch = rollout(patch, ids, cfg.lam)
+        batch = rollout(patch, ids, cfg.lam, cfg.baseline)
         if not bool(torch.isfinite(batch["reward"][batch["valid"]]).all()):
             raise FloatingPointError("non-finite reward in a PPO rollout (the model produced NaN/inf logits)")
         history.append(ppo_update(patch, batch, optimizer, cfg))

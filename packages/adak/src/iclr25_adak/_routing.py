@@ -212,8 +212,12 @@ class AdaKRouter(nn.Module):
             if patch.mode == "argmax":
                 action = logits.argmax(dim=-1)
             else:
-                gen = patch.generator(x.device)
-                action = torch.multinomial(logp.exp(), 1, generator=gen).squeeze(1)
+                probs = logp.exp()
+                if not bool(torch.isfinite(probs).all()):
+                    raise FloatingPointError(
+                        "non-finite MoE block input reached the Ada-K allocator (the model produced NaN/inf)"
+                    )
+                action = torch.multinomial(probs, 1, generator=patch.generator(x.device)).squeeze(1)
             action_logp = logp.gather(1, action[:, None]).squeeze(1)
         return action + self.allocator.k_min, action, action_logp
 
@@ -270,6 +274,7 @@ class AdaKPatch:
         self.seed = seed
         self._generators: dict[str, torch.Generator] = {}
         self._host_max_k = 0
+        self._ep_flags: list[bool | None] = []
 
     # -- policy ------------------------------------------------------------------------------------------------
     def allocators(self) -> list[AdaKAllocator]:
@@ -357,9 +362,11 @@ class AdaKPatch:
     # -- undo ------------------------------------------------------------------------------------------------
     def remove(self) -> None:
         """Put the host routers back (the model is then the original one again)."""
-        for block, router in zip(self.blocks, self.routers, strict=True):
+        for block, router, flag in zip(self.blocks, self.routers, self._ep_flags, strict=True):
             block.gate = router.router
-        self.routers, self.blocks, self.names = [], [], []
+            if flag is not None:
+                block.experts._is_expert_parallel = flag
+        self.routers, self.blocks, self.names, self._ep_flags = [], [], [], []
 
     def allocator_state_dict(self) -> dict[str, torch.Tensor]:
         return {f"{name}.allocator.{k}": v for name, r in zip(self.names, self.routers, strict=True)
@@ -448,6 +455,12 @@ def apply_adak(
         alloc = AdaKAllocator(hidden, k_min, k_max, init_k=init_k, init_logit=init_logit).to(device)
         router = AdaKRouter(block.gate, alloc, int(block.experts.num_experts), patch)
         block.gate = router
+        # transformers' expert kernels skip (grouped_mm) or zero (batched_mm) the sentinel id only when this flag
+        # is on; the eager loop always skips it. Without it, batched_mm indexes out of range and grouped_mm reads
+        # uninitialised rows. It changes nothing for slots that hold real experts.
+        patch._ep_flags.append(getattr(block.experts, "_is_expert_parallel", None))
+        if hasattr(block.experts, "_is_expert_parallel"):
+            block.experts._is_expert_parallel = True
         patch.routers.append(router)
         patch.blocks.append(block)
         patch.names.append(name)
