@@ -33,7 +33,20 @@ def test_train_on_user_pairs_and_images_writes_a_checkpoint(tmp_path):
     pairs, unl = user_data(tmp_path)
     out = tmp_path / "run"
     code = main(
-        ["train", "--pairs", str(pairs), "--images", str(unl), "--min-count", "2", "--max-frequency", "0.5", *TINY, "--out", str(out)]
+        [
+            "train",
+            "--pairs",
+            str(pairs),
+            "--images",
+            str(unl),
+            "--min-count",
+            "2",
+            "--max-frequency",
+            "0.5",
+            *TINY,
+            "--out",
+            str(out),
+        ]
     )
     assert code == 0
     res = json.loads((out / "results.json").read_text())
