@@ -250,6 +250,7 @@ def train(cfg: TrainConfig, ctx: RunContext) -> Result:
     """Stage 1 then stage 2 of SemiCLIP on Fashion-MNIST (or the user's pairs + images); evaluate; save model.pt."""
     import torch
 
+    from iclr25_semiclip._concepts import mine_concepts
     from iclr25_semiclip._data import fashion_split, read_image_folder, read_pairs
     from iclr25_semiclip._model import strong_view
     from iclr25_semiclip._train import retrieval_recall
@@ -259,6 +260,9 @@ def train(cfg: TrainConfig, ctx: RunContext) -> Result:
     if user:  # read (and validate) the user's files before loading any model
         pair_images, captions = read_pairs(cfg.pairs, size=cfg.resolution)
         unl_images = read_image_folder(cfg.images, size=cfg.resolution)
+        mine_concepts(
+            captions, min_count=cfg.min_count, max_frequency=cfg.max_frequency
+        )  # empty set: exit 2 now
     ctx.log.info("loading the %s towers ...", cfg.towers)
     image_tower, text_tower = _towers(cfg.towers, device, cfg.resolution, cfg.text_tower)
     text = _TextBank(text_tower)
