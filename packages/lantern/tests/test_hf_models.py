@@ -98,3 +98,32 @@ def test_text_rows_runs_with_a_causal_lm_and_tokenizer(tiny_llama):
     ]
     assert res["rows"][0]["tau (tokens/target call)"] == 1.0
     assert all(r["tau (tokens/target call)"] >= 1.0 for r in res["rows"])
+
+
+def test_reproduce_text_row_glue_with_a_stand_in_model(tiny_llama, monkeypatch):
+    """The SmolLM2 row's loading glue (model, Wikipedia prompts) with a tiny stand-in model and corpus."""
+    import logging
+    from types import SimpleNamespace
+
+    import iclr25_shared.data
+    import iclr25_shared.models
+    from iclr25_lantern._experiment import _text_row
+
+    class Tok:
+        def __call__(self, text, return_tensors="pt"):
+            return {"input_ids": torch.tensor([[ord(c) % 40 for c in text[:6]]])}
+
+        def decode(self, ids, skip_special_tokens=True):
+            return str(ids.tolist())
+
+    monkeypatch.setattr(iclr25_shared.models, "load_causal_lm", lambda **kw: SimpleNamespace(model=tiny_llama,
+                        tokenizer=Tok()))  # fmt: skip
+    monkeypatch.setattr(
+        iclr25_shared.data, "wiki_summaries", lambda: SimpleNamespace(texts=["a b c", "d e f g"])
+    )
+    cfg = SimpleNamespace(size="tiny", gamma=3, seed=0)
+    ctx = SimpleNamespace(torch_device=lambda: torch.device("cpu"), log=logging.getLogger("t"))
+    timings = {}
+    rows = _text_row(cfg, ctx, timings)
+    assert len(rows) == 4 and "text" in timings
+    assert rows[0]["speed-up vs AR (CPU time)"] == 1.0

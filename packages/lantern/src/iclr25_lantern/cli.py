@@ -124,6 +124,8 @@ class BenchConfig(CommonOptions):
     """LANTERN budget (> 0)."""
     gamma: int = 4
     """Draft tokens per round (>= 1)."""
+    text: bool = False
+    """Also time SmolLM2-135M with a 6-layer prefix drafter (needs the packaged model)."""
     data: Path | None = None
     """Folder holding the Fashion-MNIST IDX .gz files."""
 
