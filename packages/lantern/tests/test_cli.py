@@ -99,3 +99,24 @@ def test_reproduce_tiny_runs_on_fashion_mnist(tmp_path):
     rows = json.loads((out / "results.json").read_text())["tables"]["sweep"]
     assert [r["method"] for r in rows][:2] == ["target-only AR", "standard SD (delta=0)"]
     assert (out / "speedup.png").is_file() and (out / "models.pt").is_file()
+
+
+def test_generate_with_temperature_zero_and_lantern_warns_before_decoding(tmp_path, capsys):
+    models = tmp_path / "models"
+    _write_tiny_models(models)
+    argv = [
+        "generate",
+        "--models",
+        str(models),
+        "--k",
+        "4",
+        "--delta",
+        "0.3",
+        "--temperature",
+        "0",
+        "--samples",
+        "1",
+    ]
+    with pytest.warns(UserWarning, match="LANTERN#6"):
+        assert main(argv) == 0
+    assert "temperature 0" in capsys.readouterr().err

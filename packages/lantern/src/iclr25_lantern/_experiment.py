@@ -424,6 +424,12 @@ def _plots(rows, grids, models, ctx: RunContext) -> None:
 
 def generate(cfg: GenerateConfig, ctx: RunContext) -> Result:
     """Generate with LANTERN on Fashion-MNIST VQ tokens (default) or SmolLM2 text."""
+    relaxed = cfg.k > 0 and (cfg.lam > 1.0 if cfg.lam else cfg.delta > 0.0)
+    if cfg.temperature == 0.0 and relaxed:
+        ctx.log.warning(
+            "temperature 0 (greedy) with LANTERN: greedy decoding degrades AR image quality (jadohu/LANTERN#6); "
+            "temperature 1 is recommended"
+        )
     if cfg.model == "smollm2":
         return _generate_text(cfg, ctx)
     import torch
