@@ -278,8 +278,8 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         for strategy in cfg.strategies:
             rows.append(_run_strategy(strategy, cfg, s, teacher, seed, ctx))
     by = {st: {r["seed"]: r["accuracy"] for r in rows if r["strategy"] == st} for st in cfg.strategies}
-    summary = [{"model": "teacher (fine-tuned transformer prefix)", "accuracy": teacher_acc},
-               {"model": f"{cfg.mixer}, converted from the teacher, no fine-tuning", "accuracy": raw_acc}]
+    summary = [{"model": "teacher (fine-tuned transformer prefix)", "accuracy": teacher_acc, "sd": None},
+               {"model": f"{cfg.mixer}, converted from the teacher, no fine-tuning", "accuracy": raw_acc, "sd": None}]
     for st in cfg.strategies:
         vals = list(by[st].values())
         summary.append({"model": f"{cfg.mixer}, {st}", "accuracy": float(np.mean(vals)),
@@ -352,12 +352,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 continue
             layer = model.model.layers[0]
             pe = model.model.rotary_emb(x, pos)
-            mask = None
-            if name.startswith("attention"):
-                from transformers.masking_utils import create_causal_mask
-
-                mask = create_causal_mask(config=config, inputs_embeds=x, attention_mask=None, past_key_values=None,
-                                          position_ids=pos)
+            mask = None  # no padding; the teacher's SDPA attention is causal when no mask is given
             times = []
             with torch.no_grad():
                 for _ in range(cfg.repeats):

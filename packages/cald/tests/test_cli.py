@@ -1,0 +1,123 @@
+"""The CLI end to end on a tiny local model and a tiny Wikipedia-format file; bad input exits 2 before work."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+sys.path.insert(0, str(Path(__file__).parent))
+from tiny_models import tiny_llama  # noqa: E402
+
+from iclr25_cald import load_converted  # noqa: E402
+from iclr25_cald.cli import main  # noqa: E402
+
+WORDS = "the a of is was in and city river animal number war king song planet cell art".split()
+TOPICS = ["Arts", "Geography", "History"]
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A random 2-layer Llama saved with a word-level tokenizer (no download)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    vocab = {"<pad>": 0, "<unk>": 1, **{w: i + 2 for i, w in enumerate(WORDS)}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
+                                                eos_token="<pad>")
+    model = tiny_llama(2, dtype=torch.float32, seq=64)
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def wiki_file(tmp_path_factory):
+    rng = torch.Generator().manual_seed(0)
+    rows = {}
+    for i in range(48):
+        topic = TOPICS[i % 3]
+        words = [WORDS[int(j)] for j in torch.randint(0, len(WORDS), (12,), generator=rng)]
+        rows[str(i)] = {"title": f"t{i}", "extract": " ".join([topic.lower(), *words]), "description": "",
+                        "topic": topic}
+    path = tmp_path_factory.mktemp("wiki") / "summaries_en-us.json"
+    path.write_text(json.dumps(rows))
+    return path
+
+
+def test_convert_end_to_end_saves_a_loadable_model(tiny_model_dir, wiki_file, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(["convert", "--model", str(tiny_model_dir), "--data", str(wiki_file), "--mixer", "mamba",
+                 "--out", str(out), "--quiet"])
+    assert code == 0
+    res = json.loads((out / "results.json").read_text())
+    m = res["metrics"]
+    assert m["kept_tensors"] == m["kept_tensors_bit_identical"] > 0
+    assert m["removed_tensors"] == 8  # q/k/v/o of 2 layers
+    model = load_converted(out / "model")
+    assert model(torch.tensor([[2, 3, 4]])).logits.shape == (1, 3, 40)
+
+
+def test_distill_end_to_end(tiny_model_dir, wiki_file, tmp_path):
+    out = tmp_path / "d"
+    code = main(["distill", "--model", str(tiny_model_dir), "--data", str(wiki_file), "--strategy", "waypoint",
+                 "--layers", "2", "--seq-len", "8", "--k", "4", "--train-examples", "32", "--eval-examples", "16",
+                 "--batch-size", "4", "--steps", "3", "--teacher-steps", "4", "--out", str(out), "--quiet"])
+    assert code == 0
+    res = json.loads((out / "results.json").read_text())
+    assert 0.0 <= res["metrics"]["student_accuracy"] <= 1.0
+
+
+def test_reproduce_end_to_end_pairs_the_strategies(tiny_model_dir, wiki_file, tmp_path):
+    out = tmp_path / "r"
+    code = main(["reproduce", "--model", str(tiny_model_dir), "--data", str(wiki_file), "--seq-len", "8",
+                 "--k", "4", "--train-examples", "24", "--eval-examples", "12", "--batch-size", "4", "--steps", "2",
+                 "--teacher-steps", "2", "--seeds", "2", "--out", str(out), "--quiet"])
+    assert code == 0
+    res = json.loads((out / "results.json").read_text())
+    assert [r["comparison"] for r in res["tables"]["paired"]] == [
+        "target - unguided", "trajectory - unguided", "trajectory - target"]
+    assert len(res["tables"]["runs"]) == 6
+
+
+def test_bench_end_to_end_writes_the_scaling_table_and_plot(tmp_path):
+    out = tmp_path / "b"
+    code = main(["bench", "--lengths", "8", "32", "--k", "4", "--repeats", "1", "--out", str(out), "--quiet"])
+    assert code == 0
+    res = json.loads((out / "results.json").read_text())
+    assert {r["mixer"] for r in res["tables"]["scaling"]} == {
+        "attention (sdpa, teacher)", "linformer k=4", "mamba (recurrent scan)"}
+    assert (out / "scaling.png").is_file()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["convert", "--k", "300", "--max-seq-len", "256"], "k must be an integer in [1, max_seq_len=256]"),
+        (["reproduce", "--k", "64", "--seq-len", "32"], "k must be an integer in [1, seq_len=32]"),
+        (["distill", "--alpha-layer", "-1"], "alpha_layer must be"),
+        (["distill", "--strategy", "mimic"], "mimic"),
+        (["bench", "--k", "512", "--lengths", "256"], "k must be an integer in [1, min(lengths)=256]"),
+        (["reproduce", "--seeds", "0"], "seeds must be"),
+        (["convert", "--mixer", "performer"], "performer"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+
+
+def test_unsupported_architecture_exits_2(tmp_path, capsys, wiki_file):
+    folder = tmp_path / "gpt2"
+    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=40)).save_pretrained(folder)
+    from tokenizers import Tokenizer, models
+
+    transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")),
+                                         unk_token="<unk>").save_pretrained(folder)
+    assert main(["convert", "--model", str(folder), "--data", str(wiki_file)]) == 2
+    assert "unsupported architecture: model_type='gpt2'" in capsys.readouterr().err
