@@ -251,3 +251,17 @@ def test_last_round_never_overshoots_max_new_tokens():
         out = speculative_generate(t, t, torch.tensor([[24]]), max_new_tokens=n, gamma=4,
                                    generator=torch.Generator().manual_seed(n))  # fmt: skip
         assert len(out.tokens) == n
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_greedy_speculative_decoding_on_cuda_equals_target_greedy():
+    t, d = _tiny_pair(7)
+    t, d = t.cuda(), d.cuda()
+    relax = Relaxation(neighbours=latent_proximity(torch.randn(24, 3, device="cuda"), 4), delta=0.0)
+    greedy = LogitsProcessor(temperature=0.0)
+    prefix = torch.tensor([[24]], device="cuda")
+    ref = autoregressive_generate(t, prefix, max_new_tokens=20, processor=greedy)
+    out = speculative_generate(t, d, prefix, max_new_tokens=20, gamma=3, relax=relax, processor=greedy,
+                               generator=torch.Generator(device="cuda").manual_seed(0))  # fmt: skip
+    assert torch.equal(out.tokens, ref.tokens)
