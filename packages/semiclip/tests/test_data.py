@@ -7,6 +7,7 @@ from PIL import Image
 from iclr25_semiclip._data import (
     FASHION_NAMES,
     TEMPLATES,
+    emoji_pairs,
     fashion_captions,
     fashion_split,
     read_image_folder,
@@ -85,3 +86,42 @@ def test_split_sizes_and_templated_captions_name_the_class():
 def test_a_missing_text_tower_folder_names_what_is_missing(tmp_path):
     with pytest.raises(ModelUnavailable, match="config.json missing"):
         load_text_tower(tmp_path)
+
+
+def test_emoji_package_layout_is_read_with_names_as_captions(tmp_path):
+    import json
+
+    folder = tmp_path / "img" / "google" / "64"
+    folder.mkdir(parents=True)
+    Image.new("RGBA", (64, 64), (255, 0, 0, 255)).save(folder / "1f600.png")
+    Image.new("RGBA", (64, 64), (0, 0, 0, 0)).save(folder / "1f1ea-1f1ec.png")  # fully transparent → white
+    entries = [
+        {
+            "name": "GRINNING FACE",
+            "short_name": "grinning",
+            "image": "1f600.png",
+            "category": "Smileys & Emotion",
+            "has_img_google": True,
+        },
+        {
+            "name": None,
+            "short_name": "flag-eg",
+            "image": "1f1ea-1f1ec.png",
+            "category": "Flags",
+            "has_img_google": True,
+        },
+        {
+            "name": "NO IMAGE",
+            "short_name": "x",
+            "image": "missing.png",
+            "category": "Objects",
+            "has_img_google": False,
+        },
+    ]
+    (tmp_path / "emoji.json").write_text(json.dumps(entries))
+    images, captions, categories = emoji_pairs(tmp_path, size=8)
+    assert images.shape == (2, 3, 8, 8)
+    assert captions == ["grinning face", "flag-eg"] and categories == ["Smileys & Emotion", "Flags"]
+    assert images[0, 0].min() == 255 and images[0, 1].max() == 0 and images[1].min() == 255
+    with pytest.raises(ValueError, match="npm install emoji-datasource-google"):
+        emoji_pairs(tmp_path / "nowhere")

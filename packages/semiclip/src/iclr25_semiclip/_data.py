@@ -18,6 +18,7 @@ __all__ = [
     "FASHION_NAMES",
     "TEMPLATES",
     "CaptionedSplit",
+    "emoji_pairs",
     "fashion_captions",
     "fashion_split",
     "read_image_folder",
@@ -139,3 +140,49 @@ def read_image_folder(folder: str | Path, *, size: int = 64) -> np.ndarray:
     if not files:
         raise ValueError(f"images folder {folder} holds no image ({', '.join(IMAGE_SUFFIXES)})")
     return np.stack([_read_image(p, check_int("size", size, low=8)).transpose(2, 0, 1) for p in files])
+
+
+def emoji_pairs(
+    root: str | Path, *, size: int = 64, style: str = "google"
+) -> tuple[np.ndarray, list[str], list[str]]:
+    """The emoji image–name pairs of the npm package ``emoji-datasource-<style>`` (real designed images with
+    human-written names; ``npm install emoji-datasource-google@16.0.0``).
+
+    Args:
+        root: the package folder (holding ``emoji.json`` and ``img/<style>/64/``).
+        size: output side in pixels. style: the image set (``google``, ``apple``, ...).
+
+    Returns:
+        ``(images, captions, categories)``: ``(N, 3, size, size)`` uint8 (transparent pixels on white), the
+        lower-cased names (``short_name`` when ``name`` is empty) and the 9 top-level categories.
+
+    Raises:
+        ValueError: ``emoji.json`` or the image folder is missing, or no entry has an image of ``style``.
+    """
+    import json
+
+    from PIL import Image
+
+    root = Path(root)
+    meta, folder = root / "emoji.json", root / "img" / style / "64"
+    if not meta.is_file() or not folder.is_dir():
+        raise ValueError(
+            f"{root} is not an emoji-datasource-{style} package (needs emoji.json and img/{style}/64/): "
+            f"npm install emoji-datasource-{style}"
+        )
+    images, captions, categories = [], [], []
+    for entry in json.loads(meta.read_text(encoding="utf-8")):
+        path = folder / str(entry.get("image", ""))
+        if not entry.get(f"has_img_{style}") or not path.is_file():
+            continue
+        with Image.open(path) as im:
+            rgba = im.convert("RGBA").resize((size, size), Image.BILINEAR)
+        white = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        images.append(
+            np.asarray(Image.alpha_composite(white, rgba).convert("RGB"), dtype=np.uint8).transpose(2, 0, 1)
+        )
+        captions.append(str(entry.get("name") or entry.get("short_name")).lower())
+        categories.append(str(entry.get("category", "")))
+    if not images:
+        raise ValueError(f"{meta} lists no emoji with an image in {folder}")
+    return np.stack(images), captions, categories

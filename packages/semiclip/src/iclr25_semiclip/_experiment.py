@@ -335,7 +335,7 @@ def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
         raise ValueError("evaluate needs --checkpoint (the model.pt written by `train --out DIR`)")
     device = ctx.torch_device()
     try:
-        state = torch.load(cfg.checkpoint, map_location="cpu", weights_only=False)
+        state = torch.load(cfg.checkpoint, map_location="cpu", weights_only=True)
         meta, head_state = state["meta"], state["head"]
     except Exception as exc:  # a file that is not our checkpoint is bad input, not a crash
         raise ValueError(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -87,7 +87,6 @@ class Settings:
     topk: int = 3  # concepts in the stage-2 pseudo-label
     words: int = 4  # concept slots per surrogate caption
     select_ratio: float = 0.3  # ρ, fraction of unlabelled batch used in the trapezoid
-    extra: dict = field(default_factory=dict)
 
 
 def _optimizer(params: dict[str, torch.nn.Parameter], s: Settings, steps: int):
