@@ -5,4 +5,4 @@ from iclr25_shared.testing import ContractTests
 
 class TestContract(ContractTests):
     package = "iclr25_diffusion_shapley"
-    heavy_allowed = frozenset()  # e.g. {"torch"} when the public API subclasses torch classes
+    heavy_allowed = frozenset()

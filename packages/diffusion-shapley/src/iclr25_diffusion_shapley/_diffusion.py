@@ -270,8 +270,15 @@ def train_denoiser(
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     alphas = scheduler.alphas_cumprod.to(device=device, dtype=torch.float32)
-    num_t = alphas.numel()
     model.train()
+    with torch.enable_grad():  # also when called under torch.no_grad()
+        _train_loop(model, opt, data, alphas, gen, steps, batch_size, ascent, max_grad_norm)
+    model.eval()
+    return model
+
+
+def _train_loop(model, opt, data, alphas, gen, steps, batch_size, ascent, max_grad_norm) -> None:
+    device, num_t = data.device, alphas.numel()
     for step in range(steps):
         idx = torch.randint(0, data.shape[0], (batch_size,), generator=gen).to(device)
         x0 = data[idx]
@@ -287,8 +294,6 @@ def train_denoiser(
         if max_grad_norm is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
         opt.step()
-    model.eval()
-    return model
 
 
 @torch.no_grad()
@@ -322,10 +327,11 @@ def sample_images(
     device = _device_of(model)
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
     model.eval()
+    noise = torch.randn((num_samples, *image_shape), generator=gen)  # drawn at once: batching changes nothing
     out = []
     for start in range(0, num_samples, batch_size):
         b = min(batch_size, num_samples - start)
-        x = torch.randn((b, *image_shape), generator=gen).to(device)
+        x = noise[start : start + b].to(device)
         for t in ddim.timesteps:
             eps = predict_noise(model, x, torch.full((b,), int(t), device=device, dtype=torch.long))
             x = ddim.step(eps, t, x, eta=0.0).prev_sample
@@ -361,7 +367,7 @@ def prune_model(
 
     Args:
         model: the trained ε-predictor (left untouched; a pruned copy is returned).
-        ratio: channel sparsity in ``[0, 1)``; 0 returns an identical copy.
+        ratio: channel sparsity in ``[0, 1)``; 0 keeps every channel (the copy computes the same function).
         example_inputs: ``(sample, timestep)`` to trace the graph (default: one zero image and ``t = 1``).
         ignored_layers: layers whose outputs are kept (default: the output layer).
 
@@ -376,8 +382,6 @@ def prune_model(
 
     ratio = check_float("pruning_ratio", ratio, low=0.0, high=1.0, high_inclusive=False)
     pruned = copy.deepcopy(model).eval()
-    if ratio == 0.0:
-        return pruned
     device = _device_of(pruned)
     if example_inputs is None:
         shape = pruned.image_shape if isinstance(pruned, MLPDenoiser) else (

@@ -72,7 +72,7 @@ def _setup(cfg: Any, ctx: RunContext, seed: int, *, classifier: Any = None) -> S
             return make_unet(IMAGE_SHAPE[1], channels=(16, 32)).to(device)
         return MLPDenoiser(IMAGE_SHAPE, hidden=hidden, depth=3).to(device)
 
-    clf = classifier if classifier is not None else _classifier(cfg.data_root)
+    clf = classifier if classifier is not None else _classifier(cfg.data_root, cfg.classifier_images)
     return Setup(data, clf, make_model, make_scheduler(1000), device)
 
 
@@ -319,7 +319,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     from iclr25_shared.metrics import paired_t_interval
 
     t_start = time.perf_counter()
-    classifier = _classifier(cfg.data_root)
+    classifier = _classifier(cfg.data_root, cfg.classifier_images)
     runs = []
     for k in range(cfg.seeds):
         seed = cfg.seed + k
@@ -421,7 +421,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     from iclr25_diffusion_shapley._shapley import sample_shapley_kernel
 
     rows, proj = [], []
-    classifier = _classifier(cfg.data_root)
+    classifier = _classifier(cfg.data_root, cfg.classifier_images)
     for model in cfg.models:
         c = replace(cfg, model=model)
         setup = _setup(c, ctx, cfg.seed, classifier=classifier)

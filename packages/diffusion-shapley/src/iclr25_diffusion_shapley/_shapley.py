@@ -253,9 +253,8 @@ def sample_shapley_kernel(
     rng = _rng(seed)
     draws = m // 2 if paired else m
     sizes = rng.choice(np.arange(1, n), size=draws, p=shapley_kernel_size_probabilities(n))
-    masks = np.zeros((draws, n), dtype=bool)
-    for row, s in enumerate(sizes):
-        masks[row, rng.choice(n, size=s, replace=False)] = True
+    ranks = rng.random((draws, n)).argsort(axis=1).argsort(axis=1)  # a uniform random order of the contributors
+    masks = ranks < sizes[:, None]  # the first |S| of them: a uniform coalition of that size
     if paired:
         masks = np.stack([masks, ~masks], axis=1).reshape(m, n)
     return masks

@@ -58,6 +58,8 @@ class _Game(CommonOptions):
     """DDIM sampling steps."""
     kernel_samples: int = 20
     """Shapley-kernel coalitions drawn by KernelSHAP (besides the empty and the full one)."""
+    classifier_images: int = 2000
+    """Fashion-MNIST test-split images the property's classifier is trained on."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -75,6 +77,7 @@ class _Game(CommonOptions):
         check_int("num_samples", self.num_samples, low=2)
         check_int("sampling_steps", self.sampling_steps, low=1)
         check_int("kernel_samples", self.kernel_samples, low=1)
+        check_int("classifier_images", self.classifier_images, low=20, high=10000)
         if self.data_root is not None and not Path(self.data_root).is_dir():
             raise ValueError(f"data_root must be an existing folder, got {str(self.data_root)!r}")
 
