@@ -157,12 +157,15 @@ def make_planted_pairs(
             k += 2
             if len(long.split()) < 1.6 * len(short.split()):
                 continue
-            good, bad = (long, short) if rule == "longer" else (short, long)
-            person = corpus.labels[docs[k - 2]] == people, corpus.labels[docs[k - 1]] == people
-            out.append((good, bad, *(person if rule == "longer" else person[::-1])))
+            # (long, short) in this order for both rules, so that "shorter" gives the same pairs as "longer"
+            out.append(
+                (long, short, corpus.labels[docs[k - 2]] == people, corpus.labels[docs[k - 1]] == people)
+            )
     table = []
-    for good, bad, pg, pb in out:
-        if rng.integers(2):
+    for first, second, p1, p2 in out:
+        swap = rule == "shorter"  # the preferred text is the second one
+        good, bad, pg, pb = (second, first, p2, p1) if swap else (first, second, p1, p2)
+        if rng.integers(2) != swap:  # A/B positions depend on the pair, not on the rule
             table.append(
                 {
                     "input": "",
