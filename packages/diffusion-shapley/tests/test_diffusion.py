@@ -31,7 +31,9 @@ SHAPE = (1, 8, 8)
 def tiny_data(n=3, per=12, seed=0):
     rng = np.random.default_rng(seed)
     # contributor j's images are centred on a different constant, so the strategies see different data
-    images = np.concatenate([np.clip(rng.normal(-0.6 + 0.6 * j, 0.2, size=(per, *SHAPE)), -1, 1) for j in range(n)])
+    images = np.concatenate(
+        [np.clip(rng.normal(-0.6 + 0.6 * j, 0.2, size=(per, *SHAPE)), -1, 1) for j in range(n)]
+    )
     owners = np.repeat(np.arange(n), per)
     return ContributorData(images.astype(np.float32), owners, tuple(f"c{j}" for j in range(n)))
 
@@ -51,7 +53,9 @@ def inputs(b=4, shape=SHAPE, seed=0):
 
 @pytest.mark.parametrize("kind", ["mlp", "unet"])
 def test_pruning_keeps_the_function_at_ratio_zero(kind):
-    model = make_mlp(0) if kind == "mlp" else (torch.manual_seed(0), make_unet(8, channels=(8, 16), groups=4))[1]
+    model = (
+        make_mlp(0) if kind == "mlp" else (torch.manual_seed(0), make_unet(8, channels=(8, 16), groups=4))[1]
+    )
     shape = SHAPE
     x, t = inputs(shape=shape)
     pruned = prune_model(model, 0.0)
@@ -196,8 +200,9 @@ def test_sparse_ft_with_zero_steps_gives_the_closed_form_of_a_symmetric_game():
     # by symmetry and efficiency every contributor gets (c - v(empty)) / n
     data = tiny_data()
     full = train_denoiser(make_mlp(0), data.images, steps=5, batch_size=8)
-    sft = SparsifiedFineTune(data=data, make_model=make_mlp, full_model=full, pruning_ratio=0.5, prune_steps=3,
-                             steps=0)
+    sft = SparsifiedFineTune(
+        data=data, make_model=make_mlp, full_model=full, pruning_ratio=0.5, prune_steps=3, steps=0
+    )
     game = DiffusionGame(sft, mean_pixel, SHAPE, num_samples=8, sampling_steps=3)
     phi = exact_shapley(game, 3)
     c, v0 = game(np.ones(3, bool)), game(np.zeros(3, bool))
@@ -243,6 +248,8 @@ def test_strategies_run_on_cuda():
 
     rt = Retrain(data=data, make_model=make_cuda, steps=3, batch_size=4, device="cuda")
     full = rt.fit(np.ones(3, bool))
-    sft = SparsifiedFineTune(data=data, make_model=make_cuda, full_model=full, prune_steps=2, steps=2, device="cuda")
+    sft = SparsifiedFineTune(
+        data=data, make_model=make_cuda, full_model=full, prune_steps=2, steps=2, device="cuda"
+    )
     game = DiffusionGame(sft, mean_pixel, SHAPE, num_samples=4, sampling_steps=2)
     assert math.isfinite(game(np.array([1, 1, 0], bool)))

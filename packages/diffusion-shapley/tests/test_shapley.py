@@ -87,7 +87,9 @@ def test_weighted_majority_game_known_values():
 def test_efficiency_exact_shapley_sums_to_grand_minus_empty():
     game = random_game(6, seed=1)
     n = 6
-    assert exact_shapley(game, n).sum() == pytest.approx(game(np.ones(n, bool)) - game(np.zeros(n, bool)), abs=1e-12)
+    assert exact_shapley(game, n).sum() == pytest.approx(
+        game(np.ones(n, bool)) - game(np.zeros(n, bool)), abs=1e-12
+    )
 
 
 def test_symmetry_identical_contributors_get_equal_values():
@@ -150,7 +152,9 @@ def test_kernel_shap_with_exact_kernel_weights_equals_shapley(n):
     masks, w = exact_kernel_weights(n)
     vals = np.array([game(m) for m in masks])
     beta = kernel_shap_from_samples(masks, vals, game(np.zeros(n, bool)), game(np.ones(n, bool)), weights=w)
-    np.testing.assert_allclose(beta, permutation_shapley(game, n) if n < 7 else exact_shapley(game, n), atol=1e-10)
+    np.testing.assert_allclose(
+        beta, permutation_shapley(game, n) if n < 7 else exact_shapley(game, n), atol=1e-10
+    )
 
 
 def test_kernel_shap_converges_to_exact_on_weighted_majority_game():
@@ -176,7 +180,9 @@ def test_kernel_shap_subtracts_the_empty_value():
 def test_kernel_shap_is_unregularised():
     # regression (shap/shap#996): no default penalty zeroes the attributions of a non-trivial game
     res = kernel_shap(lambda m: float(m[0]) + 0.01 * m[1], 4, 40, seed=0)
-    np.testing.assert_allclose(res.values, [1.0, 0.01, 0.0, 0.0], atol=1e-9)  # additive: exact from any sample
+    np.testing.assert_allclose(
+        res.values, [1.0, 0.01, 0.0, 0.0], atol=1e-9
+    )  # additive: exact from any sample
 
 
 def test_kernel_shap_evaluates_each_coalition_once():

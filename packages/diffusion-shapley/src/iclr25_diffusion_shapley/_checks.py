@@ -5,13 +5,15 @@ from __future__ import annotations
 __all__ = ["FIVE_PAIRS", "PROPERTIES", "check_contributors"]
 
 FIVE_PAIRS = ("0,1", "2,3", "4,5", "6,7", "8,9")
-PROPERTIES = ("entropy", "fid", "diversity") + tuple(f"share:{c}" for c in range(10))
+PROPERTIES = ("entropy", "fid", "diversity", *(f"share:{c}" for c in range(10)))
 
 
 def check_contributors(groups: tuple[str, ...]) -> None:
     """Refuse fewer than 2 contributors, an empty group (a contributor with no data), bad or repeated classes."""
     if len(groups) < 2:
-        raise ValueError(f"contributors must name at least 2 groups of classes, got {len(groups)}: {list(groups)}")
+        raise ValueError(
+            f"contributors must name at least 2 groups of classes, got {len(groups)}: {list(groups)}"
+        )
     seen: dict[int, int] = {}
     for j, spec in enumerate(groups):
         parts = [p.strip() for p in str(spec).split(",") if p.strip()]
@@ -21,5 +23,7 @@ def check_contributors(groups: tuple[str, ...]) -> None:
             if not p.isdigit() or not 0 <= int(p) <= 9:
                 raise ValueError(f"contributors: class {p!r} of contributor {j} must be an integer in [0, 9]")
             if int(p) in seen:
-                raise ValueError(f"contributors: class {p} is in contributor {seen[int(p)]} and contributor {j}")
+                raise ValueError(
+                    f"contributors: class {p} is in contributor {seen[int(p)]} and contributor {j}"
+                )
             seen[int(p)] = j

@@ -112,7 +112,10 @@ class ContributorData:
 
 
 def make_contributors(
-    images: np.ndarray, labels: np.ndarray, groups: Sequence[Sequence[int]], names: Sequence[str] | None = None
+    images: np.ndarray,
+    labels: np.ndarray,
+    groups: Sequence[Sequence[int]],
+    names: Sequence[str] | None = None,
 ) -> ContributorData:
     """Contributors = groups of classes: contributor ``j`` owns every image whose label is in ``groups[j]``.
 
@@ -132,7 +135,9 @@ def make_contributors(
             raise ValueError(f"contributor {j} has no classes (groups[{j}] is empty)")
         hit = np.isin(labels, np.asarray(g))
         if (owners[hit] >= 0).any():
-            raise ValueError(f"groups overlap: a class of groups[{j}] is already owned by another contributor")
+            raise ValueError(
+                f"groups overlap: a class of groups[{j}] is already owned by another contributor"
+            )
         owners[hit] = j
     keep = owners >= 0
     names = tuple(names) if names is not None else tuple("+".join(map(str, g)) for g in groups)
@@ -153,7 +158,9 @@ class MLPDenoiser(nn.Module):
     on every one of the ``2**n`` coalitions; :func:`make_unet` builds a diffusers UNet like the paper's.
     """
 
-    def __init__(self, image_shape: tuple[int, int, int], *, hidden: int = 256, depth: int = 3, time_dim: int = 64):
+    def __init__(
+        self, image_shape: tuple[int, int, int], *, hidden: int = 256, depth: int = 3, time_dim: int = 64
+    ):
         super().__init__()
         check_int("hidden", hidden, low=1)
         check_int("depth", depth, low=1)
@@ -180,7 +187,9 @@ class MLPDenoiser(nn.Module):
         return self.head(h).reshape(sample.shape)
 
 
-def make_unet(image_size: int, *, channels: tuple[int, ...] = (16, 32), in_channels: int = 1, groups: int = 8):
+def make_unet(
+    image_size: int, *, channels: tuple[int, ...] = (16, 32), in_channels: int = 1, groups: int = 8
+):
     """A small diffusers ``UNet2DModel`` (ResNet blocks only, no attention) for ``image_size``² images.
 
     Raises:
@@ -384,10 +393,15 @@ def prune_model(
     pruned = copy.deepcopy(model).eval()
     device = _device_of(pruned)
     if example_inputs is None:
-        shape = pruned.image_shape if isinstance(pruned, MLPDenoiser) else (
-            pruned.config.in_channels, pruned.config.sample_size, pruned.config.sample_size
+        shape = (
+            pruned.image_shape
+            if isinstance(pruned, MLPDenoiser)
+            else (pruned.config.in_channels, pruned.config.sample_size, pruned.config.sample_size)
         )
-        example_inputs = (torch.zeros((1, *shape), device=device), torch.ones((1,), dtype=torch.long, device=device))
+        example_inputs = (
+            torch.zeros((1, *shape), device=device),
+            torch.ones((1,), dtype=torch.long, device=device),
+        )
     ignored = list(ignored_layers) if ignored_layers is not None else [_output_layer(pruned)]
     pruner = tp.pruner.MagnitudePruner(
         pruned,
@@ -449,8 +463,14 @@ class _Strategy:
 
     def _train(self, model: nn.Module, images: np.ndarray, steps: int, *, ascent: bool = False) -> nn.Module:
         return train_denoiser(
-            model, images, steps=steps, batch_size=self.batch_size, lr=self.lr, seed=self.seed,
-            scheduler=self.scheduler, ascent=ascent,
+            model,
+            images,
+            steps=steps,
+            batch_size=self.batch_size,
+            lr=self.lr,
+            seed=self.seed,
+            scheduler=self.scheduler,
+            ascent=ascent,
         )
 
 
@@ -571,8 +591,12 @@ class DiffusionGame:
         model = self.strategy.fit(mask) if mask.any() else self.strategy.empty_model()
         t1 = time.perf_counter()
         images = sample_images(
-            model, self.num_samples, image_shape=self.image_shape, steps=self.sampling_steps,
-            seed=self.sample_seed, scheduler=self.strategy.scheduler,
+            model,
+            self.num_samples,
+            image_shape=self.image_shape,
+            steps=self.sampling_steps,
+            seed=self.sample_seed,
+            scheduler=self.strategy.scheduler,
         )
         t2 = time.perf_counter()
         self._last = (t1 - t0, t2 - t1)
@@ -590,6 +614,11 @@ class DiffusionGame:
         if self.keep_samples:
             self.samples[key] = images
         self.records.append(
-            {"coalition": key, "train_seconds": self._last[0], "sample_seconds": self._last[1], "value": value}
+            {
+                "coalition": key,
+                "train_seconds": self._last[0],
+                "sample_seconds": self._last[1],
+                "value": value,
+            }
         )
         return value

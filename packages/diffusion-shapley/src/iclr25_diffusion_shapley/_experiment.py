@@ -51,7 +51,9 @@ def _classifier(root: Any, num_train: int = 2000) -> Any:
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # lbfgs "max_iter reached": the judge only needs to be fixed, not optimal
+        warnings.simplefilter(
+            "ignore"
+        )  # lbfgs "max_iter reached": the judge only needs to be fixed, not optimal
         return PixelClassifier(max_iter=200).fit(x[:, None], y[:num_train])
 
 
@@ -98,15 +100,23 @@ def _strategy(kind: str, cfg: Any, setup: Setup, seed: int, full_model: Any = No
     from iclr25_diffusion_shapley._diffusion import GradientAscentUnlearn, Retrain, SparsifiedFineTune
 
     common = dict(
-        data=setup.data, make_model=setup.make_model, batch_size=cfg.batch_size, seed=seed,
-        scheduler=setup.scheduler, device=setup.device,
+        data=setup.data,
+        make_model=setup.make_model,
+        batch_size=cfg.batch_size,
+        seed=seed,
+        scheduler=setup.scheduler,
+        device=setup.device,
     )
     if kind == "retrain":
         return Retrain(**common, lr=cfg.lr, steps=cfg.retrain_steps)
     if kind == "sparse-ft":
         return SparsifiedFineTune(
-            **common, lr=cfg.lr, full_model=full_model, pruning_ratio=cfg.pruning_ratio,
-            prune_steps=cfg.prune_steps, steps=cfg.ft_steps,
+            **common,
+            lr=cfg.lr,
+            full_model=full_model,
+            pruning_ratio=cfg.pruning_ratio,
+            prune_steps=cfg.prune_steps,
+            steps=cfg.ft_steps,
         )
     return GradientAscentUnlearn(**common, lr=cfg.unlearn_lr, full_model=full_model, steps=cfg.unlearn_steps)
 
@@ -119,8 +129,12 @@ class _Evaluator:
 
         self.props, self.n = props, n
         self.game = DiffusionGame(
-            strategy, lambda images: 0.0, IMAGE_SHAPE, num_samples=cfg.num_samples,
-            sampling_steps=cfg.sampling_steps, sample_seed=10_000 + cfg.seed,
+            strategy,
+            lambda images: 0.0,
+            IMAGE_SHAPE,
+            num_samples=cfg.num_samples,
+            sampling_steps=cfg.sampling_steps,
+            sample_seed=10_000 + cfg.seed,
         )
         self.values: dict[tuple[int, ...], dict[str, float]] = {}
         self.train_seconds: dict[tuple[int, ...], float] = {}
@@ -148,7 +162,7 @@ class _Evaluator:
         return lambda mask: self(mask)[prop]
 
     def per_subset_train_seconds(self) -> float:
-        keys = [k for k in self.train_seconds if 0 < len(k)]
+        keys = [k for k in self.train_seconds if len(k) > 0]
         return float(np.mean([self.train_seconds[k] for k in keys])) if keys else math.nan
 
 
@@ -166,7 +180,9 @@ def attribute(cfg: AttributeConfig, ctx: RunContext) -> Result:
     n = setup.data.num_contributors
     props = _properties(cfg.property, setup)
     prop = next(iter(props))
-    ctx.log.info(f"{n} contributors {setup.data.names}, {setup.data.counts().tolist()} images; property {prop}")
+    ctx.log.info(
+        f"{n} contributors {setup.data.names}, {setup.data.counts().tolist()} images; property {prop}"
+    )
     full_model = None
     if cfg.method != "retrain":
         full = _strategy("retrain", cfg, setup, cfg.seed)
@@ -194,8 +210,13 @@ def attribute(cfg: AttributeConfig, ctx: RunContext) -> Result:
     ctx.save_array("attributions", phi)
     return Result(
         metrics={
-            "property": prop, "method": cfg.method, "estimator": cfg.estimator, "v_empty": v0, "v_full": v1,
-            "sum_attributions": float(np.sum(phi)), "coalitions_evaluated": game.calls,
+            "property": prop,
+            "method": cfg.method,
+            "estimator": cfg.estimator,
+            "v_empty": v0,
+            "v_full": v1,
+            "sum_attributions": float(np.sum(phi)),
+            "coalitions_evaluated": game.calls,
             "train_seconds_per_coalition": ev.per_subset_train_seconds(),
         },
         tables={"attributions": rows},
@@ -239,7 +260,9 @@ def _one_seed(cfg: ReproduceConfig, ctx: RunContext, seed: int, classifier: Any)
     tables = {p: np.array([ev_rt(m)[p] for m in masks]) for p in props}
 
     kernel_masks = sh.sample_shapley_kernel(n, cfg.kernel_samples, seed=seed)
-    held = masks[(masks.sum(1) > 0) & (masks.sum(1) < n)]  # every non-trivial coalition = the alpha=0.5 support
+    held = masks[
+        (masks.sum(1) > 0) & (masks.sum(1) < n)
+    ]  # every non-trivial coalition = the alpha=0.5 support
 
     evs = {}
     for kind in ("sparse-ft", "unlearn-ga"):
@@ -277,10 +300,16 @@ def _one_seed(cfg: ReproduceConfig, ctx: RunContext, seed: int, classifier: Any)
                 "lds": _safe_lds(phi, held, held_vals),
                 "phi": np.asarray(phi).tolist(),
             }
-        out["props"][p] = {"methods": res, "exact": exact.tolist(), "v_empty": table[0], "v_full": table[-1],
-                           "efficiency_gap_sparse_ft": float(
-                               np.sum(phis["kernelshap + sparse-FT"])
-                               - (evs["sparse-ft"](np.ones(n, bool))[p] - evs["sparse-ft"](np.zeros(n, bool))[p]))}
+        out["props"][p] = {
+            "methods": res,
+            "exact": exact.tolist(),
+            "v_empty": table[0],
+            "v_full": table[-1],
+            "efficiency_gap_sparse_ft": float(
+                np.sum(phis["kernelshap + sparse-FT"])
+                - (evs["sparse-ft"](np.ones(n, bool))[p] - evs["sparse-ft"](np.zeros(n, bool))[p])
+            ),
+        }
     out["seconds"] = {
         "retrain_per_subset": ev_rt.per_subset_train_seconds(),
         "sparse_ft_per_subset": evs["sparse-ft"].per_subset_train_seconds(),
@@ -328,7 +357,10 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         for p, d in runs[-1]["props"].items():  # logged as it goes, so a cut-short run still shows its seeds
             ctx.log.info(
                 f"seed {seed} {p}: exact phi {np.round(d['exact'], 4).tolist()}; "
-                + "; ".join(f"{k}: rho={v['spearman_vs_exact']:.3f} LDS={v['lds']:.3f}" for k, v in d["methods"].items())
+                + "; ".join(
+                    f"{k}: rho={v['spearman_vs_exact']:.3f} LDS={v['lds']:.3f}"
+                    for k, v in d["methods"].items()
+                )
             )
         ctx.log.info(f"seed {seed} seconds: {runs[-1]['seconds']}")
         ctx.save_json(f"seed_{seed}.json", runs[-1])
@@ -341,13 +373,15 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         for name in methods:
             sp = np.array([r["props"][p]["methods"][name]["spearman_vs_exact"] for r in runs])
             ld = np.array([r["props"][p]["methods"][name]["lds"] for r in runs])
-            rows.append({
-                "method": name,
-                "spearman(phi, exact) mean": float(np.nanmean(sp)) if np.isfinite(sp).any() else math.nan,
-                "per seed": ", ".join(f"{x:.2f}" for x in sp),
-                "LDS x100 mean": 100 * float(np.nanmean(ld)) if np.isfinite(ld).any() else math.nan,
-                "LDS per seed": ", ".join(f"{100 * x:.0f}" for x in ld),
-            })
+            rows.append(
+                {
+                    "method": name,
+                    "spearman(phi, exact) mean": float(np.nanmean(sp)) if np.isfinite(sp).any() else math.nan,
+                    "per seed": ", ".join(f"{x:.2f}" for x in sp),
+                    "LDS x100 mean": 100 * float(np.nanmean(ld)) if np.isfinite(ld).any() else math.nan,
+                    "LDS per seed": ", ".join(f"{100 * x:.0f}" for x in ld),
+                }
+            )
         tables[f"{p}: attribution quality ({len(runs)} seeds)"] = rows
         sft = np.array([r["props"][p]["methods"]["kernelshap + sparse-FT"]["lds"] for r in runs])
         diffs = []
@@ -358,10 +392,19 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             if d.size == 0:
                 continue
             est = paired_t_interval(d)
-            diffs.append({"LDS x100: sparse-FT minus": base, "mean": est.value, "95% CI low": est.low,
-                          "95% CI high": est.high, "seeds": est.n})
+            diffs.append(
+                {
+                    "LDS x100: sparse-FT minus": base,
+                    "mean": est.value,
+                    "95% CI low": est.low,
+                    "95% CI high": est.high,
+                    "seeds": est.n,
+                }
+            )
         tables[f"{p}: paired LDS differences"] = diffs
-        sp_sft = np.array([r["props"][p]["methods"]["kernelshap + sparse-FT"]["spearman_vs_exact"] for r in runs])
+        sp_sft = np.array(
+            [r["props"][p]["methods"]["kernelshap + sparse-FT"]["spearman_vs_exact"] for r in runs]
+        )
         sp_sft = sp_sft[np.isfinite(sp_sft)]
         sp_est = paired_t_interval(sp_sft) if sp_sft.size > 1 else None
         metrics[f"{p}.spearman_sparse_ft_vs_exact"] = (
@@ -374,8 +417,13 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         cross = [_spearman(ex[i], ex[j]) for i in range(len(ex)) for j in range(i + 1, len(ex))]
         metrics[f"{p}.exact_phi_cross_seed_spearman"] = float(np.mean(cross)) if cross else math.nan
         tables[f"{p}: exact Shapley values per seed (diagnostic: signal)"] = [
-            {"seed": r["seed"], "v(empty)": r["props"][p]["v_empty"], "v(N)": r["props"][p]["v_full"],
-             **{nm: round(v, 4) for nm, v in zip(r["names"], r["props"][p]["exact"])}} for r in runs
+            {
+                "seed": r["seed"],
+                "v(empty)": r["props"][p]["v_empty"],
+                "v(N)": r["props"][p]["v_full"],
+                **{nm: round(v, 4) for nm, v in zip(r["names"], r["props"][p]["exact"])},
+            }
+            for r in runs
         ]
     secs = {k: np.array([r["seconds"][k] for r in runs]) for k in runs[0]["seconds"]}
     tables["wall time (seconds, mean over seeds)"] = [
@@ -384,10 +432,12 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     metrics["speedup_train_per_subset_retrain_over_sparse_ft"] = float(
         np.mean(secs["retrain_per_subset"] / secs["sparse_ft_per_subset"])
     )
-    metrics["speedup_per_subset_incl_sampling"] = float(np.mean(
-        (secs["retrain_per_subset"] + secs["sample_per_subset"])
-        / (secs["sparse_ft_per_subset"] + secs["sample_per_subset"])
-    ))
+    metrics["speedup_per_subset_incl_sampling"] = float(
+        np.mean(
+            (secs["retrain_per_subset"] + secs["sample_per_subset"])
+            / (secs["sparse_ft_per_subset"] + secs["sample_per_subset"])
+        )
+    )
     metrics["kernel_samples"] = cfg.kernel_samples
     metrics["distinct_kernel_coalitions_per_seed"] = [r["kernel_distinct"] for r in runs]
     metrics["lds_setting"] = (
@@ -441,30 +491,49 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 ev(m)
             train = np.array([ev.train_seconds[k] for k in ev.train_seconds])
             samp = np.array([ev.sample_seconds[k] for k in ev.sample_seconds])
-            per[kind] = (float(np.median(train)), float(np.median(samp)), getattr(strat, "setup_seconds", 0.0))
+            per[kind] = (
+                float(np.median(train)),
+                float(np.median(samp)),
+                getattr(strat, "setup_seconds", 0.0),
+            )
             if kind == "sparse-ft":
                 params = (parameter_count(full_model), parameter_count(strat.base))
         for kind, (tr, sa, st) in per.items():
-            rows.append({
-                "model": model, "strategy": kind, "train s/coalition (median)": tr, "sample s/coalition": sa,
-                "one-off setup s": st if kind == "sparse-ft" else (t_full if kind == "unlearn-ga" else 0.0),
-                "train speed-up vs retrain": per["retrain"][0] / tr if tr > 0 else math.inf,
-                "params": params[1] if kind == "sparse-ft" else params[0],
-            })
+            rows.append(
+                {
+                    "model": model,
+                    "strategy": kind,
+                    "train s/coalition (median)": tr,
+                    "sample s/coalition": sa,
+                    "one-off setup s": st
+                    if kind == "sparse-ft"
+                    else (t_full if kind == "unlearn-ga" else 0.0),
+                    "train speed-up vs retrain": per["retrain"][0] / tr if tr > 0 else math.inf,
+                    "params": params[1] if kind == "sparse-ft" else params[0],
+                }
+            )
         rt = per["retrain"][0] + per["retrain"][1]
         sft = per["sparse-ft"][0] + per["sparse-ft"][1]
         for n_c in cfg.project_contributors:
-            proj.append({
-                "model": model, "contributors": n_c,
-                "exact Shapley by retraining (s)": (2**n_c) * rt,
-                f"KernelSHAP m={cfg.kernel_samples} + retrain (s)": (cfg.kernel_samples + 2) * rt,
-                f"KernelSHAP m={cfg.kernel_samples} + sparse-FT (s)": t_full + per["sparse-ft"][2]
-                + (cfg.kernel_samples + 2) * sft,
-            })
+            proj.append(
+                {
+                    "model": model,
+                    "contributors": n_c,
+                    "exact Shapley by retraining (s)": (2**n_c) * rt,
+                    f"KernelSHAP m={cfg.kernel_samples} + retrain (s)": (cfg.kernel_samples + 2) * rt,
+                    f"KernelSHAP m={cfg.kernel_samples} + sparse-FT (s)": t_full
+                    + per["sparse-ft"][2]
+                    + (cfg.kernel_samples + 2) * sft,
+                }
+            )
     return Result(
         metrics={"subsets_timed": cfg.subsets, "threads": cfg.threads},
-        tables={"seconds per coalition (same coalitions, one run)": rows,
-                "projected total cost (from the measured per-coalition seconds)": proj},
-        notes=["projection = measured seconds per coalition x number of coalitions (+ one-off training, pruning "
-               "and fine-tuning for sparse-FT); it is arithmetic, not a measurement"],
+        tables={
+            "seconds per coalition (same coalitions, one run)": rows,
+            "projected total cost (from the measured per-coalition seconds)": proj,
+        },
+        notes=[
+            "projection = measured seconds per coalition x number of coalitions (+ one-off training, pruning "
+            "and fine-tuning for sparse-FT); it is arithmetic, not a measurement"
+        ],
     )

@@ -46,7 +46,9 @@ def downsample(images: np.ndarray, factor: int) -> np.ndarray:
     n, h, w = check_shape("images", images, ("N", "H", "W")).values()
     if h % factor or w % factor:
         raise ValueError(f"image size {h}x{w} is not divisible by factor={factor}")
-    return np.asarray(images, np.float32).reshape(n, h // factor, factor, w // factor, factor).mean(axis=(2, 4))
+    return (
+        np.asarray(images, np.float32).reshape(n, h // factor, factor, w // factor, factor).mean(axis=(2, 4))
+    )
 
 
 def fashion_mnist_contributors(
@@ -163,7 +165,9 @@ def frechet_pixel_distance(reference: np.ndarray, *, dims: int = 16) -> Callable
         z = (_flat01(images) - mean) @ basis
         if len(z) < 2:
             raise ValueError("the Fréchet distance needs at least 2 generated images")
-        return frechet_distance(z.mean(axis=0), np.atleast_2d(np.cov(z, rowvar=False)), mu_r, np.atleast_2d(cov_r))
+        return frechet_distance(
+            z.mean(axis=0), np.atleast_2d(np.cov(z, rowvar=False)), mu_r, np.atleast_2d(cov_r)
+        )
 
     fd.__name__ = "frechet_pixel_distance"
     return fd
@@ -185,7 +189,12 @@ def pixel_diversity(images: np.ndarray) -> float:
 
 
 def pixel_similarity_attribution(
-    generated: np.ndarray, images: np.ndarray, owners: np.ndarray, num_contributors: int, *, reduce: str = "mean"
+    generated: np.ndarray,
+    images: np.ndarray,
+    owners: np.ndarray,
+    num_contributors: int,
+    *,
+    reduce: str = "mean",
 ) -> np.ndarray:
     """Pixel-similarity baseline: contributor ``i``'s score is the average over generated images of the cosine
     similarity to ``i``'s training images, aggregated per generated image by ``mean`` or ``max`` over them
@@ -223,4 +232,3 @@ def pixel_similarity_attribution(
 def size_only_attribution(num_contributors: int) -> np.ndarray:
     """The subset-size-only baseline: every contributor scores 1, so ``sum_{i ∈ S} phi_i = |S|``."""
     return np.ones(check_int("num_contributors", num_contributors, low=2))
-

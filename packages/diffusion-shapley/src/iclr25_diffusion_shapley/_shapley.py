@@ -39,9 +39,9 @@ __all__ = [
     "exact_shapley",
     "kernel_shap",
     "kernel_shap_from_samples",
-    "leave_one_out",
     "lds",
     "lds_interval",
+    "leave_one_out",
     "sample_datamodel_subsets",
     "sample_shapley_kernel",
     "shapley_from_table",
@@ -229,7 +229,11 @@ def shapley_kernel_size_probabilities(num_contributors: int) -> np.ndarray:
 
 
 def sample_shapley_kernel(
-    num_contributors: int, num_samples: int, *, seed: int | np.random.Generator | None = 0, paired: bool = False
+    num_contributors: int,
+    num_samples: int,
+    *,
+    seed: int | np.random.Generator | None = 0,
+    paired: bool = False,
 ) -> np.ndarray:
     """Draw coalitions from the Shapley kernel: a size from :func:`shapley_kernel_size_probabilities`, then a
     uniformly random coalition of that size. Never returns ``∅`` or ``N``.
@@ -253,7 +257,9 @@ def sample_shapley_kernel(
     rng = _rng(seed)
     draws = m // 2 if paired else m
     sizes = rng.choice(np.arange(1, n), size=draws, p=shapley_kernel_size_probabilities(n))
-    ranks = rng.random((draws, n)).argsort(axis=1).argsort(axis=1)  # a uniform random order of the contributors
+    ranks = (
+        rng.random((draws, n)).argsort(axis=1).argsort(axis=1)
+    )  # a uniform random order of the contributors
     masks = ranks < sizes[:, None]  # the first |S| of them: a uniform coalition of that size
     if paired:
         masks = np.stack([masks, ~masks], axis=1).reshape(m, n)

@@ -10,15 +10,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_diffusion_shapley._checks import FIVE_PAIRS, PROPERTIES, check_contributors
+from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
 __all__ = ["COMMANDS", "DEFAULT", "PROG", "AttributeConfig", "BenchConfig", "ReproduceConfig", "main"]
 
 PROG = "iclr25-diffusion-shapley"
 DEFAULT = "attribute"
-
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,97 @@
+"""The command line end to end on tiny settings (real Fashion-MNIST), and every bad input the issue lists."""
+
+import json
+
+import numpy as np
+import pytest
+
+from iclr25_diffusion_shapley.cli import main
+from iclr25_shared.data import fashion_mnist
+from iclr25_shared.testing import require
+
+TINY = [
+    "--per-class",
+    "6",
+    "--classifier-images",
+    "60",
+    "--hidden",
+    "16",
+    "--batch-size",
+    "8",
+    "--retrain-steps",
+    "2",
+    "--prune-steps",
+    "1",
+    "--ft-steps",
+    "1",
+    "--unlearn-steps",
+    "1",
+    "--num-samples",
+    "8",
+    "--sampling-steps",
+    "2",
+    "--kernel-samples",
+    "4",
+    "--quiet",
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--contributors", "0,1"], "contributors must name at least 2"),
+        (["--contributors", "0,1", ","], "has no classes, so no data"),
+        (["--contributors", "0,1", "10"], "must be an integer in \\[0, 9\\]"),
+        (["--contributors", "0,1", "1,2"], "class 1 is in contributor 0 and contributor 1"),
+        (["--pruning-ratio", "1.0"], "pruning_ratio"),
+        (["--pruning-ratio", "-0.1"], "pruning_ratio"),
+        (["--property", "share:12"], "property must be one of"),
+        (["--per-class", "0"], "per_class"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(args, field, capsys, tmp_path):
+    out = tmp_path / "run"
+    assert main(["attribute", *args, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    import re
+
+    assert re.search(field, err), err
+    assert not out.exists()
+
+
+def test_reproduce_refuses_an_unknown_property(capsys):
+    assert main(["reproduce", "--properties", "entropy", "aesthetics"]) == 2
+    assert "properties must be one of" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def fmnist():
+    return require(fashion_mnist, "test")
+
+
+@pytest.mark.parametrize(("method", "estimator"), [("retrain", "exact"), ("sparse-ft", "kernel-shap")])
+def test_attribute_end_to_end_is_efficient(fmnist, tmp_path, method, estimator):
+    out = tmp_path / "run"
+    argv = ["attribute", "--contributors", "0", "1", "7", "--method", method, "--estimator", estimator, *TINY]
+    assert main([*argv, "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    phi = np.load(out / "attributions.npy")
+    assert phi.shape == (3,)
+    m = res["metrics"]
+    assert np.sum(phi) == pytest.approx(m["v_full"] - m["v_empty"], abs=1e-9)
+    assert res["tables"]["attributions"][0]["contributor"] == "T-shirt/top"
+
+
+@pytest.mark.slow
+def test_reproduce_and_bench_end_to_end(fmnist, tmp_path):
+    out = tmp_path / "repro"
+    argv = ["reproduce", "--contributors", "0", "1", "7", "--seeds", "2", *TINY, "--out", str(out)]
+    assert main(argv) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["metrics"]["entropy.efficiency_gap_sparse_ft_max"] < 1e-9
+    assert (out / "seed_0.json").exists() and (out / "seed_1.json").exists()
+    assert (
+        main(["bench", "--contributors", "0", "1", "--subsets", "1", *TINY, "--out", str(tmp_path / "b")])
+        == 0
+    )
