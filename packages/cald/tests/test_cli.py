@@ -9,12 +9,30 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import tiny_llama  # noqa: E402
+from tiny_models import tiny_llama
 
-from iclr25_cald import load_converted  # noqa: E402
-from iclr25_cald.cli import main  # noqa: E402
+from iclr25_cald import load_converted
+from iclr25_cald.cli import main
 
-WORDS = "the a of is was in and city river animal number war king song planet cell art".split()
+WORDS = [
+    "the",
+    "a",
+    "of",
+    "is",
+    "was",
+    "in",
+    "and",
+    "city",
+    "river",
+    "animal",
+    "number",
+    "war",
+    "king",
+    "song",
+    "planet",
+    "cell",
+    "art",
+]
 TOPICS = ["Arts", "Geography", "History"]
 
 
@@ -27,8 +45,9 @@ def tiny_model_dir(tmp_path_factory):
     vocab = {"<pad>": 0, "<unk>": 1, **{w: i + 2 for i, w in enumerate(WORDS)}}
     tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>",
-                                                eos_token="<pad>")
+    fast = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<pad>"
+    )
     model = tiny_llama(2, dtype=torch.float32, seq=64)
     model.save_pretrained(folder)
     fast.save_pretrained(folder)
@@ -42,8 +61,12 @@ def wiki_file(tmp_path_factory):
     for i in range(48):
         topic = TOPICS[i % 3]
         words = [WORDS[int(j)] for j in torch.randint(0, len(WORDS), (12,), generator=rng)]
-        rows[str(i)] = {"title": f"t{i}", "extract": " ".join([topic.lower(), *words]), "description": "",
-                        "topic": topic}
+        rows[str(i)] = {
+            "title": f"t{i}",
+            "extract": " ".join([topic.lower(), *words]),
+            "description": "",
+            "topic": topic,
+        }
     path = tmp_path_factory.mktemp("wiki") / "summaries_en-us.json"
     path.write_text(json.dumps(rows))
     return path
@@ -51,8 +74,20 @@ def wiki_file(tmp_path_factory):
 
 def test_convert_end_to_end_saves_a_loadable_model(tiny_model_dir, wiki_file, tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["convert", "--model", str(tiny_model_dir), "--data", str(wiki_file), "--mixer", "mamba",
-                 "--out", str(out), "--quiet"])
+    code = main(
+        [
+            "convert",
+            "--model",
+            str(tiny_model_dir),
+            "--data",
+            str(wiki_file),
+            "--mixer",
+            "mamba",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
     res = json.loads((out / "results.json").read_text())
     m = res["metrics"]
@@ -64,9 +99,36 @@ def test_convert_end_to_end_saves_a_loadable_model(tiny_model_dir, wiki_file, tm
 
 def test_distill_end_to_end(tiny_model_dir, wiki_file, tmp_path):
     out = tmp_path / "d"
-    code = main(["distill", "--model", str(tiny_model_dir), "--data", str(wiki_file), "--strategy", "waypoint",
-                 "--layers", "2", "--seq-len", "8", "--k", "4", "--train-examples", "32", "--eval-examples", "16",
-                 "--batch-size", "4", "--steps", "3", "--teacher-steps", "4", "--out", str(out), "--quiet"])
+    code = main(
+        [
+            "distill",
+            "--model",
+            str(tiny_model_dir),
+            "--data",
+            str(wiki_file),
+            "--strategy",
+            "waypoint",
+            "--layers",
+            "2",
+            "--seq-len",
+            "8",
+            "--k",
+            "4",
+            "--train-examples",
+            "32",
+            "--eval-examples",
+            "16",
+            "--batch-size",
+            "4",
+            "--steps",
+            "3",
+            "--teacher-steps",
+            "4",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
     res = json.loads((out / "results.json").read_text())
     assert 0.0 <= res["metrics"]["student_accuracy"] <= 1.0
@@ -74,23 +136,55 @@ def test_distill_end_to_end(tiny_model_dir, wiki_file, tmp_path):
 
 def test_reproduce_end_to_end_pairs_the_strategies(tiny_model_dir, wiki_file, tmp_path):
     out = tmp_path / "r"
-    code = main(["reproduce", "--model", str(tiny_model_dir), "--data", str(wiki_file), "--seq-len", "8",
-                 "--k", "4", "--train-examples", "24", "--eval-examples", "12", "--batch-size", "4", "--steps", "2",
-                 "--teacher-steps", "2", "--seeds", "2", "--out", str(out), "--quiet"])
+    code = main(
+        [
+            "reproduce",
+            "--model",
+            str(tiny_model_dir),
+            "--data",
+            str(wiki_file),
+            "--seq-len",
+            "8",
+            "--k",
+            "4",
+            "--train-examples",
+            "24",
+            "--eval-examples",
+            "12",
+            "--batch-size",
+            "4",
+            "--steps",
+            "2",
+            "--teacher-steps",
+            "2",
+            "--seeds",
+            "2",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert code == 0
     res = json.loads((out / "results.json").read_text())
     assert [r["comparison"] for r in res["tables"]["paired"]] == [
-        "target - unguided", "trajectory - unguided", "trajectory - target"]
+        "target - unguided",
+        "trajectory - unguided",
+        "trajectory - target",
+    ]
     assert len(res["tables"]["runs"]) == 6
 
 
+@pytest.mark.slow
 def test_bench_end_to_end_writes_the_scaling_table_and_plot(tmp_path):
     out = tmp_path / "b"
     code = main(["bench", "--lengths", "8", "32", "--k", "4", "--repeats", "1", "--out", str(out), "--quiet"])
     assert code == 0
     res = json.loads((out / "results.json").read_text())
     assert {r["mixer"] for r in res["tables"]["scaling"]} == {
-        "attention (sdpa, teacher)", "linformer k=4", "mamba (recurrent scan)"}
+        "attention (sdpa, teacher)",
+        "linformer k=4",
+        "mamba (recurrent scan)",
+    }
     assert (out / "scaling.png").is_file()
 
 
@@ -114,10 +208,13 @@ def test_bad_input_exits_2_with_one_line(argv, message, capsys):
 
 def test_unsupported_architecture_exits_2(tmp_path, capsys, wiki_file):
     folder = tmp_path / "gpt2"
-    transformers.GPT2LMHeadModel(transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=40)).save_pretrained(folder)
+    transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=40)
+    ).save_pretrained(folder)
     from tokenizers import Tokenizer, models
 
-    transformers.PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")),
-                                         unk_token="<unk>").save_pretrained(folder)
+    transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")), unk_token="<unk>"
+    ).save_pretrained(folder)
     assert main(["convert", "--model", str(folder), "--data", str(wiki_file)]) == 2
     assert "unsupported architecture: model_type='gpt2'" in capsys.readouterr().err

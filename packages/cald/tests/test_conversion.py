@@ -8,7 +8,7 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import tiny_bert, tiny_llama  # noqa: E402
+from tiny_models import tiny_bert, tiny_llama
 
 from iclr25_cald import MambaConfig, convert, generate, load_converted, load_teacher_weights, save_converted
 from iclr25_cald._convert import BertBiMambaSelfAttention, _reverse_valid
@@ -123,7 +123,9 @@ def test_k_larger_than_the_sequence_length_is_refused_at_conversion():
 
 def test_input_longer_than_the_linformer_projection_is_refused():
     student = convert(tiny_llama(seq=32), "linformer", k=4, max_seq_len=8).model
-    with pytest.raises(ValueError, match="sequence length 9 exceeds the Linformer projection size max_seq_len=8"):
+    with pytest.raises(
+        ValueError, match="sequence length 9 exceeds the Linformer projection size max_seq_len=8"
+    ):
         student(IDS[:, :9])
 
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import tiny_llama  # noqa: E402
+from tiny_models import tiny_llama
 
-from iclr25_cald import Guidance, convert, distill, layerwise_loss, logits_kl  # noqa: E402
+from iclr25_cald import Guidance, convert, distill, layerwise_loss, logits_kl
 
 
 def test_layerwise_loss_is_zero_when_student_equals_teacher():
@@ -111,7 +111,7 @@ def same(a, b):
 
 
 def test_unguided_student_does_not_depend_on_the_teacher():
-    pretrained, fine_tuned, student = setup()
+    _pretrained, fine_tuned, student = setup()
     a = run(student, "unguided", teacher=None).student
     b = run(student, "unguided", teacher=fine_tuned).student
     assert same(a, b)
@@ -156,8 +156,13 @@ def test_waypoint_with_a_single_checkpoint_equals_target_guided():
 
 def test_waypoint_switches_checkpoints_on_schedule():
     pretrained, fine_tuned, student = setup()
-    a = run(student, "waypoint", pretrained, waypoints=[pretrained.state_dict(), fine_tuned.state_dict()],
-            waypoint_every=2)
+    a = run(
+        student,
+        "waypoint",
+        pretrained,
+        waypoints=[pretrained.state_dict(), fine_tuned.state_dict()],
+        waypoint_every=2,
+    )
     # first two steps guided by the pretrained model, the last two by the fine-tuned one
     first = run(student, "target", pretrained, steps=2)
     assert not same(a.student, first.student)
@@ -177,10 +182,16 @@ def test_alphas_accept_floats():
     assert g.alphas(0) == (0.25, 1.5)
 
 
-@pytest.mark.parametrize(("kw", "field"), [({"strategy": "distill"}, "strategy"), ({"alpha_layer": -1.0}, "alpha_layer"),
-                                           ({"alpha_layer": float("nan")}, "alpha_layer"),
-                                           ({"teacher_update_cycle": 0}, "teacher_update_cycle"),
-                                           ({"temperature": 0.0}, "temperature")])
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"strategy": "distill"}, "strategy"),
+        ({"alpha_layer": -1.0}, "alpha_layer"),
+        ({"alpha_layer": float("nan")}, "alpha_layer"),
+        ({"teacher_update_cycle": 0}, "teacher_update_cycle"),
+        ({"temperature": 0.0}, "temperature"),
+    ],
+)
 def test_bad_guidance_names_the_field(kw, field):
     with pytest.raises(ValueError, match=field):
         Guidance(**kw)
@@ -201,8 +212,13 @@ def test_non_finite_loss_raises_and_applies_no_update():
     with torch.no_grad():
         s.model.embed_tokens.weight[5] = float("nan")
     before.model.embed_tokens.weight.data.copy_(s.model.embed_tokens.weight.data)
-    bad = [{"input_ids": torch.full((2, 8), 5), "attention_mask": torch.ones(2, 8, dtype=torch.long),
-            "labels": torch.full((2, 8), 5)}]
+    bad = [
+        {
+            "input_ids": torch.full((2, 8), 5),
+            "attention_mask": torch.ones(2, 8, dtype=torch.long),
+            "labels": torch.full((2, 8), 5),
+        }
+    ]
     with pytest.raises(FloatingPointError, match="non-finite student loss at step 0"):
         distill(s, bad, steps=2, guidance=Guidance("target"), teacher=fine_tuned)
     for (n, a), b in zip(s.state_dict().items(), before.state_dict().values()):

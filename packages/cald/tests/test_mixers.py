@@ -130,7 +130,7 @@ def test_sqrt_n_scale_divides_projected_keys_and_values_by_sqrt_n():
 
 
 def test_projection_is_the_sum_over_tokens_brute_force():
-    q, k, v = qkv(n=6)
+    _q, k, v = qkv(n=6)
     proj = LinformerProjection(10, 4, generator=torch.Generator().manual_seed(3)).double()
     kp, _ = proj.project(k, v, None)
     E = proj.proj_k.detach()
@@ -173,7 +173,9 @@ def test_k_larger_than_sequence_length_is_refused(k):
         LinformerProjection(8, k)
 
 
-@pytest.mark.parametrize(("field", "kw"), [("share", {"share": "x"}), ("scale", {"scale": 2}), ("init", {"init": "zeros"})])
+@pytest.mark.parametrize(
+    ("field", "kw"), [("share", {"share": "x"}), ("scale", {"scale": 2}), ("init", {"init": "zeros"})]
+)
 def test_bad_linformer_options_name_the_field(field, kw):
     with pytest.raises(ValueError, match=f"{field} must be one of"):
         LinformerProjection(8, 4, **kw)
@@ -206,8 +208,15 @@ def test_mamba_bf16_forward_is_finite_and_close():
     torch.testing.assert_close(low.double(), ref, rtol=0.1, atol=0.05)
 
 
-@pytest.mark.parametrize(("field", "kw"), [("d_state", {"d_state": 0}), ("expand", {"expand": 0}),
-                                           ("chunk", {"chunk": 0}), ("dt_min", {"dt_min": 0.5})])
+@pytest.mark.parametrize(
+    ("field", "kw"),
+    [
+        ("d_state", {"d_state": 0}),
+        ("expand", {"expand": 0}),
+        ("chunk", {"chunk": 0}),
+        ("dt_min", {"dt_min": 0.5}),
+    ],
+)
 def test_bad_mamba_config_names_the_field(field, kw):
     with pytest.raises(ValueError, match=field):
         MambaConfig(**kw)

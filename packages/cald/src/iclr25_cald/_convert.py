@@ -52,7 +52,9 @@ _NO_CACHE = (
 
 def _right_padded(valid: torch.Tensor | None, what: str) -> None:
     if valid is not None and bool((valid[:, 1:] & ~valid[:, :-1]).any()):
-        raise ValueError(f"the {what} mixer needs right padding (pads after the real tokens); got left padding")
+        raise ValueError(
+            f"the {what} mixer needs right padding (pads after the real tokens); got left padding"
+        )
 
 
 class LlamaLinformerAttention(nn.Module):
@@ -64,7 +66,12 @@ class LlamaLinformerAttention(nn.Module):
 
     def __init__(self, attn: nn.Module, proj: LinformerProjection) -> None:
         super().__init__()
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (
+            attn.q_proj,
+            attn.k_proj,
+            attn.v_proj,
+            attn.o_proj,
+        )
         self.head_dim, self.scaling = attn.head_dim, attn.scaling
         self.num_key_value_groups = attn.num_key_value_groups
         self.attention_dropout = getattr(attn, "attention_dropout", 0.0)
@@ -121,7 +128,10 @@ class BertLinformerSelfAttention(nn.Module):
     def __init__(self, attn: nn.Module, proj: LinformerProjection) -> None:
         super().__init__()
         self.query, self.key, self.value = attn.query, attn.key, attn.value
-        self.num_attention_heads, self.attention_head_size = attn.num_attention_heads, attn.attention_head_size
+        self.num_attention_heads, self.attention_head_size = (
+            attn.num_attention_heads,
+            attn.attention_head_size,
+        )
         self.scaling = getattr(attn, "scaling", self.attention_head_size**-0.5)
         self.dropout_p = attn.dropout.p if hasattr(attn, "dropout") else 0.0
         self.linformer = proj
@@ -219,7 +229,9 @@ def _targets(model: nn.Module, family: str) -> list[tuple[nn.Module, str, nn.Mod
     for _, module in model.named_modules():
         if family == "llama":
             child = getattr(module, "self_attn", None)
-            if isinstance(child, nn.Module) and all(hasattr(child, a) for a in ("q_proj", "k_proj", "v_proj")):
+            if isinstance(child, nn.Module) and all(
+                hasattr(child, a) for a in ("q_proj", "k_proj", "v_proj")
+            ):
                 found.append((module, "self_attn", child))
         else:
             child = getattr(module, "self", None) if type(module).__name__.endswith("Attention") else None
@@ -300,7 +312,9 @@ def convert(
         if mixer == "linformer":
             proj = LinformerProjection(max_seq_len, k, share=share, scale=scale, init=init, generator=gen)
             new: nn.Module = (
-                LlamaLinformerAttention(attn, proj) if family == "llama" else BertLinformerSelfAttention(attn, proj)
+                LlamaLinformerAttention(attn, proj)
+                if family == "llama"
+                else BertLinformerSelfAttention(attn, proj)
             )
         elif family == "llama":
             new = LlamaMambaMixer(config.hidden_size, mamba, gen)
@@ -327,7 +341,9 @@ def convert(
     return Conversion(student, report)
 
 
-def load_teacher_weights(student: nn.Module, teacher_state: dict[str, torch.Tensor], report: ConversionReport) -> None:
+def load_teacher_weights(
+    student: nn.Module, teacher_state: dict[str, torch.Tensor], report: ConversionReport
+) -> None:
     """Load a teacher's state dict into a converted student, with exact key accounting.
 
     The official CALD code loads with ``strict=False`` and silently ignores mismatches; here the missing keys
@@ -387,7 +403,11 @@ def load_converted(path: str | os.PathLike[str], *, dtype: Any = torch.float32) 
     for file in sorted(path.glob("*.safetensors")):
         state.update(load_file(file))
     result = conv.model.load_state_dict(state, strict=False)
-    tied = {k for k in result.missing_keys if k.endswith("lm_head.weight")} if config.tie_word_embeddings else set()
+    tied = (
+        {k for k in result.missing_keys if k.endswith("lm_head.weight")}
+        if config.tie_word_embeddings
+        else set()
+    )
     if set(result.missing_keys) - tied or result.unexpected_keys:
         raise ValueError(
             f"saved weights do not match the rebuilt architecture: missing {sorted(result.missing_keys)[:8]}, "

@@ -73,7 +73,9 @@ def layerwise_loss(
     for i in index:
         s, t = student_hidden[i], teacher_hidden[i].detach()
         if s.shape != t.shape:
-            raise ValueError(f"hidden state {i}: student shape {tuple(s.shape)} != teacher shape {tuple(t.shape)}")
+            raise ValueError(
+                f"hidden state {i}: student shape {tuple(s.shape)} != teacher shape {tuple(t.shape)}"
+            )
         sq = (s - t).pow(2)
         if mask is None:
             total = total + sq.mean()
@@ -175,7 +177,9 @@ class DistillResult:
     history: list[dict[str, float]] = field(default_factory=list)
 
 
-def _linear_schedule(optimizer: torch.optim.Optimizer, warmup: int, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+def _linear_schedule(
+    optimizer: torch.optim.Optimizer, warmup: int, total: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     def factor(step: int) -> float:
         if step < warmup:
             return (step + 1) / (warmup + 1)
@@ -301,12 +305,18 @@ def distill(
         record["task"] = float(loss.detach())
         if t_out is not None and a_layer > 0:
             lay = layerwise_loss(
-                out.hidden_states, t_out.hidden_states, mask, layers=guidance.layers, reduction=guidance.reduction
+                out.hidden_states,
+                t_out.hidden_states,
+                mask,
+                layers=guidance.layers,
+                reduction=guidance.reduction,
             )
             loss = loss + a_layer * lay
             record["layer"] = float(lay.detach())
         if t_out is not None and a_logits > 0:
-            kl = logits_kl(out.logits, t_out.logits, guidance.temperature, mask if out.logits.dim() == 3 else None)
+            kl = logits_kl(
+                out.logits, t_out.logits, guidance.temperature, mask if out.logits.dim() == 3 else None
+            )
             loss = loss + a_logits * kl
             record["logits"] = float(kl.detach())
         if not torch.isfinite(loss):
@@ -336,4 +346,3 @@ def _cycle(batches: Iterable[Mapping[str, torch.Tensor]]) -> Iterator[Mapping[st
         raise ValueError("batches is empty")
     while True:
         yield from cache
-

@@ -52,7 +52,9 @@ def _accuracy(model: Any, data: Any, batch_size: int = 64) -> float:
         for i in range(0, n, batch_size):
             b = batch_at(data, torch.arange(i, min(n, i + batch_size)), task="classify")
             dev = next(model.parameters()).device
-            logits = model(input_ids=b["input_ids"].to(dev), attention_mask=b["attention_mask"].to(dev)).logits
+            logits = model(
+                input_ids=b["input_ids"].to(dev), attention_mask=b["attention_mask"].to(dev)
+            ).logits
             correct += int((logits.argmax(-1).cpu() == b["labels"]).sum())
     return correct / n
 
@@ -82,8 +84,15 @@ def _train_plain(model: Any, batches: Any, steps: int, lr: float, trainable: Any
     """Ordinary fine-tuning (the teacher's, and the waypoint run): the unguided strategy without a student."""
     from iclr25_cald._distill import Guidance, distill
 
-    return distill(model, batches, steps=steps, guidance=Guidance(strategy="unguided"), lr=lr, trainable=trainable,
-                   warmup_steps=warmup).student
+    return distill(
+        model,
+        batches,
+        steps=steps,
+        guidance=Guidance(strategy="unguided"),
+        lr=lr,
+        trainable=trainable,
+        warmup_steps=warmup,
+    ).student
 
 
 def _setup(cfg: Any, ctx: RunContext) -> dict[str, Any]:
@@ -111,7 +120,13 @@ def _trainable(freeze_embeddings: bool) -> Any:
 
 
 def _run_strategy(
-    strategy: str, cfg: Any, s: dict[str, Any], teacher: Any, seed: int, ctx: RunContext, waypoints: Any = None
+    strategy: str,
+    cfg: Any,
+    s: dict[str, Any],
+    teacher: Any,
+    seed: int,
+    ctx: RunContext,
+    waypoints: Any = None,
 ) -> dict[str, Any]:
     import torch
 
@@ -126,7 +141,7 @@ def _run_strategy(
         strategy=strategy,
         alpha_layer=cfg.alpha_layer,
         teacher_lr=cfg.lr,
-        max_distill_steps=max(1, int(round(cfg.hybrid_fraction * cfg.steps))),
+        max_distill_steps=max(1, round(cfg.hybrid_fraction * cfg.steps)),
         waypoint_every=max(1, math.ceil(cfg.steps / max(1, len(waypoints or [None])))),
     )
     tch = {"target": teacher, "hybrid": teacher, "trajectory": s["base"], "waypoint": s["base"]}.get(strategy)
@@ -147,8 +162,14 @@ def _run_strategy(
     acc = _accuracy(res.student, s["eval"])
     dist = _layer_distance(res.student, teacher, s["eval"]) if teacher is not None else float("nan")
     ctx.log.info("seed %d %-10s acc %.4f  (%.1f s)", seed, strategy, acc, wall)
-    return {"strategy": strategy, "seed": seed, "accuracy": acc, "layer_distance_to_target_teacher": dist,
-            "final_task_loss": res.history[-1]["task"], "wall_s": wall}
+    return {
+        "strategy": strategy,
+        "seed": seed,
+        "accuracy": acc,
+        "layer_distance_to_target_teacher": dist,
+        "final_task_loss": res.history[-1]["task"],
+        "wall_s": wall,
+    }
 
 
 def _mamba_cfg(cfg: Any) -> Any:
@@ -174,7 +195,10 @@ def _fine_tune_teacher(cfg: Any, s: dict[str, Any], ctx: RunContext, save_every:
     torch.manual_seed(cfg.seed)
     distill(
         teacher,
-        (_to(b, device) for b in batches(s["train"], cfg.batch_size, task="classify", seed=10_000 + cfg.seed)),
+        (
+            _to(b, device)
+            for b in batches(s["train"], cfg.batch_size, task="classify", seed=10_000 + cfg.seed)
+        ),
         steps=cfg.teacher_steps,
         guidance=Guidance(strategy="unguided"),
         lr=cfg.lr,
@@ -203,10 +227,13 @@ def convert(cfg: ConvertConfig, ctx: RunContext) -> Result:
 
     lm = _load(cfg.model, ctx)
     layers = cfg.layers or int(lm.model.config.num_hidden_layers)
-    teacher = prefix_model(lm.model, layers, task="lm") if layers != lm.model.config.num_hidden_layers else lm.model
+    teacher = (
+        prefix_model(lm.model, layers, task="lm") if layers != lm.model.config.num_hidden_layers else lm.model
+    )
     t0 = time.perf_counter()
-    conv = convert_model(teacher, cfg.mixer, k=cfg.k, max_seq_len=cfg.max_seq_len, seed=cfg.seed,
-                         mamba=_mamba_cfg(cfg))
+    conv = convert_model(
+        teacher, cfg.mixer, k=cfg.k, max_seq_len=cfg.max_seq_len, seed=cfg.seed, mamba=_mamba_cfg(cfg)
+    )
     wall = time.perf_counter() - t0
     student = conv.model
     t_state, s_state = teacher.state_dict(), student.state_dict()
@@ -234,9 +261,12 @@ def convert(cfg: ConvertConfig, ctx: RunContext) -> Result:
         },
         tables={"new_keys": [{"key": k} for k in conv.report.new_keys[:12]]},
         timings={"convert": wall},
-        notes=[f"settings: {conv.report.settings}",
-               "the converted model is saved under model/ (load with iclr25_cald.load_converted)"
-               if ctx.writes else "pass --out to save the converted model"],
+        notes=[
+            f"settings: {conv.report.settings}",
+            "the converted model is saved under model/ (load with iclr25_cald.load_converted)"
+            if ctx.writes
+            else "pass --out to save the converted model",
+        ],
         exit_code=0 if identical == len(kept) else 1,
     )
 
@@ -245,13 +275,17 @@ def distill_cmd(cfg: DistillConfig, ctx: RunContext) -> Result:
     """One guidance strategy on Wikipedia topic classification: teacher, conversion, guided fine-tuning."""
     t0 = time.perf_counter()
     s = _setup(cfg, ctx)
-    teacher, waypoints = _fine_tune_teacher(cfg, s, ctx, save_every=max(1, cfg.teacher_steps // 4)
-                                            if cfg.strategy == "waypoint" else 0)
+    teacher, waypoints = _fine_tune_teacher(
+        cfg, s, ctx, save_every=max(1, cfg.teacher_steps // 4) if cfg.strategy == "waypoint" else 0
+    )
     teacher_acc = _accuracy(teacher, s["eval"])
     row = _run_strategy(cfg.strategy, cfg, s, teacher, cfg.seed, ctx, waypoints=waypoints or None)
     return Result(
-        metrics={"teacher_accuracy": teacher_acc, "student_accuracy": row["accuracy"],
-                 "layer_distance_to_teacher": row["layer_distance_to_target_teacher"]},
+        metrics={
+            "teacher_accuracy": teacher_acc,
+            "student_accuracy": row["accuracy"],
+            "layer_distance_to_teacher": row["layer_distance_to_target_teacher"],
+        },
         tables={"run": [row]},
         timings={"total": time.perf_counter() - t0},
     )
@@ -268,22 +302,37 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     teacher, _ = _fine_tune_teacher(cfg, s, ctx)
     teacher_acc = _accuracy(teacher, s["eval"])
     base_acc = _accuracy(s["base"], s["eval"])
-    raw = convert_model(teacher, cfg.mixer, k=cfg.k, max_seq_len=cfg.seq_len, seed=cfg.seed, mamba=_mamba_cfg(cfg))
+    raw = convert_model(
+        teacher, cfg.mixer, k=cfg.k, max_seq_len=cfg.seq_len, seed=cfg.seed, mamba=_mamba_cfg(cfg)
+    )
     raw_acc = _accuracy(raw.model, s["eval"])
     raw_dist = _layer_distance(raw.model, teacher, s["eval"])
     chance = float(np.bincount(s["eval"].labels.numpy()).max() / len(s["eval"].labels))
-    ctx.log.info("teacher %.4f, converted without fine-tuning %.4f, majority class %.4f", teacher_acc, raw_acc, chance)
+    ctx.log.info(
+        "teacher %.4f, converted without fine-tuning %.4f, majority class %.4f", teacher_acc, raw_acc, chance
+    )
     rows = []
     for seed in range(cfg.seed, cfg.seed + cfg.seeds):
         for strategy in cfg.strategies:
             rows.append(_run_strategy(strategy, cfg, s, teacher, seed, ctx))
     by = {st: {r["seed"]: r["accuracy"] for r in rows if r["strategy"] == st} for st in cfg.strategies}
-    summary = [{"model": "teacher (fine-tuned transformer prefix)", "accuracy": teacher_acc, "sd": None},
-               {"model": f"{cfg.mixer}, converted from the teacher, no fine-tuning", "accuracy": raw_acc, "sd": None}]
+    summary = [
+        {"model": "teacher (fine-tuned transformer prefix)", "accuracy": teacher_acc, "sd": None},
+        {
+            "model": f"{cfg.mixer}, converted from the teacher, no fine-tuning",
+            "accuracy": raw_acc,
+            "sd": None,
+        },
+    ]
     for st in cfg.strategies:
         vals = list(by[st].values())
-        summary.append({"model": f"{cfg.mixer}, {st}", "accuracy": float(np.mean(vals)),
-                        "sd": float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan")})
+        summary.append(
+            {
+                "model": f"{cfg.mixer}, {st}",
+                "accuracy": float(np.mean(vals)),
+                "sd": float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan"),
+            }
+        )
     paired = []
     if "unguided" in by:
         for st in cfg.strategies:
@@ -291,13 +340,27 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                 continue
             diffs = [by[st][k] - by["unguided"][k] for k in by["unguided"]]
             est = paired_t_interval(diffs)
-            paired.append({"comparison": f"{st} - unguided", "mean": est.value, "ci95_low": est.low,
-                           "ci95_high": est.high, "n": est.n})
+            paired.append(
+                {
+                    "comparison": f"{st} - unguided",
+                    "mean": est.value,
+                    "ci95_low": est.low,
+                    "ci95_high": est.high,
+                    "n": est.n,
+                }
+            )
     if "target" in by and "trajectory" in by:
         diffs = [by["trajectory"][k] - by["target"][k] for k in by["target"]]
         est = paired_t_interval(diffs)
-        paired.append({"comparison": "trajectory - target", "mean": est.value, "ci95_low": est.low,
-                       "ci95_high": est.high, "n": est.n})
+        paired.append(
+            {
+                "comparison": "trajectory - target",
+                "mean": est.value,
+                "ci95_low": est.low,
+                "ci95_high": est.high,
+                "n": est.n,
+            }
+        )
     return Result(
         metrics={
             "teacher_accuracy": teacher_acc,
@@ -328,17 +391,29 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     from iclr25_shared.device import PeakMemory, Timer
 
     device = ctx.torch_device()
-    config = transformers.LlamaConfig(  # SmolLM2-135M's layer sizes; weights random (timing does not need them)
-        vocab_size=256, hidden_size=576, intermediate_size=1536, num_hidden_layers=1, num_attention_heads=9,
-        num_key_value_heads=3, max_position_embeddings=max(cfg.lengths), use_cache=False,
-        attn_implementation="sdpa",
+    config = (
+        transformers.LlamaConfig(  # SmolLM2-135M's layer sizes; weights random (timing does not need them)
+            vocab_size=256,
+            hidden_size=576,
+            intermediate_size=1536,
+            num_hidden_layers=1,
+            num_attention_heads=9,
+            num_key_value_heads=3,
+            max_position_embeddings=max(cfg.lengths),
+            use_cache=False,
+            attn_implementation="sdpa",
+        )
     )
     torch.manual_seed(cfg.seed)
     teacher = transformers.LlamaForCausalLM(config).to(device).eval()
     models = {
         "attention (sdpa, teacher)": teacher,
-        f"linformer k={cfg.k}": convert_model(teacher, "linformer", k=cfg.k, max_seq_len=max(cfg.lengths)).model,
-        "mamba (recurrent scan)": convert_model(teacher, "mamba", mamba=MambaConfig(expand=cfg.mamba_expand)).model,
+        f"linformer k={cfg.k}": convert_model(
+            teacher, "linformer", k=cfg.k, max_seq_len=max(cfg.lengths)
+        ).model,
+        "mamba (recurrent scan)": convert_model(
+            teacher, "mamba", mamba=MambaConfig(expand=cfg.mamba_expand)
+        ).model,
     }
     rows = []
     skip: set[str] = set()
@@ -347,8 +422,15 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         pos = torch.arange(n, device=device)[None]
         for name, model in models.items():
             if name in skip:
-                rows.append({"seq_len": n, "mixer": name, "seconds": None, "peak_mib": None,
-                             "note": f"skipped: previous length took > {cfg.max_seconds} s"})
+                rows.append(
+                    {
+                        "seq_len": n,
+                        "mixer": name,
+                        "seconds": None,
+                        "peak_mib": None,
+                        "note": f"skipped: previous length took > {cfg.max_seconds} s",
+                    }
+                )
                 continue
             layer = model.model.layers[0]
             pe = model.model.rotary_emb(x, pos)
@@ -362,7 +444,9 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                     if tm.seconds > cfg.max_seconds / 4:  # long calls: one timing is enough
                         break
             t = float(np.median(times))
-            rows.append({"seq_len": n, "mixer": name, "seconds": t, "peak_mib": mem.peak_bytes / 2**20, "note": ""})
+            rows.append(
+                {"seq_len": n, "mixer": name, "seconds": t, "peak_mib": mem.peak_bytes / 2**20, "note": ""}
+            )
             ctx.log.info("n=%6d %-28s %.4f s  %.1f MiB", n, name, t, mem.peak_bytes / 2**20)
             if t > cfg.max_seconds:
                 skip.add(name)
@@ -379,8 +463,10 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     return Result(
         metrics={"crossover_seq_len": crossover, "threads": torch.get_num_threads(), "device": str(device)},
         tables={"scaling": rows},
-        notes=["one token-mixer forward (no grad), batch 1, SmolLM2-135M layer sizes; median of --repeats; "
-               "crossover = shortest measured length at which the mixer is faster than attention"],
+        notes=[
+            "one token-mixer forward (no grad), batch 1, SmolLM2-135M layer sizes; median of --repeats; "
+            "crossover = shortest measured length at which the mixer is faster than attention"
+        ],
     )
 
 
@@ -395,7 +481,9 @@ def _plot(rows: list[dict], ctx: RunContext) -> None:
         return
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     for name in dict.fromkeys(r["mixer"] for r in rows):
-        pts = [(r["seq_len"], r["seconds"], r["peak_mib"]) for r in rows if r["mixer"] == name and r["seconds"]]
+        pts = [
+            (r["seq_len"], r["seconds"], r["peak_mib"]) for r in rows if r["mixer"] == name and r["seconds"]
+        ]
         if pts:
             n, t, m = zip(*pts)
             axes[0].loglog(n, t, "o-", label=name)

@@ -32,7 +32,9 @@ class RecurrentDecoder:
         inner = getattr(model, "model", None)
         layers = getattr(inner, "layers", None)
         if layers is None or not hasattr(model, "lm_head"):
-            raise ValueError(f"{type(model).__name__} is not a Llama-family causal LM (model.model.layers, lm_head)")
+            raise ValueError(
+                f"{type(model).__name__} is not a Llama-family causal LM (model.model.layers, lm_head)"
+            )
         if not all(isinstance(layer.self_attn, LlamaMambaMixer) for layer in layers):
             raise ValueError("every layer must be converted with mixer='mamba' for recurrent generation")
         check_int("batch", batch, low=1)
@@ -54,7 +56,9 @@ class RecurrentDecoder:
 
 
 @torch.no_grad()
-def generate(model: Any, input_ids: torch.Tensor, max_new_tokens: int, *, eos_token_id: int | None = None) -> Any:
+def generate(
+    model: Any, input_ids: torch.Tensor, max_new_tokens: int, *, eos_token_id: int | None = None
+) -> Any:
     """Greedy decoding with the recurrent Mamba state: time per token independent of the context length.
 
     Args:
@@ -68,7 +72,9 @@ def generate(model: Any, input_ids: torch.Tensor, max_new_tokens: int, *, eos_to
     """
     check_int("max_new_tokens", max_new_tokens, low=0)
     if input_ids.dim() != 2 or input_ids.shape[1] < 1:
-        raise ValueError(f"input_ids must have shape (batch, prompt) with prompt >= 1, got {tuple(input_ids.shape)}")
+        raise ValueError(
+            f"input_ids must have shape (batch, prompt) with prompt >= 1, got {tuple(input_ids.shape)}"
+        )
     dec = RecurrentDecoder(model, batch=input_ids.shape[0])
     logits = None
     for t in range(input_ids.shape[1]):

@@ -59,7 +59,9 @@ def key_padding_mask(attention_mask: torch.Tensor | None, batch: int, seq: int) 
     else:
         raise ValueError(f"attention_mask must be 2-D or 4-D, got shape {tuple(attention_mask.shape)}")
     if valid.shape[0] != batch or valid.shape[-1] < seq:
-        raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}, expected batch={batch}, seq={seq}")
+        raise ValueError(
+            f"attention_mask has shape {tuple(attention_mask.shape)}, expected batch={batch}, seq={seq}"
+        )
     valid = valid[:, -seq:] if valid.shape[-1] != seq else valid
     return None if bool(valid.all()) else valid
 
@@ -113,7 +115,9 @@ class LinformerProjection(nn.Module):
             return torch.eye(self.max_seq_len, self.k)
         return torch.randn(self.max_seq_len, self.k, generator=generator)
 
-    def project(self, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor | None) -> tuple[Any, Any]:
+    def project(
+        self, keys: torch.Tensor, values: torch.Tensor, valid: torch.Tensor | None
+    ) -> tuple[Any, Any]:
         """Project ``(batch, heads, n, head_dim)`` keys and values to ``(batch, heads, k, head_dim)``.
 
         ``valid`` is the ``(batch, n)`` bool mask of real tokens (right padding: pads after the real tokens) or
@@ -197,7 +201,9 @@ class MambaConfig:
         check_int("dt_rank", self.dt_rank, low=0)
         check_int("chunk", self.chunk, low=1)
         if not 0 < self.dt_min <= self.dt_max:
-            raise ValueError(f"dt_min and dt_max must satisfy 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}")
+            raise ValueError(
+                f"dt_min and dt_max must satisfy 0 < dt_min <= dt_max, got {self.dt_min}, {self.dt_max}"
+            )
 
 
 def selective_scan(
@@ -235,9 +241,14 @@ def selective_scan(
     ns = A.shape[1]
     h = x.new_zeros(b, c, ns) if h0 is None else h0
     ys = []
-    if chunk == 1:  # the plain recurrence: fastest on CPUs, where the blocked form's chunk² work does not pay off
+    if (
+        chunk == 1
+    ):  # the plain recurrence: fastest on CPUs, where the blocked form's chunk² work does not pay off
         for t in range(n):
-            h = torch.exp(delta[:, t, :, None] * A) * h + (delta[:, t] * x[:, t])[..., None] * B[:, t, None, :]
+            h = (
+                torch.exp(delta[:, t, :, None] * A) * h
+                + (delta[:, t] * x[:, t])[..., None] * B[:, t, None, :]
+            )
             ys.append(torch.einsum("ben,bn->be", h, C[:, t]))
         y = torch.stack(ys, dim=1) if ys else x.new_zeros(b, 0, c)
         return (y + x * D if D is not None else y), h
@@ -297,10 +308,14 @@ class MambaMixer(nn.Module):
         dt_rank = config.dt_rank or math.ceil(hidden / 16)
         self.hidden, self.inner, self.dt_rank = hidden, inner, dt_rank
         self.in_proj = nn.Linear(hidden, 2 * inner, bias=False)
-        self.conv1d = nn.Conv1d(inner, inner, config.d_conv, groups=inner, padding=config.d_conv - 1, bias=True)
+        self.conv1d = nn.Conv1d(
+            inner, inner, config.d_conv, groups=inner, padding=config.d_conv - 1, bias=True
+        )
         self.x_proj = nn.Linear(inner, dt_rank + 2 * config.d_state, bias=False)
         self.dt_proj = nn.Linear(dt_rank, inner, bias=True)
-        self.A_log = nn.Parameter(torch.log(torch.arange(1, config.d_state + 1, dtype=torch.float32)).repeat(inner, 1))
+        self.A_log = nn.Parameter(
+            torch.log(torch.arange(1, config.d_state + 1, dtype=torch.float32)).repeat(inner, 1)
+        )
         self.D = nn.Parameter(torch.ones(inner))
         self.out_proj = nn.Linear(inner, hidden, bias=False)
         self._reset(generator)

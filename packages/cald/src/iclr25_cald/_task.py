@@ -47,13 +47,19 @@ def prefix_model(lm: Any, layers: int, *, task: str = "classify", num_labels: in
         model = transformers.LlamaForSequenceClassification(config)
     else:
         model = transformers.LlamaForCausalLM(config)
-    state = {k: v for k, v in lm.state_dict().items() if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers}
+    state = {
+        k: v
+        for k, v in lm.state_dict().items()
+        if not k.startswith("model.layers.") or int(k.split(".")[2]) < layers
+    }
     if task == "classify":
         state.pop("lm_head.weight", None)
     result = model.load_state_dict(state, strict=False)
     allowed = {"score.weight"} if task == "classify" else {"lm_head.weight"}
     if set(result.missing_keys) - allowed or result.unexpected_keys:
-        raise ValueError(f"prefix weights do not fit: missing {result.missing_keys}, unexpected {result.unexpected_keys}")
+        raise ValueError(
+            f"prefix weights do not fit: missing {result.missing_keys}, unexpected {result.unexpected_keys}"
+        )
     if task == "lm" and config.tie_word_embeddings:
         model.tie_weights()
     return model.to(next(lm.parameters()).device).eval()
@@ -73,7 +79,11 @@ def tokenize(tokenizer: Any, texts: list[str], labels: np.ndarray | None, seq_le
     check_int("seq_len", seq_len, low=2)
     tokenizer.padding_side = "right"
     enc = tokenizer(texts, padding="max_length", truncation=True, max_length=seq_len, return_tensors="pt")
-    lab = torch.as_tensor(labels, dtype=torch.long) if labels is not None else torch.zeros(len(texts), dtype=torch.long)
+    lab = (
+        torch.as_tensor(labels, dtype=torch.long)
+        if labels is not None
+        else torch.zeros(len(texts), dtype=torch.long)
+    )
     return TokenizedTask(enc["input_ids"], enc["attention_mask"], lab)
 
 
