@@ -117,6 +117,14 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
     them back in its forward hook, so the weights after the two forwards are bit-identical to before, each
     forward sees round(X +- eps Z) computed from X itself, and the extra memory is one copy of the parameters of
     the module currently running (the largest single module, e.g. the embedding), not of the model.
+
+    Data parallelism (``data_parallel=True``, torch.distributed already initialised, e.g. by ``torchrun`` or
+    ``accelerate launch``; gloo on CPU, NCCL on GPU). Every rank runs the closure on its own shard; the two losses
+    are averaged over ``process_group`` (default: the world) with one all-reduce of two float64 scalars per step,
+    and since every direction is regenerated from the shared seed, every rank applies the same update: the
+    replicas stay identical without sending weights or gradients. With equal shard sizes and mean losses this is
+    the single-process step on the concatenated batch. At construction the ranks check (two all-reduces) that
+    they agree on seed, step, parameter count and a weight checksum, and raise ``ValueError`` if not.
     """
 
     _STREAM_DIRECTION = 0  # U (LOZO) or z (MeZO / 1-D parameters), redrawn every step
@@ -132,6 +140,8 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
         weight_decay: float,
         seed: int,
         restore: str = "auto",
+        data_parallel: bool = False,
+        process_group: Any = None,
     ) -> None:
         _check_number("lr", lr, low=0.0)
         if restore not in ("auto", "exact", "in_place"):
@@ -188,6 +198,54 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
         self.global_step = 0
         self.skipped_steps = 0
         self._warned_low_precision = False
+        if not isinstance(data_parallel, bool):
+            raise TypeError(f"data_parallel must be True or False, got {data_parallel!r}")
+        self.data_parallel = data_parallel
+        self.process_group = process_group
+        if data_parallel:
+            self._check_replicas()
+
+    # -- data parallelism ---------------------------------------------------------------------------------------
+    def _comm_device(self) -> torch.device:
+        import torch.distributed as dist
+
+        if dist.get_backend(self.process_group) == "nccl":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def _check_replicas(self) -> None:
+        """Refuse to start unless every rank holds the same seed, step and weights (checked once, at init)."""
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise RuntimeError(
+                f"{type(self).__name__}(data_parallel=True) needs torch.distributed initialised first "
+                "(torchrun / accelerate launch, then dist.init_process_group)"
+            )
+        checksum = sum(float(p.detach().double().sum()) for _, p, _ in self._trainable())
+        mine = torch.tensor(
+            [float(self.seed), float(self.global_step), float(len(self._trainable())), checksum],
+            dtype=torch.float64,
+            device=self._comm_device(),
+        )
+        low, high = mine.clone(), mine.clone()
+        dist.all_reduce(low, op=dist.ReduceOp.MIN, group=self.process_group)
+        dist.all_reduce(high, op=dist.ReduceOp.MAX, group=self.process_group)
+        for name, a, b in zip(("seed", "global_step", "number of parameters", "weight checksum"), low, high):
+            if float(a) != float(b):
+                raise ValueError(
+                    f"{type(self).__name__}(data_parallel=True): ranks disagree on {name} ({float(a)!r} vs "
+                    f"{float(b)!r}); every rank must start from the same weights and seed"
+                )
+
+    def _average_over_ranks(self, loss_plus: float, loss_minus: float) -> tuple[float, float]:
+        """The two losses averaged over the process group: one all-reduce of two float64 scalars per step."""
+        import torch.distributed as dist
+
+        losses = torch.tensor([loss_plus, loss_minus], dtype=torch.float64, device=self._comm_device())
+        dist.all_reduce(losses, op=dist.ReduceOp.SUM, group=self.process_group)
+        losses /= dist.get_world_size(self.process_group)
+        return float(losses[0]), float(losses[1])
 
     # -- parameters -------------------------------------------------------------------------------------------
     def _trainable(self) -> list[tuple[int, torch.Tensor, dict[str, Any]]]:
@@ -356,6 +414,8 @@ class ZerothOrderOptimizer(torch.optim.Optimizer):
                 loss_minus = self._evaluate(closure)
             finally:
                 self._perturb(params, eps)
+        if self.data_parallel:
+            loss_plus, loss_minus = self._average_over_ranks(loss_plus, loss_minus)
         c = (loss_plus - loss_minus) / (2 * eps)
         self.last_projected_grad = c
         if math.isfinite(c):
@@ -451,10 +511,14 @@ class MeZO(ZerothOrderOptimizer):
         restore: how X +- eps Z is undone after each forward (see :class:`ZerothOrderOptimizer`): ``"exact"``
             (needs the ``nn.Module``), ``"in_place"`` or ``"auto"`` (exact when a module with float16/bfloat16
             parameters is given).
+        data_parallel: average the two losses over ``process_group`` every step (see
+            :class:`ZerothOrderOptimizer`); needs torch.distributed initialised.
+        process_group: the ranks that hold replicas (default: the whole world).
 
     Raises:
-        ValueError / TypeError: a value outside the ranges above, no trainable parameters, or a parameter with a
-            zero-size dimension.
+        ValueError / TypeError: a value outside the ranges above, no trainable parameters, a parameter with a
+            zero-size dimension, or (``data_parallel``) ranks that do not start from the same weights and seed.
+        RuntimeError: ``data_parallel=True`` without an initialised torch.distributed.
     """
 
     def __init__(
@@ -467,9 +531,19 @@ class MeZO(ZerothOrderOptimizer):
         weight_decay: float = 0.0,
         seed: int = 0,
         restore: str = "auto",
+        data_parallel: bool = False,
+        process_group: Any = None,
     ) -> None:
         super().__init__(
-            params, lr, eps=eps, momentum=momentum, weight_decay=weight_decay, seed=seed, restore=restore
+            params,
+            lr,
+            eps=eps,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            seed=seed,
+            restore=restore,
+            data_parallel=data_parallel,
+            process_group=process_group,
         )
 
     def _direction(self, index: int, p: torch.Tensor) -> torch.Tensor:
@@ -514,10 +588,14 @@ class LOZO(ZerothOrderOptimizer):
         restore: how X +- eps Z is undone after each forward (see :class:`ZerothOrderOptimizer`): ``"exact"``
             (needs the ``nn.Module``), ``"in_place"`` or ``"auto"`` (exact when a module with float16/bfloat16
             parameters is given).
+        data_parallel: average the two losses over ``process_group`` every step (see
+            :class:`ZerothOrderOptimizer`); needs torch.distributed initialised.
+        process_group: the ranks that hold replicas (default: the whole world).
 
     Raises:
-        ValueError / TypeError: a value outside the ranges above, no trainable parameters, or a parameter with a
-            zero-size dimension.
+        ValueError / TypeError: a value outside the ranges above, no trainable parameters, a parameter with a
+            zero-size dimension, or (``data_parallel``) ranks that do not start from the same weights and seed.
+        RuntimeError: ``data_parallel=True`` without an initialised torch.distributed.
 
     References:
         Chen, Zhang, Cao, Yuan, Wen. "Enhancing Zeroth-order Fine-tuning for Language Models with Low-rank
@@ -536,11 +614,21 @@ class LOZO(ZerothOrderOptimizer):
         weight_decay: float = 0.0,
         seed: int = 0,
         restore: str = "auto",
+        data_parallel: bool = False,
+        process_group: Any = None,
     ) -> None:
         _check_number("rank", rank, low=1, integer=True)
         _check_number("interval", interval, low=1, integer=True)
         super().__init__(
-            params, lr, eps=eps, momentum=momentum, weight_decay=weight_decay, seed=seed, restore=restore
+            params,
+            lr,
+            eps=eps,
+            momentum=momentum,
+            weight_decay=weight_decay,
+            seed=seed,
+            restore=restore,
+            data_parallel=data_parallel,
+            process_group=process_group,
         )
         self.rank = int(rank)
         self.interval = int(interval)
