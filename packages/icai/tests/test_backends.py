@@ -302,3 +302,18 @@ def test_prefill_is_continued_not_repeated_and_greedy_generation_is_deterministi
     one = backend.chat_batch([msgs, MSG], max_tokens=4)
     assert one == backend.chat_batch([msgs, MSG], max_tokens=4)
     assert one[0] == backend.chat(msgs, max_tokens=4)  # left padding in a batch does not change the reply
+
+
+@pytest.mark.gpu
+def test_tiny_judge_scores_on_cuda_match_cpu(tiny_lm):
+    import copy
+
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    gpu_lm = copy.copy(tiny_lm)
+    gpu_lm.model = copy.deepcopy(tiny_lm.model).to("cuda")
+    got = LocalChatBackend(lm=gpu_lm).choice_logprobs(_prompts(), ["A", "B"])
+    ref = LocalChatBackend(lm=tiny_lm).choice_logprobs(_prompts(), ["A", "B"])
+    np.testing.assert_allclose(got, ref, atol=1e-4)
