@@ -95,3 +95,15 @@ def test_real_clips_decode_to_32_frames():
         f = read_video(c.path, 32)
         assert f.shape == (32, 144, 176, 3)
         assert count_frames(c.path) == 120
+
+
+def test_a_wrong_container_frame_count_is_detected_and_corrected(numbered_video, monkeypatch):
+    from iclr25_videophy import _video
+
+    path = numbered_video(30)
+    right = read_video(path, 8)
+    for wrong in (12, 45, 0):  # too few, too many, unknown
+        monkeypatch.setattr(_video, "_frames_hint", lambda container, w=wrong: w)
+        np.testing.assert_array_equal(read_video(path, 8), right)
+    levels = right.reshape(8, -1).mean(axis=1)
+    np.testing.assert_allclose(levels, 8 * sample_frame_indices(30, 8), atol=3)

@@ -85,12 +85,43 @@ def count_frames(path: str | os.PathLike[str]) -> int:
     return n
 
 
+def _frames_hint(container: Any) -> int:
+    """The container's frame count (0 when unknown). Only a hint: :func:`read_video` checks it while decoding."""
+    return int(container.streams.video[0].frames or 0)
+
+
+def _decode(
+    path: str | os.PathLike[str], keep: set[int], stop: int | None, kw: dict[str, Any]
+) -> tuple[dict, int]:
+    """Decode, converting the frames in ``keep`` to RGB; stop after frame ``stop`` (``None``: decode to the end and
+    count). Returns the kept frames and the number of frames decoded."""
+    import av
+
+    got: dict[int, np.ndarray] = {}
+    n = 0
+    container = _open(path)
+    try:
+        for i, frame in enumerate(container.decode(video=0)):
+            n = i + 1
+            if i in keep:
+                got[i] = frame.to_ndarray(**kw)
+            if stop is not None and i >= stop:
+                break
+    except av.FFmpegError as exc:
+        raise VideoDecodeError(f"video {str(path)!r} failed to decode after {n} frames: {exc}") from exc
+    finally:
+        container.close()
+    return got, n
+
+
 def read_video(
     path: str | os.PathLike[str], num_frames: int | None = 32, *, size: tuple[int, int] | None = None
 ) -> np.ndarray:
     """Decode ``num_frames`` uniformly sampled RGB frames (:func:`sample_frame_indices`), or all with ``None``.
 
-    Two passes (count, then keep only the sampled frames), so memory is ``num_frames`` frames, not the whole video.
+    One pass when the container's frame count is right: frames are converted only at the sampled indices, and the
+    pass runs to the end to count the frames; if the count differs from the container's, a second pass uses the
+    exact count. Memory is ``num_frames`` RGB frames, not the whole video.
 
     Args:
         path: a video file any FFmpeg build reads (mp4, avi, webm, gif, ...).
@@ -105,8 +136,6 @@ def read_video(
         VideoDecodeError: not a decodable video.
         ValueError: ``num_frames`` or ``size`` invalid.
     """
-    import av
-
     if num_frames is not None:
         num_frames = check_int("num_frames", num_frames, low=1)
     if size is not None:
@@ -114,31 +143,39 @@ def read_video(
             raise ValueError(f"size must be (height, width), got {size!r}")
         check_int("size[0] (height)", size[0], low=1)
         check_int("size[1] (width)", size[1], low=1)
-    total = count_frames(path)
-    if num_frames is None:
-        wanted = np.arange(total)
-    else:
-        wanted = sample_frame_indices(total, num_frames)
-    keep = set(int(i) for i in wanted)
     kw: dict[str, Any] = {"format": "rgb24"}
     if size is not None:
         kw.update(height=int(size[0]), width=int(size[1]))
-    got: dict[int, np.ndarray] = {}
     container = _open(path)
-    try:
-        for i, frame in enumerate(container.decode(video=0)):
-            if i in keep:
-                got[i] = frame.to_ndarray(**kw)
-            if i >= wanted[-1]:
-                break
-    except av.FFmpegError as exc:
-        raise VideoDecodeError(f"video {str(path)!r} failed to decode: {exc}") from exc
-    finally:
-        container.close()
-    missing = keep.difference(got)
+    hint = _frames_hint(container)
+    container.close()
+    if num_frames is None:
+        got, total = _decode(path, _AllFrames(), None, kw)
+        if total == 0:
+            raise VideoDecodeError(f"video {str(path)!r} contains no decodable frame")
+        return np.stack([got[i] for i in range(total)])
+    if hint > 0:
+        wanted = sample_frame_indices(hint, num_frames)
+        got, total = _decode(path, set(int(i) for i in wanted), None, kw)
+        if total == hint:
+            return np.stack([got[int(i)] for i in wanted])
+    else:
+        total = count_frames(path)
+    if total == 0:
+        raise VideoDecodeError(f"video {str(path)!r} contains no decodable frame")
+    wanted = sample_frame_indices(total, num_frames)
+    got, _ = _decode(path, set(int(i) for i in wanted), int(wanted[-1]), kw)
+    missing = set(int(i) for i in wanted).difference(got)
     if missing:
         raise VideoDecodeError(f"video {str(path)!r}: frame {min(missing)} did not decode on the second pass")
     return np.stack([got[int(i)] for i in wanted])
+
+
+class _AllFrames(set):
+    """A set that contains every index (keep every frame)."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
 
 
 def write_video(
