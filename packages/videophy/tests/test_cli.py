@@ -122,3 +122,18 @@ def test_evaluate_released_videos_with_human_labels_end_to_end(tmp_path, numbere
     assert main(argv) == 0
     (row,) = json.loads((tmp_path / "r" / "results.json").read_text())["tables"]["aggregate"]
     assert (row["joint"], row["sa"], row["pc"]) == (0.0, 50.0, 50.0)
+
+
+@pytest.mark.slow
+def test_reproduce_tiny_and_bench_run_on_the_real_clips(tmp_path):
+    from iclr25_shared.testing import require
+    from iclr25_videophy._clips import real_clips
+
+    require(real_clips)
+    assert main(["reproduce", "--size", "tiny", "--seeds", "2", "--out", str(tmp_path / "r"), "--quiet"]) == 0
+    m = json.loads((tmp_path / "r" / "results.json").read_text())["metrics"]
+    assert m["A_auc_shuffled_vs_original"] == 1.0 and m["A_auc_reversed_vs_original"] == 0.5
+    assert m["C_label_file_round_trip_exact"] is True
+    assert (
+        main(["bench", "--repeats", "1", "--num-frames", "4", "--out", str(tmp_path / "b"), "--quiet"]) == 0
+    )
