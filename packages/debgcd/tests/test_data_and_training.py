@@ -103,7 +103,7 @@ def _digits_subset(per_class=20):
 
 
 def test_a_short_debgcd_run_on_real_digits_reports_every_diagnostic():
-    x, y, sp = _digits_subset()
+    x, _y, sp = _digits_subset()
     cfg = TrainConfig(method="debgcd", epochs=2, batch_size=50, hidden=32, feat_dim=16, bottleneck=16)
     res = train_gcd(x, sp, cfg, seed=0, eval_every=1)
     assert len(res.history) == 2 and res.predictions.shape == (int(sp.unlabelled.sum()),)
@@ -114,7 +114,7 @@ def test_a_short_debgcd_run_on_real_digits_reports_every_diagnostic():
 
 @pytest.mark.slow
 def test_training_on_real_digits_learns_old_classes_and_a_detector_better_than_chance():
-    x, y, sp = _digits_subset(60)
+    x, _y, sp = _digits_subset(60)
     cfg = TrainConfig(
         method="debgcd",
         epochs=15,
@@ -132,7 +132,7 @@ def test_training_on_real_digits_learns_old_classes_and_a_detector_better_than_c
 
 
 def test_same_seed_same_result_and_simgcd_has_no_debgcd_outputs():
-    x, y, sp = _digits_subset()
+    x, _y, sp = _digits_subset()
     cfg = TrainConfig(method="simgcd", epochs=2, batch_size=64, hidden=32, feat_dim=16, bottleneck=16)
     a, b = train_gcd(x, sp, cfg, seed=5), train_gcd(x, sp, cfg, seed=5)
     assert np.array_equal(a.predictions, b.predictions) and a.final == b.final
@@ -140,7 +140,7 @@ def test_same_seed_same_result_and_simgcd_has_no_debgcd_outputs():
 
 
 def test_training_refuses_images_that_do_not_match_the_split():
-    x, y, sp = _digits_subset()
+    x, _y, sp = _digits_subset()
     with pytest.raises(ValueError, match="images"):
         train_gcd(x[:-1], sp, TrainConfig(epochs=1))
     bad = x.copy()
@@ -152,7 +152,7 @@ def test_training_refuses_images_that_do_not_match_the_split():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_training_runs_on_cuda():
-    x, y, sp = _digits_subset()
+    x, _y, sp = _digits_subset()
     cfg = TrainConfig(method="debgcd", epochs=1, batch_size=64, hidden=32, feat_dim=16, bottleneck=16)
     res = train_gcd(x, sp, cfg, seed=0, device="cuda")
     assert next(res.model.parameters()).is_cuda and np.isfinite(res.final["all"])

@@ -62,9 +62,9 @@ def gcd_split(
         :class:`GCDSplit`.
 
     Raises:
-        ValueError: a known class is absent from ``labels`` or repeated; no New class is left when
-            ``num_classes`` equals the known ones is allowed, but ``num_classes`` < the known or present classes is
-            not; ``labelled_fraction`` outside ``(0, 1]``.
+        ValueError: a known class is absent from ``labels``, repeated, or none is given; ``num_classes`` below the
+            number of known classes or of classes present in ``labels``; ``labelled_fraction`` outside ``(0, 1]``.
+        TypeError: a known class id is not an integer.
     """
     y = np.asarray(labels)
     check_shape("labels", y, ("n",))

