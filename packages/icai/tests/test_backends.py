@@ -317,3 +317,9 @@ def test_tiny_judge_scores_on_cuda_match_cpu(tiny_lm):
     got = LocalChatBackend(lm=gpu_lm).choice_logprobs(_prompts(), ["A", "B"])
     ref = LocalChatBackend(lm=tiny_lm).choice_logprobs(_prompts(), ["A", "B"])
     np.testing.assert_allclose(got, ref, atol=1e-4)
+
+
+def test_sampling_is_reproducible_with_the_seed(tiny_lm):
+    a = LocalChatBackend(lm=tiny_lm, seed=3).chat_batch([MSG, MSG], max_tokens=6, temperature=1.0)
+    b = LocalChatBackend(lm=tiny_lm, seed=3).chat_batch([MSG, MSG], max_tokens=6, temperature=1.0)
+    assert a == b

@@ -387,3 +387,11 @@ def test_the_pipeline_is_deterministic_given_the_seed(length_pairs):
     assert runs[0].constitution == runs[1].constitution
     pd.testing.assert_frame_equal(runs[0].votes, runs[1].votes)
     assert not runs[0].votes["flipped"].equals(runs[2].votes["flipped"])  # another seed shows other orders
+
+
+def test_when_no_proposal_parses_the_constitution_is_empty_and_the_failures_are_counted(length_pairs):
+    from iclr25_icai import ICAIConfig, run_icai
+
+    result = run_icai(length_pairs, ScriptedBackend(lambda m: "I like both."), TfidfEmbedder(), ICAIConfig())
+    assert result.constitution.principles == () and result.candidates == []
+    assert result.stats["proposal_failures"] == len(length_pairs) and result.stats["principles_proposed"] == 0

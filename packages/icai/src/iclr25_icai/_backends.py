@@ -511,7 +511,7 @@ class LocalChatBackend:
                 kwargs: dict[str, Any] = {"max_new_tokens": max_tokens, "pad_token_id": tok.pad_token_id}
                 if temperature > 0:
                     torch.manual_seed(self.seed + start)
-                    kwargs.update(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+                    kwargs.update(do_sample=True, temperature=temperature)
                 else:
                     kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
                 with torch.no_grad():
