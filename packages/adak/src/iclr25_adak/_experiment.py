@@ -68,8 +68,20 @@ def _load(cfg: Any, ctx: RunContext) -> tuple[Any, np.ndarray, np.ndarray, list[
     path = Path(cfg.model)
     if not (path / "config.json").is_file():
         raise UsageError(f"model must be 'wiki-moe' or a local Hugging Face model folder with config.json, got {cfg.model!r}")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
+    from iclr25_adak._routing import find_moe_blocks
+
+    with torch.device("meta"):  # the architecture check costs no weights
+        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    try:
+        find_moe_blocks(skeleton)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if ctx.quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
     if cfg.text is None:
         from iclr25_shared.data import wiki_summaries

@@ -33,6 +33,7 @@ __all__ = [
     "AdaKRouter",
     "apply_adak",
     "expert_flops_per_token",
+    "find_moe_blocks",
     "variable_k_route",
 ]
 
@@ -389,6 +390,27 @@ def _max_k_of(block: nn.Module, num_experts: int) -> int:
     return num_experts
 
 
+def find_moe_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """The ``(name, block)`` of every supported sparse MoE block of ``model``, in module order.
+
+    Raises:
+        ValueError: none found: the model has no MoE block, or only blocks of an unsupported architecture (the
+            message names them and the supported ones).
+    """
+    supported = _supported_classes()
+    blocks = [(name, m) for name, m in model.named_modules() if type(m) in supported]
+    if not blocks:
+        moe_like = sorted({type(m).__name__ for m in model.modules() if "moe" in type(m).__name__.lower()})
+        names = ", ".join(name for _, name in SUPPORTED_BLOCKS)
+        if moe_like:
+            raise ValueError(
+                f"model {type(model).__name__} has MoE blocks of an unsupported architecture ({', '.join(moe_like)});"
+                f" supported: {names}"
+            )
+        raise ValueError(f"model {type(model).__name__} has no MoE blocks to patch (supported: {names})")
+    return blocks
+
+
 def apply_adak(
     model: nn.Module,
     *,
@@ -421,19 +443,9 @@ def apply_adak(
             names them and the supported ones); ``k_min``/``k_max``/``init_k`` outside ``1..N``; the model is
             already patched.
     """
-    supported = _supported_classes()
-    blocks = [(name, m) for name, m in model.named_modules() if type(m) in supported]
     if any(isinstance(m, AdaKRouter) for m in model.modules()):
         raise ValueError("model is already patched with Ada-K (call patch.remove() first)")
-    if not blocks:
-        moe_like = sorted({type(m).__name__ for m in model.modules() if "moe" in type(m).__name__.lower()})
-        names = ", ".join(name for _, name in SUPPORTED_BLOCKS)
-        if moe_like:
-            raise ValueError(
-                f"model {type(model).__name__} has MoE blocks of an unsupported architecture ({', '.join(moe_like)});"
-                f" supported: {names}"
-            )
-        raise ValueError(f"model {type(model).__name__} has no MoE blocks to patch (supported: {names})")
+    blocks = find_moe_blocks(model)
     patch = AdaKPatch(model, seed=seed)
     for p in model.parameters():
         p.requires_grad_(False)

@@ -116,9 +116,11 @@ class ReproduceConfig(CommonOptions, _PPOOptions):
 
     size: Literal["quick", "full"] = "quick"
     """quick (minutes on 2 CPU cores) or full (a larger MoE; hours on CPU)."""
+    steps: int = 25
+    """PPO rollouts per (lambda, seed) run (>= 1)."""
     seeds: int = 3
     """PPO seeds per lambda (>= 2 for an interval)."""
-    lams: tuple[float, ...] = (0.0, 0.05, 0.15)
+    lams: tuple[float, ...] = (0.0, 0.01, 0.03)
     """Cost grid (each >= 0)."""
     max_static_k: int = 4
     """Static top-k baselines k = 1..max_static_k (>= 2)."""
