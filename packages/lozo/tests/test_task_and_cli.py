@@ -181,6 +181,33 @@ def test_cli_reproduce_smoke(tmp_path):
     assert (out / "digits_loss.png").is_file()
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--rank", "0"], "rank must be an integer in [1, inf), got 0"),
+        (["--eps", "0"], "eps must be in (0.0, inf)"),
+        (["--momentum", "1.0"], "momentum must be in [0.0, 1.0)"),
+    ],
+)
+def test_reproduce_bad_input_exits_2_with_one_line(argv, message, capsys, tmp_path):
+    assert main(["reproduce", "--model", "tiny", "--quiet", *argv, "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_reproduce_optimizers_take_eps_rank_interval_momentum_from_the_config():
+    from torch import nn
+
+    from iclr25_lozo._experiment import _reproduce_optimizer
+    from iclr25_lozo.cli import ReproduceConfig
+
+    cfg = ReproduceConfig(eps=2e-3, rank=3, interval=7, momentum=0.5)
+    opt = _reproduce_optimizer(cfg, "lozo-m", nn.Linear(8, 6), 0.1, seed=4)
+    assert (opt.eps, opt.rank, opt.interval, opt.momentum, opt.seed) == (2e-3, 3, 7, 0.5, 4)
+    assert _reproduce_optimizer(cfg, "mezo", nn.Linear(8, 6), 0.1, seed=4).eps == 2e-3
+
+
 def test_cli_bench_on_tiny(tmp_path, capsys):
     assert (
         main(

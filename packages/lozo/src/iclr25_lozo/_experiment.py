@@ -251,7 +251,7 @@ DIGITS_LR_GRID = {
 LM_LR = {"mezo": 3e-5, "lozo": 3e-5, "lozo-m": 3e-5, "adam": 1e-5}
 
 
-def _digits_split(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def _digits_split() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     from iclr25_shared.data import digits
 
     images, labels = digits()
@@ -262,13 +262,25 @@ def _digits_split(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, 
     return x[train], y[train], x[test], y[test]
 
 
-def _digits_run(method: str, lr: float, seed: int, zo_steps: int) -> dict[str, Any]:
-    x_train, y_train, x_test, y_test = _digits_split(seed)
+def _reproduce_optimizer(cfg: ReproduceConfig, method: str, model: nn.Module, lr: float, seed: int) -> Any:
+    return make_optimizer(
+        method,
+        model,
+        lr=lr,
+        eps=cfg.eps,
+        rank=cfg.rank,
+        interval=cfg.interval,
+        momentum=cfg.momentum,
+        weight_decay=0.0,
+        seed=seed,
+    )
+
+
+def _digits_run(cfg: ReproduceConfig, method: str, lr: float, seed: int, zo_steps: int) -> dict[str, Any]:
+    x_train, y_train, x_test, y_test = _digits_split()  # the seed varies init, batches and directions
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10))
-    optimizer = make_optimizer(
-        method, model, lr=lr, eps=1e-3, rank=2, interval=50, momentum=0.9, weight_decay=0.0, seed=seed
-    )
+    optimizer = _reproduce_optimizer(cfg, method, model, lr, seed)
     # Equal forward-pass budgets: a ZO step is 2 forwards, a first-order step ~3 forward-equivalents.
     steps = zo_steps if method != "adam" else (2 * zo_steps) // 3
     rng = np.random.default_rng(seed)
@@ -316,9 +328,7 @@ def _lm_run(
     model = lm.model
     initial = {k: v.clone() for k, v in model.state_dict().items()}
     try:
-        optimizer = make_optimizer(
-            method, model, lr=lr, eps=1e-3, rank=2, interval=50, momentum=0.9, weight_decay=0.0, seed=seed
-        )
+        optimizer = _reproduce_optimizer(cfg, method, model, lr, seed)
         steps = zo_steps if method != "adam" else (2 * zo_steps) // 3
         rng = np.random.default_rng(seed)
 
@@ -391,7 +401,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     rows_a = []
     jobs = [(m, lr, s) for m in OPTIMIZERS for lr in DIGITS_LR_GRID[m] for s in seeds]
     for method, lr, seed in progress(jobs, total=len(jobs), desc="digits grid", quiet=cfg.quiet):
-        rows_a.append(_digits_run(method, lr, seed, digits_steps))
+        rows_a.append(_digits_run(cfg, method, lr, seed, digits_steps))
     best_a = _summarise(rows_a, "train_loss", lower_is_better=True)
     for b in best_a:
         accs = [r["test_accuracy"] for r in rows_a if r["method"] == b["method"] and r["lr"] == b["lr"]]

@@ -95,9 +95,21 @@ class ReproduceConfig(CommonOptions):
     """Seeds per configuration."""
     skip_lm: bool = False
     """Run only part A (digits MLP)."""
+    eps: float = 1e-3
+    """Perturbation scale of every zeroth-order method (paper default)."""
+    rank: int = 2
+    """LOZO rank r (paper default)."""
+    interval: int = 50
+    """LOZO lazy-sampling interval (steps between redraws of V; paper default)."""
+    momentum: float = 0.9
+    """LOZO-M's beta (paper default)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_float("eps", self.eps, low=0.0, low_inclusive=False)
+        check_int("rank", self.rank, low=1)
+        check_int("interval", self.interval, low=1)
+        check_float("momentum", self.momentum, low=0.0, high=1.0, high_inclusive=False)
         check_int("digits_steps", self.digits_steps, low=3)
         check_int("lm_steps", self.lm_steps, low=3)
         check_int("seeds", self.seeds, low=1)
