@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import pytest
-
 import torch
 
-COMMON = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-              max_position_embeddings=64, bos_token_id=None, eos_token_id=None, pad_token_id=None)
+COMMON = dict(
+    vocab_size=64,
+    hidden_size=32,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+)
 
 
 def _configs():
@@ -15,30 +23,86 @@ def _configs():
 
     return {
         # Mixtral: top-2 of 6, renormalised over the selected experts
-        "mixtral": (T.MixtralForCausalLM, lambda: T.MixtralConfig(intermediate_size=24, num_local_experts=6,
-                                                                   num_experts_per_tok=2, **COMMON)),
+        "mixtral": (
+            T.MixtralForCausalLM,
+            lambda: T.MixtralConfig(
+                intermediate_size=24, num_local_experts=6, num_experts_per_tok=2, **COMMON
+            ),
+        ),
         # Qwen2-MoE: top-3 of 6, no renormalisation, sigmoid-gated shared expert
-        "qwen2_moe": (T.Qwen2MoeForCausalLM, lambda: T.Qwen2MoeConfig(
-            intermediate_size=24, moe_intermediate_size=16, shared_expert_intermediate_size=20, num_experts=6,
-            num_experts_per_tok=3, norm_topk_prob=False, **COMMON)),
+        "qwen2_moe": (
+            T.Qwen2MoeForCausalLM,
+            lambda: T.Qwen2MoeConfig(
+                intermediate_size=24,
+                moe_intermediate_size=16,
+                shared_expert_intermediate_size=20,
+                num_experts=6,
+                num_experts_per_tok=3,
+                norm_topk_prob=False,
+                **COMMON,
+            ),
+        ),
         # Qwen3-MoE: top-3 of 6, renormalised
-        "qwen3_moe": (T.Qwen3MoeForCausalLM, lambda: T.Qwen3MoeConfig(
-            intermediate_size=24, moe_intermediate_size=16, num_experts=6, num_experts_per_tok=3,
-            norm_topk_prob=True, head_dim=8, **COMMON)),
+        "qwen3_moe": (
+            T.Qwen3MoeForCausalLM,
+            lambda: T.Qwen3MoeConfig(
+                intermediate_size=24,
+                moe_intermediate_size=16,
+                num_experts=6,
+                num_experts_per_tok=3,
+                norm_topk_prob=True,
+                head_dim=8,
+                **COMMON,
+            ),
+        ),
         # OLMoE: top-3 of 6, softmax weights not renormalised
-        "olmoe": (T.OlmoeForCausalLM, lambda: T.OlmoeConfig(intermediate_size=16, num_experts=6,
-                                                             num_experts_per_tok=3, **COMMON)),
+        "olmoe": (
+            T.OlmoeForCausalLM,
+            lambda: T.OlmoeConfig(intermediate_size=16, num_experts=6, num_experts_per_tok=3, **COMMON),
+        ),
         # DeepSeek-V2: group-limited greedy top-3 of 8 in 1 of 2 groups, scaling factor, shared expert
-        "deepseek_v2": (T.DeepseekV2ForCausalLM, lambda: T.DeepseekV2Config(
-            intermediate_size=24, moe_intermediate_size=16, n_routed_experts=8, num_experts_per_tok=3,
-            n_shared_experts=1, first_k_dense_replace=0, n_group=2, topk_group=1,
-            topk_method="group_limited_greedy", routed_scaling_factor=1.5, kv_lora_rank=8, q_lora_rank=None,
-            qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8, **COMMON)),
+        "deepseek_v2": (
+            T.DeepseekV2ForCausalLM,
+            lambda: T.DeepseekV2Config(
+                intermediate_size=24,
+                moe_intermediate_size=16,
+                n_routed_experts=8,
+                num_experts_per_tok=3,
+                n_shared_experts=1,
+                first_k_dense_replace=0,
+                n_group=2,
+                topk_group=1,
+                topk_method="group_limited_greedy",
+                routed_scaling_factor=1.5,
+                kv_lora_rank=8,
+                q_lora_rank=None,
+                qk_rope_head_dim=4,
+                qk_nope_head_dim=4,
+                v_head_dim=8,
+                **COMMON,
+            ),
+        ),
         # DeepSeek-V3: sigmoid scores + correction bias, grouped top-3 of 8, renormalised, shared expert
-        "deepseek_v3": (T.DeepseekV3ForCausalLM, lambda: T.DeepseekV3Config(
-            intermediate_size=24, moe_intermediate_size=16, n_routed_experts=8, num_experts_per_tok=3,
-            n_shared_experts=1, first_k_dense_replace=0, n_group=2, topk_group=2, routed_scaling_factor=2.0,
-            kv_lora_rank=8, q_lora_rank=16, qk_rope_head_dim=4, qk_nope_head_dim=4, v_head_dim=8, **COMMON)),
+        "deepseek_v3": (
+            T.DeepseekV3ForCausalLM,
+            lambda: T.DeepseekV3Config(
+                intermediate_size=24,
+                moe_intermediate_size=16,
+                n_routed_experts=8,
+                num_experts_per_tok=3,
+                n_shared_experts=1,
+                first_k_dense_replace=0,
+                n_group=2,
+                topk_group=2,
+                routed_scaling_factor=2.0,
+                kv_lora_rank=8,
+                q_lora_rank=16,
+                qk_rope_head_dim=4,
+                qk_nope_head_dim=4,
+                v_head_dim=8,
+                **COMMON,
+            ),
+        ),
     }
 
 

@@ -13,8 +13,47 @@ from iclr25_adak import apply_adak, evaluate_lm, interpolate_static, token_types
 from iclr25_adak._zoo import wiki_tokens
 from iclr25_adak.cli import main
 
-WORDS = ("the river flows into a lake and the city lies on its bank . in 1990 the bridge was built by a "
-         "company of the state ; it is the longest bridge of the region and carries a road").split()
+WORDS = [
+    "the",
+    "river",
+    "flows",
+    "into",
+    "a",
+    "lake",
+    "and",
+    "the",
+    "city",
+    "lies",
+    "on",
+    "its",
+    "bank",
+    ".",
+    "in",
+    "1990",
+    "the",
+    "bridge",
+    "was",
+    "built",
+    "by",
+    "a",
+    "company",
+    "of",
+    "the",
+    "state",
+    ";",
+    "it",
+    "is",
+    "the",
+    "longest",
+    "bridge",
+    "of",
+    "the",
+    "region",
+    "and",
+    "carries",
+    "a",
+    "road",
+]
 
 
 def _docs(n=40, seed=0):
@@ -38,12 +77,21 @@ def folders(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("models")
     tok = _tokenizer()
-    small = dict(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                 num_key_value_heads=2, max_position_embeddings=64, bos_token_id=None, eos_token_id=1,
-                 pad_token_id=None)
+    small = dict(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=None,
+        eos_token_id=1,
+        pad_token_id=None,
+    )
     torch.manual_seed(0)
-    moe = MixtralForCausalLM(MixtralConfig(intermediate_size=24, num_local_experts=6, num_experts_per_tok=2,
-                                           **small))
+    moe = MixtralForCausalLM(
+        MixtralConfig(intermediate_size=24, num_local_experts=6, num_experts_per_tok=2, **small)
+    )
     moe.save_pretrained(root / "moe")
     tok.save_pretrained(root / "moe")
     LlamaForCausalLM(LlamaConfig(intermediate_size=24, **small)).save_pretrained(root / "dense")
@@ -51,8 +99,15 @@ def folders(tmp_path_factory):
     text = root / "text.txt"
     text.write_text("\n\n".join(_docs()), encoding="utf-8")
     wiki = root / "summaries.json"
-    wiki.write_text(json.dumps({str(i): {"title": f"T{i}", "extract": d, "description": "", "topic": "Geography"}
-                                for i, d in enumerate(_docs(30, 1))}), encoding="utf-8")
+    wiki.write_text(
+        json.dumps(
+            {
+                str(i): {"title": f"T{i}", "extract": d, "description": "", "topic": "Geography"}
+                for i, d in enumerate(_docs(30, 1))
+            }
+        ),
+        encoding="utf-8",
+    )
     return root
 
 
@@ -110,24 +165,77 @@ def _results(folder):
 
 def test_train_then_evaluate_end_to_end(folders, tmp_path):
     out = tmp_path / "train"
-    args = ["train", "--model", str(folders / "moe"), "--text", str(folders / "text.txt"), "--steps", "3",
-            "--batch", "2", "--seq-len", "16", "--eval-blocks", "4", "--lam", "0.1", "--quiet", "--out", str(out)]
+    args = [
+        "train",
+        "--model",
+        str(folders / "moe"),
+        "--text",
+        str(folders / "text.txt"),
+        "--steps",
+        "3",
+        "--batch",
+        "2",
+        "--seq-len",
+        "16",
+        "--eval-blocks",
+        "4",
+        "--lam",
+        "0.1",
+        "--quiet",
+        "--out",
+        str(out),
+    ]
     assert main(args) == 0
     res = _results(out)
     text = json.dumps(res)
     assert "adak_loss" in text and "topk_loss" in text
     assert (out / "allocators.pt").is_file()
     ev = tmp_path / "eval"
-    assert main(["evaluate", "--model", str(folders / "moe"), "--text", str(folders / "text.txt"), "--seq-len",
-                 "16", "--eval-blocks", "4", "--allocators", str(out / "allocators.pt"), "--quiet",
-                 "--out", str(ev)]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(folders / "moe"),
+                "--text",
+                str(folders / "text.txt"),
+                "--seq-len",
+                "16",
+                "--eval-blocks",
+                "4",
+                "--allocators",
+                str(out / "allocators.pt"),
+                "--quiet",
+                "--out",
+                str(ev),
+            ]
+        )
+        == 0
+    )
     rows = json.dumps(_results(ev))
     assert "static top-1" in rows and "Ada-K (argmax)" in rows
 
 
 def test_model_folder_reads_wikipedia_summaries_from_a_local_file(folders, tmp_path):
-    assert main(["evaluate", "--model", str(folders / "moe"), "--wiki-path", str(folders / "summaries.json"),
-                 "--seq-len", "16", "--eval-blocks", "2", "--max-static-k", "2", "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "evaluate",
+                "--model",
+                str(folders / "moe"),
+                "--wiki-path",
+                str(folders / "summaries.json"),
+                "--seq-len",
+                "16",
+                "--eval-blocks",
+                "2",
+                "--max-static-k",
+                "2",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
 
 
 @pytest.mark.parametrize(
@@ -141,8 +249,21 @@ def test_model_folder_reads_wikipedia_summaries_from_a_local_file(folders, tmp_p
     ],
 )
 def test_bad_settings_exit_2_with_one_line(folders, capsys, extra, message):
-    code = main(["train", "--model", str(folders / "moe"), "--text", str(folders / "text.txt"), "--steps", "1",
-                 "--seq-len", "16", "--quiet", *extra])
+    code = main(
+        [
+            "train",
+            "--model",
+            str(folders / "moe"),
+            "--text",
+            str(folders / "text.txt"),
+            "--steps",
+            "1",
+            "--seq-len",
+            "16",
+            "--quiet",
+            *extra,
+        ]
+    )
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
@@ -160,7 +281,9 @@ def test_bad_settings_exit_2_with_one_line(folders, capsys, extra, message):
 def test_bad_models_exit_2_with_one_line(folders, capsys, model, extra, message):
     path = model if model == "wiki-moe" else str(folders / model)
     cmd = "evaluate" if extra else "train"
-    code = main([cmd, "--model", path, "--text", str(folders / "text.txt"), "--seq-len", "16", "--quiet", *extra])
+    code = main(
+        [cmd, "--model", path, "--text", str(folders / "text.txt"), "--seq-len", "16", "--quiet", *extra]
+    )
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]

@@ -54,8 +54,9 @@ def test_unclipped_side_keeps_the_gradient():
     # positive advantage with ratio 0.5 (below 1 - eps): min picks the unclipped term, gradient -A*ratio/n
     logp_old = torch.log(torch.full((4,), 0.3))
     logp_new = (logp_old + math.log(0.5)).requires_grad_(True)
-    loss, info = ppo_objective(logp_new, logp_old, torch.full((4,), 2.0), torch.zeros(4), clip_eps=0.2,
-                               entropy_coef=0.0)
+    loss, info = ppo_objective(
+        logp_new, logp_old, torch.full((4,), 2.0), torch.zeros(4), clip_eps=0.2, entropy_coef=0.0
+    )
     (g,) = torch.autograd.grad(loss, logp_new)
     torch.testing.assert_close(g, torch.full((4,), -2.0 * 0.5 / 4))
     assert not info["clipped"].any()
@@ -78,9 +79,17 @@ def test_objective_rejects_mismatched_shapes_and_bad_clip():
         ppo_objective(x, x, x, x, clip_eps=1.5, entropy_coef=0.0)
 
 
-@pytest.mark.parametrize(("kw", "field"), [({"lam": -0.1}, "lam"), ({"clip_eps": 0.0}, "clip_eps"),
-                                           ({"epochs": 0}, "epochs"), ({"lr": 0.0}, "lr"),
-                                           ({"lam": float("nan")}, "lam"), ({"baseline": "value"}, "baseline")])
+@pytest.mark.parametrize(
+    ("kw", "field"),
+    [
+        ({"lam": -0.1}, "lam"),
+        ({"clip_eps": 0.0}, "clip_eps"),
+        ({"epochs": 0}, "epochs"),
+        ({"lr": 0.0}, "lr"),
+        ({"lam": float("nan")}, "lam"),
+        ({"baseline": "value"}, "baseline"),
+    ],
+)
 def test_bad_ppo_settings_are_refused_with_their_name(kw, field):
     with pytest.raises(ValueError, match=f"{field} must be"):
         PPOConfig(**kw)
@@ -108,7 +117,9 @@ def test_greedy_baseline_is_the_argmax_policy_reward(make_tiny):
     from iclr25_adak._ppo import token_log_likelihood
 
     model = make_tiny("qwen2_moe")
-    patch = apply_adak(model)  # untrained: argmax k = K everywhere, so the baseline is the static top-K reward
+    patch = apply_adak(
+        model
+    )  # untrained: argmax k = K everywhere, so the baseline is the static top-K reward
     batch = rollout(patch, IDS, lam=0.2, baseline="greedy")
     with torch.no_grad():
         patch.remove()

@@ -109,8 +109,10 @@ def evaluate_lm(
         "tokens_per_s": blocks.size / elapsed if elapsed > 0 else float("nan"),
     }
     if types is not None:
-        out["k_by_type"] = {name: float(type_k[i] / type_n[i]) if type_n[i] else float("nan")
-                            for i, name in enumerate(TOKEN_TYPES)}
+        out["k_by_type"] = {
+            name: float(type_k[i] / type_n[i]) if type_n[i] else float("nan")
+            for i, name in enumerate(TOKEN_TYPES)
+        }
         out["tokens_by_type"] = {name: int(type_n[i]) for i, name in enumerate(TOKEN_TYPES)}
     return out
 
@@ -124,5 +126,7 @@ def interpolate_static(static_k: list[int], static_loss: list[float], mean_k: fl
     """
     ks = np.asarray(static_k, dtype=float)
     if not ks.min() <= mean_k <= ks.max():
-        raise ValueError(f"mean_k must be within the static points' range [{ks.min()}, {ks.max()}], got {mean_k}")
+        raise ValueError(
+            f"mean_k must be within the static points' range [{ks.min()}, {ks.max()}], got {mean_k}"
+        )
     return float(np.interp(mean_k, ks, np.asarray(static_loss, dtype=float)))

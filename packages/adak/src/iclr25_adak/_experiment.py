@@ -32,7 +32,9 @@ def _read_text(path: Path) -> list[str]:
         raise UsageError(f"text must be an existing UTF-8 text file, got {str(path)!r}")
     docs = [d.strip() for d in path.read_text(encoding="utf-8").split("\n\n") if d.strip()]
     if len(docs) < 2:
-        raise UsageError(f"text {str(path)!r} must hold at least 2 documents separated by blank lines, got {len(docs)}")
+        raise UsageError(
+            f"text {str(path)!r} must hold at least 2 documents separated by blank lines, got {len(docs)}"
+        )
     return docs
 
 
@@ -45,7 +47,9 @@ def _text_blocks(tokenizer: Any, docs: list[str], seq_len: int) -> tuple[np.ndar
     def cut(rows: list[list[int]]) -> np.ndarray:
         flat = np.asarray([t for r in rows for t in [*r, eos]], dtype=np.int64)
         if len(flat) < seq_len:
-            raise UsageError(f"text is too short: {len(flat)} tokens, need at least seq_len={seq_len} per split")
+            raise UsageError(
+                f"text is too short: {len(flat)} tokens, need at least seq_len={seq_len} per split"
+            )
         return flat[: len(flat) // seq_len * seq_len].reshape(-1, seq_len)
 
     return cut(enc[n_val:]), cut(enc[:n_val])
@@ -62,12 +66,19 @@ def _load(cfg: Any, ctx: RunContext) -> tuple[Any, np.ndarray, np.ndarray, list[
 
         if cfg.text is not None:
             raise UsageError("text can only be given with a --model folder (wiki-moe has its own vocabulary)")
-        model, tokens = wiki_moe(_spec(), wiki_path=cfg.wiki_path, device=device, log=ctx.log,
-                                 progress=lambda it: ctx.progress(it, desc="pre-train MoE"))
+        model, tokens = wiki_moe(
+            _spec(),
+            wiki_path=cfg.wiki_path,
+            device=device,
+            log=ctx.log,
+            progress=lambda it: ctx.progress(it, desc="pre-train MoE"),
+        )
         return model, tokens.train, tokens.val, tokens.pieces, device
     path = Path(cfg.model)
     if not (path / "config.json").is_file():
-        raise UsageError(f"model must be 'wiki-moe' or a local Hugging Face model folder with config.json, got {cfg.model!r}")
+        raise UsageError(
+            f"model must be 'wiki-moe' or a local Hugging Face model folder with config.json, got {cfg.model!r}"
+        )
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from iclr25_adak._routing import find_moe_blocks
@@ -113,15 +124,23 @@ def _batches(train: np.ndarray, steps: int, batch: int, seed: int, device: Any) 
 def _ppo_cfg(cfg: Any, lam: float) -> Any:
     from iclr25_adak._ppo import PPOConfig
 
-    return PPOConfig(lam=lam, clip_eps=cfg.clip_eps, entropy_coef=cfg.entropy_coef, epochs=cfg.epochs, lr=cfg.lr)
+    return PPOConfig(
+        lam=lam, clip_eps=cfg.clip_eps, entropy_coef=cfg.entropy_coef, epochs=cfg.epochs, lr=cfg.lr
+    )
 
 
-def _train_once(patch: Any, train: np.ndarray, cfg: Any, lam: float, seed: int, device: Any, ctx: RunContext) -> Any:
+def _train_once(
+    patch: Any, train: np.ndarray, cfg: Any, lam: float, seed: int, device: Any, ctx: RunContext
+) -> Any:
     from iclr25_adak._ppo import train_allocators
 
     patch.reseed(seed)
-    return train_allocators(patch, _batches(train, cfg.steps, cfg.batch, seed, device), _ppo_cfg(cfg, lam),
-                            progress=lambda it: ctx.progress(it, total=cfg.steps, desc=f"PPO lam={lam}"))
+    return train_allocators(
+        patch,
+        _batches(train, cfg.steps, cfg.batch, seed, device),
+        _ppo_cfg(cfg, lam),
+        progress=lambda it: ctx.progress(it, total=cfg.steps, desc=f"PPO lam={lam}"),
+    )
 
 
 def _reset_allocators(patch: Any) -> None:
@@ -151,16 +170,32 @@ def train(cfg: TrainConfig, ctx: RunContext) -> Result:
     top = evaluate_lm(patch, val, mode="fixed", k=patch.host_top_k, device=device)
     if ctx.writes:
         torch.save(patch.allocator_state_dict(), ctx.path("allocators.pt"))
-    rows = [{"step": i, "reward": h.reward, "log_likelihood": h.log_likelihood, "mean_k": h.mean_k,
-             "ratio_max": max(h.ratio_max), "clip_fraction": h.clip_fraction[-1]} for i, h in enumerate(hist)]
+    rows = [
+        {
+            "step": i,
+            "reward": h.reward,
+            "log_likelihood": h.log_likelihood,
+            "mean_k": h.mean_k,
+            "ratio_max": max(h.ratio_max),
+            "clip_fraction": h.clip_fraction[-1],
+        }
+        for i, h in enumerate(hist)
+    ]
     return Result(
-        metrics={"lam": cfg.lam, "adak_loss": ada["loss"], "topk_loss": top["loss"], "adak_mean_k": ada["mean_k"],
-                 "top_k": patch.host_top_k, "flops_reduction": ada["flops_reduction"],
-                 "k_per_layer": ada["k_per_layer"]},
+        metrics={
+            "lam": cfg.lam,
+            "adak_loss": ada["loss"],
+            "topk_loss": top["loss"],
+            "adak_mean_k": ada["mean_k"],
+            "top_k": patch.host_top_k,
+            "flops_reduction": ada["flops_reduction"],
+            "k_per_layer": ada["k_per_layer"],
+        },
         tables={"ppo": rows[:: max(1, len(rows) // 20)]},
         timings={"train": t_train},
         notes=["allocators.pt holds the allocator weights (load with AdaKPatch.load_allocator_state_dict)"]
-        if ctx.writes else [],
+        if ctx.writes
+        else [],
     )
 
 
@@ -171,30 +206,54 @@ def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
     from iclr25_adak._eval import evaluate_lm
 
     if cfg.allocators is not None and not cfg.allocators.is_file():
-        raise UsageError(f"allocators must be an allocators.pt file written by `train --out`, got {str(cfg.allocators)!r}")
+        raise UsageError(
+            f"allocators must be an allocators.pt file written by `train --out`, got {str(cfg.allocators)!r}"
+        )
     model, _, val_blocks, _, device = _load(cfg, ctx)
     patch = _patch(model, cfg)
     val = val_blocks[: cfg.eval_blocks]
     rows = []
     for k in range(1, min(patch.reachable_k, cfg.max_static_k) + 1):
         r = evaluate_lm(patch, val, mode="fixed", k=k, device=device)
-        rows.append({"routing": f"static top-{k}", "loss": r["loss"], "mean_k": r["mean_k"],
-                     "flops_reduction": r["flops_reduction"], "tokens_per_s": r["tokens_per_s"]})
+        rows.append(
+            {
+                "routing": f"static top-{k}",
+                "loss": r["loss"],
+                "mean_k": r["mean_k"],
+                "flops_reduction": r["flops_reduction"],
+                "tokens_per_s": r["tokens_per_s"],
+            }
+        )
     metrics: dict[str, Any] = {"top_k": patch.host_top_k}
     if cfg.allocators is not None:
         try:
-            patch.load_allocator_state_dict(torch.load(cfg.allocators, map_location=device, weights_only=True))
+            patch.load_allocator_state_dict(
+                torch.load(cfg.allocators, map_location=device, weights_only=True)
+            )
         except (RuntimeError, KeyError) as exc:
             raise UsageError(f"allocators {str(cfg.allocators)!r} do not fit this model: {exc}") from exc
         r = evaluate_lm(patch, val, mode="argmax", device=device)
-        rows.append({"routing": "Ada-K (argmax)", "loss": r["loss"], "mean_k": r["mean_k"],
-                     "flops_reduction": r["flops_reduction"], "tokens_per_s": r["tokens_per_s"]})
-        metrics.update(adak_loss=r["loss"], adak_mean_k=r["mean_k"], k_per_layer=r["k_per_layer"],
-                       flops_reduction=r["flops_reduction"])
+        rows.append(
+            {
+                "routing": "Ada-K (argmax)",
+                "loss": r["loss"],
+                "mean_k": r["mean_k"],
+                "flops_reduction": r["flops_reduction"],
+                "tokens_per_s": r["tokens_per_s"],
+            }
+        )
+        metrics.update(
+            adak_loss=r["loss"],
+            adak_mean_k=r["mean_k"],
+            k_per_layer=r["k_per_layer"],
+            flops_reduction=r["flops_reduction"],
+        )
     return Result(metrics=metrics, tables={"routing": rows})
 
 
-def _plot(static: list[dict[str, Any]], ada: list[dict[str, Any]], layers: dict[float, list[float]], ctx: RunContext) -> None:
+def _plot(
+    static: list[dict[str, Any]], ada: list[dict[str, Any]], layers: dict[float, list[float]], ctx: RunContext
+) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -203,8 +262,15 @@ def _plot(static: list[dict[str, Any]], ada: list[dict[str, Any]], layers: dict[
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
     ax.plot([r["k"] for r in static], [r["loss"] for r in static], "o-", color="gray", label="static top-k")
     for r in ada:
-        ax.errorbar(r["mean_k"], r["loss"], xerr=r["mean_k_sd"], yerr=r["loss_sd"], fmt="s", capsize=3,
-                    label=f"Ada-K lam={r['lam']:g}")
+        ax.errorbar(
+            r["mean_k"],
+            r["loss"],
+            xerr=r["mean_k_sd"],
+            yerr=r["loss_sd"],
+            fmt="s",
+            capsize=3,
+            label=f"Ada-K lam={r['lam']:g}",
+        )
     ax.set_xlabel("mean activated experts per token and layer")
     ax.set_ylabel("validation NLL (nats/token)")
     ax.legend(fontsize=8)
@@ -229,8 +295,13 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
 
     device = ctx.torch_device()
     t0 = time.perf_counter()
-    model, tokens = wiki_moe(_spec(cfg.size), wiki_path=cfg.wiki_path, device=device, log=ctx.log,
-                             progress=lambda it: ctx.progress(it, desc="pre-train MoE"))
+    model, tokens = wiki_moe(
+        _spec(cfg.size),
+        wiki_path=cfg.wiki_path,
+        device=device,
+        log=ctx.log,
+        progress=lambda it: ctx.progress(it, desc="pre-train MoE"),
+    )
     t_pre = time.perf_counter() - t0
     patch = apply_adak(model, seed=cfg.seed)
     types = token_types(tokens.pieces)
@@ -251,9 +322,17 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             _train_once(patch, tokens.train, cfg, lam, seed, device, ctx)
             r = evaluate_lm(patch, val, mode="argmax", types=types, device=device)
             mk = min(max(r["mean_k"], s_k[0]), s_k[-1])
-            runs.append({"lam": lam, "seed": seed, "loss": r["loss"], "mean_k": r["mean_k"],
-                         "interp_loss": interpolate_static(s_k, s_loss, mk),
-                         "k_per_layer": r["k_per_layer"], "k_by_type": r["k_by_type"]})
+            runs.append(
+                {
+                    "lam": lam,
+                    "seed": seed,
+                    "loss": r["loss"],
+                    "mean_k": r["mean_k"],
+                    "interp_loss": interpolate_static(s_k, s_loss, mk),
+                    "k_per_layer": r["k_per_layer"],
+                    "k_by_type": r["k_by_type"],
+                }
+            )
             ctx.log.info(f"lam={lam} seed={seed}: loss {r['loss']:.4f} mean k {r['mean_k']:.3f}")
     t_ppo = time.perf_counter() - t1
     summary, layers = [], {}
@@ -262,18 +341,26 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         d_interp = paired_t_interval([r["loss"] - r["interp_loss"] for r in rs])
         d_topk = paired_t_interval([r["loss"] - s_loss[big_k - 1] for r in rs])
         layers[lam] = list(np.mean([r["k_per_layer"] for r in rs], axis=0))
-        summary.append({
-            "lam": lam, "mean_k": float(np.mean([r["mean_k"] for r in rs])),
-            "mean_k_sd": float(np.std([r["mean_k"] for r in rs])),
-            "loss": float(np.mean([r["loss"] for r in rs])), "loss_sd": float(np.std([r["loss"] for r in rs])),
-            "flops_reduction": 1 - float(np.mean([r["mean_k"] for r in rs])) / big_k,
-            "loss_minus_static_interp": d_interp.value, "interp_ci": f"[{d_interp.low:.4f}, {d_interp.high:.4f}]",
-            "loss_minus_topK": d_topk.value, "topK_ci": f"[{d_topk.low:.4f}, {d_topk.high:.4f}]",
-            "k_function": float(np.mean([r["k_by_type"]["function"] for r in rs])),
-            "k_content": float(np.mean([r["k_by_type"]["content"] for r in rs])),
-            "k_other": float(np.mean([r["k_by_type"]["other"] for r in rs])),
-        })
-    layer_rows = [{"lam": lam, **{f"layer {i}": round(v, 3) for i, v in enumerate(ks)}} for lam, ks in layers.items()]
+        summary.append(
+            {
+                "lam": lam,
+                "mean_k": float(np.mean([r["mean_k"] for r in rs])),
+                "mean_k_sd": float(np.std([r["mean_k"] for r in rs])),
+                "loss": float(np.mean([r["loss"] for r in rs])),
+                "loss_sd": float(np.std([r["loss"] for r in rs])),
+                "flops_reduction": 1 - float(np.mean([r["mean_k"] for r in rs])) / big_k,
+                "loss_minus_static_interp": d_interp.value,
+                "interp_ci": f"[{d_interp.low:.4f}, {d_interp.high:.4f}]",
+                "loss_minus_topK": d_topk.value,
+                "topK_ci": f"[{d_topk.low:.4f}, {d_topk.high:.4f}]",
+                "k_function": float(np.mean([r["k_by_type"]["function"] for r in rs])),
+                "k_content": float(np.mean([r["k_by_type"]["content"] for r in rs])),
+                "k_other": float(np.mean([r["k_by_type"]["other"] for r in rs])),
+            }
+        )
+    layer_rows = [
+        {"lam": lam, **{f"layer {i}": round(v, 3) for i, v in enumerate(ks)}} for lam, ks in layers.items()
+    ]
     if ctx.writes:
         _plot(static, summary, layers, ctx)
     gap = s_loss[0] - s_loss[1] if len(s_loss) > 1 else float("nan")
@@ -284,8 +371,11 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     ]
     return Result(
         metrics={"static": static, "top_k": big_k, "seeds": cfg.seeds, "pretrain_s": t_pre},
-        tables={"adak_vs_static": summary, "k_per_layer": layer_rows,
-                "runs": [{k: v for k, v in r.items() if k not in ("k_per_layer", "k_by_type")} for r in runs]},
+        tables={
+            "adak_vs_static": summary,
+            "k_per_layer": layer_rows,
+            "runs": [{k: v for k, v in r.items() if k not in ("k_per_layer", "k_by_type")} for r in runs],
+        },
         timings={"pretrain_or_load": t_pre, "ppo_and_eval": t_ppo},
         notes=notes,
     )
@@ -318,22 +408,40 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
 
     evaluate_lm(patch, val[: cfg.batch], mode="fixed", k=k_big, device=device)  # warm-up
     top, ada = timed("fixed", k_big), timed("argmax", None)
-    rows = [{"routing": f"static top-{k_big}", "loss": top["loss"], "mean_k": top["mean_k"],
-             "tokens_per_s": top["tokens_per_s"], "expert_flops_ratio": 1.0},
-            {"routing": f"Ada-K lam={cfg.lam:g}", "loss": ada["loss"], "mean_k": ada["mean_k"],
-             "tokens_per_s": ada["tokens_per_s"], "expert_flops_ratio": 1 - ada["flops_reduction"]}]
+    rows = [
+        {
+            "routing": f"static top-{k_big}",
+            "loss": top["loss"],
+            "mean_k": top["mean_k"],
+            "tokens_per_s": top["tokens_per_s"],
+            "expert_flops_ratio": 1.0,
+        },
+        {
+            "routing": f"Ada-K lam={cfg.lam:g}",
+            "loss": ada["loss"],
+            "mean_k": ada["mean_k"],
+            "tokens_per_s": ada["tokens_per_s"],
+            "expert_flops_ratio": 1 - ada["flops_reduction"],
+        },
+    ]
     # one MoE block at a Mixtral-like width, k drawn from the k distribution Ada-K chose above
     layer = _layer_bench(cfg, patch, val[: cfg.batch], device)
     torch.set_num_threads(max(ctx.threads, 1))
     return Result(
-        metrics={"speedup_end_to_end": ada["tokens_per_s"] / top["tokens_per_s"],
-                 "flops_reduction": ada["flops_reduction"], "loss_delta": ada["loss"] - top["loss"],
-                 "block_speedup": layer["speedup"], "device": str(device)},
+        metrics={
+            "speedup_end_to_end": ada["tokens_per_s"] / top["tokens_per_s"],
+            "flops_reduction": ada["flops_reduction"],
+            "loss_delta": ada["loss"] - top["loss"],
+            "block_speedup": layer["speedup"],
+            "device": str(device),
+        },
         tables={"end_to_end": rows, "moe_block": [layer]},
         timings={"ppo": t_train},
-        notes=[f"best of {cfg.repeats} repeats; {val.size} validation tokens, batch {cfg.batch}",
-               f"moe_block: one MixtralSparseMoeBlock, d={cfg.width}, ffn={int(cfg.width * 3.5)}, "
-               f"{patch.num_experts} experts, {cfg.block_tokens} tokens"],
+        notes=[
+            f"best of {cfg.repeats} repeats; {val.size} validation tokens, batch {cfg.batch}",
+            f"moe_block: one MixtralSparseMoeBlock, d={cfg.width}, ffn={int(cfg.width * 3.5)}, "
+            f"{patch.num_experts} experts, {cfg.block_tokens} tokens",
+        ],
     )
 
 
@@ -357,8 +465,12 @@ def _layer_bench(cfg: BenchConfig, patch: Any, val: np.ndarray, device: Any) -> 
         for _, a, _ in chunks:
             hist += np.bincount((a + rt.allocator.k_min).cpu().numpy(), minlength=patch.num_experts + 1)
     p = hist / hist.sum()
-    conf = MixtralConfig(hidden_size=cfg.width, intermediate_size=int(cfg.width * 3.5),
-                         num_local_experts=patch.num_experts, num_experts_per_tok=patch.host_top_k)
+    conf = MixtralConfig(
+        hidden_size=cfg.width,
+        intermediate_size=int(cfg.width * 3.5),
+        num_local_experts=patch.num_experts,
+        num_experts_per_tok=patch.host_top_k,
+    )
     torch.manual_seed(0)
     block = MixtralSparseMoeBlock(conf).to(device).eval()
     with torch.no_grad():
@@ -366,8 +478,9 @@ def _layer_bench(cfg: BenchConfig, patch: Any, val: np.ndarray, device: Any) -> 
             prm.normal_(0, 0.02)
     x = torch.randn(1, cfg.block_tokens, cfg.width, device=device)
     gen = torch.Generator().manual_seed(cfg.seed)
-    k_tok = torch.multinomial(torch.as_tensor(p, dtype=torch.float), cfg.block_tokens, replacement=True,
-                              generator=gen).to(device)
+    k_tok = torch.multinomial(
+        torch.as_tensor(p, dtype=torch.float), cfg.block_tokens, replacement=True, generator=gen
+    ).to(device)
 
     def run(k: torch.Tensor) -> float:
         best = float("inf")
@@ -384,5 +497,9 @@ def _layer_bench(cfg: BenchConfig, patch: Any, val: np.ndarray, device: Any) -> 
 
     t_top = run(torch.full((cfg.block_tokens,), patch.host_top_k, device=device))
     t_ada = run(k_tok)
-    return {"mean_k": float(k_tok.float().mean()), "ms_topK": 1e3 * t_top, "ms_adak": 1e3 * t_ada,
-            "speedup": t_top / t_ada}
+    return {
+        "mean_k": float(k_tok.float().mean()),
+        "ms_topK": 1e3 * t_top,
+        "ms_adak": 1e3 * t_ada,
+        "speedup": t_top / t_ada,
+    }

@@ -156,8 +156,9 @@ def _run(patch: AdaKPatch, input_ids: torch.Tensor, mode: str) -> tuple[torch.Te
     return logits, patch.take_records()
 
 
-def _token_reward(patch: AdaKPatch, logits: torch.Tensor, input_ids: torch.Tensor, action: torch.Tensor,
-                  lam: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _token_reward(
+    patch: AdaKPatch, logits: torch.Tensor, input_ids: torch.Tensor, action: torch.Tensor, lam: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     b, s = input_ids.shape
     k = action + torch.tensor([r.allocator.k_min for r in patch.routers], device=action.device)[:, None]
     ll = token_log_likelihood(logits, input_ids)  # (b, s-1)
@@ -184,7 +185,9 @@ def rollout(patch: AdaKPatch, input_ids: torch.Tensor, lam: float, baseline: str
     """
     b, s = input_ids.shape
     if s < 2:
-        raise ValueError(f"input_ids must have at least 2 positions per row (a next token to predict), got {s}")
+        raise ValueError(
+            f"input_ids must have at least 2 positions per row (a next token to predict), got {s}"
+        )
     check_choice("baseline", baseline, ("greedy", "mean"))
     logits, records = _run(patch, input_ids, "sample")
     xs, actions, logps = [], [], []
@@ -241,8 +244,12 @@ def ppo_update(
             new_lp.append(logp.gather(1, a[:, None]).squeeze(1))
             ent.append(-(logp.exp() * logp).sum(-1))
         loss, info = ppo_objective(
-            torch.cat(new_lp), logp_old, adv_all, torch.cat(ent),
-            clip_eps=cfg.clip_eps, entropy_coef=cfg.entropy_coef,
+            torch.cat(new_lp),
+            logp_old,
+            adv_all,
+            torch.cat(ent),
+            clip_eps=cfg.clip_eps,
+            entropy_coef=cfg.entropy_coef,
         )
         if not bool(torch.isfinite(loss)):
             raise FloatingPointError("non-finite PPO loss; the allocators were not updated with it")

@@ -79,7 +79,9 @@ class AdaKAllocator(nn.Module):
         Section 3.2 (allocator: a linear layer and a softmax over the possible k).
     """
 
-    def __init__(self, hidden_size: int, k_min: int, k_max: int, *, init_k: int, init_logit: float = 2.0) -> None:
+    def __init__(
+        self, hidden_size: int, k_min: int, k_max: int, *, init_k: int, init_logit: float = 2.0
+    ) -> None:
         super().__init__()
         hidden_size = check_int("hidden_size", hidden_size, low=1)
         k_min = check_int("k_min", k_min, low=1)
@@ -187,7 +189,9 @@ class AdaKRouter(nn.Module):
     When ``record`` is on, each call appends ``(x, action, log_prob)`` (detached) for the PPO update.
     """
 
-    def __init__(self, router: nn.Module, allocator: AdaKAllocator, num_experts: int, patch: AdaKPatch) -> None:
+    def __init__(
+        self, router: nn.Module, allocator: AdaKAllocator, num_experts: int, patch: AdaKPatch
+    ) -> None:
         super().__init__()
         self.router = router
         self.allocator = allocator
@@ -370,13 +374,18 @@ class AdaKPatch:
         self.routers, self.blocks, self.names, self._ep_flags = [], [], [], []
 
     def allocator_state_dict(self) -> dict[str, torch.Tensor]:
-        return {f"{name}.allocator.{k}": v for name, r in zip(self.names, self.routers, strict=True)
-                for k, v in r.allocator.state_dict().items()}
+        return {
+            f"{name}.allocator.{k}": v
+            for name, r in zip(self.names, self.routers, strict=True)
+            for k, v in r.allocator.state_dict().items()
+        }
 
     def load_allocator_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         for name, r in zip(self.names, self.routers, strict=True):
             prefix = f"{name}.allocator."
-            r.allocator.load_state_dict({k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+            r.allocator.load_state_dict(
+                {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
+            )
 
 
 def _max_k_of(block: nn.Module, num_experts: int) -> int:
@@ -457,7 +466,11 @@ def apply_adak(
     k_min = check_int("k_min", k_min, low=1, high=n_reach)
     k_max = n_reach if k_max is None else check_int("k_max", k_max, low=k_min, high=n_reach)
     host_k = int(blocks[0][1].gate.top_k)
-    init_k = min(max(host_k, k_min), k_max) if init_k is None else check_int("init_k", init_k, low=k_min, high=k_max)
+    init_k = (
+        min(max(host_k, k_min), k_max)
+        if init_k is None
+        else check_int("init_k", init_k, low=k_min, high=k_max)
+    )
     patch.host_top_k = host_k
     patch.num_experts = int(blocks[0][1].experts.num_experts)
     patch._host_max_k = n_reach

@@ -78,9 +78,9 @@ def wiki_tokens(
     if len(texts) < 2:
         raise ValueError(f"texts must hold at least 2 documents (train and validation), got {len(texts)}")
     order = np.random.default_rng(seed).permutation(len(texts))
-    n_val = max(1, int(round(val_fraction * len(texts))))
+    n_val = max(1, round(val_fraction * len(texts)))
     val_docs, train_docs = order[:n_val], order[n_val:]
-    enc = tokenizer([texts[i] for i in range(len(texts))], add_special_tokens=False)["input_ids"]
+    enc = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
 
     def stream(docs: np.ndarray) -> np.ndarray:
@@ -165,7 +165,8 @@ def pretrain_moe(spec: MoESpec, train: np.ndarray, *, device: Any = "cpu", progr
     opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01)
     warm = max(1, spec.steps // 10)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, spec.steps) / spec.steps))
+        opt,
+        lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, spec.steps) / spec.steps)),
     )
     gen = torch.Generator().manual_seed(spec.seed)
     data = torch.from_numpy(train)
@@ -218,13 +219,23 @@ def wiki_moe(
     order = np.random.default_rng(spec.seed).permutation(len(texts))[: spec.docs]
     if log:
         log.info(f"tokenising {len(order)} Wikipedia summaries with SmolLM2's tokenizer")
-    tokens = wiki_tokens([texts[i] for i in order], load_smollm2_tokenizer(), vocab=spec.vocab,
-                         block_len=spec.block_len, seed=spec.seed)
+    tokens = wiki_tokens(
+        [texts[i] for i in order],
+        load_smollm2_tokenizer(),
+        vocab=spec.vocab,
+        block_len=spec.block_len,
+        seed=spec.seed,
+    )
     if log:
         log.info(f"pre-training the MoE ({spec.steps} steps, {tokens.train.shape[0]} train blocks)")
     model = pretrain_moe(spec, tokens.train, device=device, progress=progress)
     if folder is not None:
         model.save_pretrained(folder)
-        np.savez(tokens_file, train=tokens.train, val=tokens.val, vocab_ids=tokens.vocab_ids,
-                 pieces=np.asarray(tokens.pieces))
+        np.savez(
+            tokens_file,
+            train=tokens.train,
+            val=tokens.val,
+            vocab_ids=tokens.vocab_ids,
+            pieces=np.asarray(tokens.pieces),
+        )
     return model, tokens
