@@ -194,10 +194,29 @@ def _quality(models, tokens, labels):
     return imgs, conf, feats.numpy().astype(np.float64)
 
 
-def _fd(feats: np.ndarray, real_mu: np.ndarray, real_cov: np.ndarray) -> float:
+FD_DIM = 16
+
+
+def _fd(feats: np.ndarray, real: dict[str, np.ndarray]) -> float:
+    """Fréchet distance in the top-``FD_DIM`` principal components of the real images' classifier features (so
+    that a few dozen generated images give a full-rank covariance)."""
+    import warnings
+
     from iclr25_shared.metrics import frechet_distance
 
-    return frechet_distance(feats.mean(0), np.cov(feats, rowvar=False), real_mu, real_cov)
+    z = (feats - real["center"]) @ real["basis"]
+    with warnings.catch_warnings():
+        if len(z) <= FD_DIM:  # too few images for a full-rank covariance (tiny smoke runs only)
+            warnings.simplefilter("ignore")
+        return frechet_distance(z.mean(0), np.cov(z, rowvar=False), real["mu"], real["cov"])
+
+
+def _real_stats(real_feats: np.ndarray) -> dict[str, np.ndarray]:
+    center = real_feats.mean(0)
+    _, _, vt = np.linalg.svd(real_feats - center, full_matrices=False)
+    basis = vt[:FD_DIM].T
+    z = (real_feats - center) @ basis
+    return {"center": center, "basis": basis, "mu": z.mean(0), "cov": np.cov(z, rowvar=False)}
 
 
 def _relax_label(k: int, delta: float | None, lam: float | None) -> str:
@@ -258,14 +277,14 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         real_feats = models["clf"].features(xt).numpy().astype(np.float64)
         recon_feats = models["clf"].features(models["vq"].decode(real_tokens)).numpy().astype(np.float64)
         clf_acc = float((models["clf"](xt).argmax(-1) == yt).float().mean())
-    real_mu, real_cov = real_feats.mean(0), np.cov(real_feats, rowvar=False)
+    real = _real_stats(real_feats)
     diag = _ambiguity(models, real_tokens[:500], yt[:500])
 
     diag["target_test_nll"] = token_nll(models["target"], real_tokens[:500], yt[:500])
     diag["drafter_test_nll"] = token_nll(models["drafter"], real_tokens[:500], yt[:500])
     diag["codes_used"] = models["codes_used"]
     diag["classifier_test_accuracy"] = clf_acc
-    diag["fd_vq_reconstructions"] = _fd(recon_feats[: size.images * cfg.seeds], real_mu, real_cov)
+    diag["fd_vq_reconstructions"] = _fd(recon_feats[: size.images * cfg.seeds], real)
     costs = _call_costs(models)
     diag["cost_ratio_drafter_over_target"] = costs["drafter"] / costs["target"]
     ctx.log.info("diagnostics: %s", diag)
@@ -307,7 +326,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     rows = []
     for name, method, relax in configs:
         r = per[name]
-        fd = _fd(np.concatenate(feats_all[name]), real_mu, real_cov)
+        fd = _fd(np.concatenate(feats_all[name]), real)
         row: dict[str, Any] = {
             "method": name,
             "k": relax.k if relax is not None else "",
@@ -351,7 +370,8 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         "Speed-up = tokens per CPU-second of this process over the target-only AR baseline of the same seed (batch "
         "size 1, one thread; CPU time because the machine is shared; wall-clock ratios are reported beside it); "
         f"the drafter/target CPU cost ratio per call is {diag['cost_ratio_drafter_over_target']:.3f}.",
-        "FD: Fréchet distance of 64-d classifier features of all decoded images of a config (pooled over seeds) "
+        f"FD: Fréchet distance, in the top {FD_DIM} principal components of the classifier's 64-d features of real "
+        "images, of all decoded images of a config (pooled over seeds) "
         f"to {size.n_real} real test images; VQ reconstructions of real images give "
         f"{diag['fd_vq_reconstructions']:.3f} at the same count (the floor).",
         "Models: one training seed (the sampling seeds vary); the intervals cover sampling noise only.",
@@ -552,31 +572,62 @@ def text_rows(lm, prompts, grid, *, processor, gamma, max_new_tokens, draft_laye
     return {"rows": rows, "texts": texts}
 
 
+def _matched_config(folder: Any) -> tuple[int, float | None, float | None]:
+    """(k, delta, lam) of the LANTERN row of a reproduce results.json with the largest tau among those whose
+    confidence difference to standard SD has a 95 % interval with upper end >= 0 (quality not shown worse)."""
+    import json
+    import re
+    from pathlib import Path
+
+    path = Path(folder) / "results.json"
+    if not path.is_file():
+        raise ValueError(f"match_quality needs {path} (written by `reproduce --out`); not found")
+    rows = json.loads(path.read_text())["tables"]["sweep"]
+    best = None
+    for r in rows:
+        ci = r.get("confidence - SD [95% CI]")
+        if not ci:
+            continue
+        nums = [float(v) for v in re.findall(r"-?\d+\.\d+", ci)]
+        upper = nums[2] if len(nums) == 3 else nums[0]
+        if upper >= 0 and (best is None or r["tau (tokens/target call)"] > best["tau (tokens/target call)"]):
+            best = r
+    if best is None:
+        raise ValueError(
+            f"{path}: no LANTERN row matches standard SD's quality; pass --k and --delta instead"
+        )
+    lam = float(best["lambda"]) if best["lambda"] != "" else None
+    delta = float(best["delta"]) if best["delta"] != "" else None
+    return int(best["k"]), delta, lam
+
+
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     """Tokens/s of target-only AR, standard SD and LANTERN on the same prompts, as ratios to target-only."""
     import torch
 
     from iclr25_lantern._relaxed import LogitsProcessor, Relaxation, latent_proximity
 
-    if cfg.k > GENERATE_CODEBOOK - 1:
-        raise ValueError(f"k must be an integer in [0, V - 1 = {GENERATE_CODEBOOK - 1}], got {cfg.k}")
+    k, delta, lam = cfg.k, cfg.delta, None
+    if cfg.match_quality:
+        k, delta, lam = _matched_config(cfg.models)
+        ctx.log.info("matched quality: k=%d delta=%s lambda=%s", k, delta, lam)
+    if cfg.models is None and k > GENERATE_CODEBOOK - 1:
+        raise ValueError(f"k must be an integer in [0, V - 1 = {GENERATE_CODEBOOK - 1}], got {k}")
     ctx.torch_device()
     if cfg.models is not None:
         models = _load_models(cfg.models)
     else:
         models = _train_models(SIZES[cfg.size], GENERATE_CODEBOOK, cfg.data, cfg.seed, ctx)
-    if cfg.k > models["vq"].codebook_size - 1:
-        raise ValueError(
-            f"k must be an integer in [0, V - 1 = {models['vq'].codebook_size - 1}], got {cfg.k}"
-        )
-    table = latent_proximity(models["vq"].codebook.detach(), cfg.k)
+    if k > models["vq"].codebook_size - 1:
+        raise ValueError(f"k must be an integer in [0, V - 1 = {models['vq'].codebook_size - 1}], got {k}")
+    table = latent_proximity(models["vq"].codebook.detach(), k)
     labels = torch.from_numpy(np.random.default_rng(cfg.seed).integers(0, 10, cfg.images))
     processor = LogitsProcessor()
     rows = []
     for name, method, relax in (
         ("target-only AR", "ar", None),
         ("standard SD (delta=0)", "sd", Relaxation()),
-        (_relax_label(cfg.k, cfg.delta, None), "sd", Relaxation(neighbours=table, delta=cfg.delta)),
+        (_relax_label(k, delta, lam), "sd", Relaxation(neighbours=table, delta=delta or 0.0, lam=lam)),
     ):
         toks, stats = _decode_images(models, labels, cfg.seed, method=method, relax=relax, gamma=cfg.gamma,
                                      processor=processor)  # fmt: skip

@@ -126,6 +126,9 @@ class BenchConfig(CommonOptions):
     """Draft tokens per round (>= 1)."""
     text: bool = False
     """Also time SmolLM2-135M with a 6-layer prefix drafter (needs the packaged model)."""
+    match_quality: bool = False
+    """Take (k, delta or lambda) from --models' results.json instead of --k/--delta: the LANTERN row with the
+    largest tau whose classifier-confidence difference to standard SD has a 95% interval reaching 0 or above."""
     data: Path | None = None
     """Folder holding the Fashion-MNIST IDX .gz files."""
 
@@ -136,6 +139,8 @@ class BenchConfig(CommonOptions):
         check_int("k", self.k, low=1)
         check_float("delta", self.delta, low=0.0, low_inclusive=False)
         check_int("gamma", self.gamma, low=1, high=64)
+        if self.match_quality and self.models is None:
+            raise ValueError("match_quality needs --models DIR (a reproduce --out folder with results.json)")
 
 
 COMMANDS = {
