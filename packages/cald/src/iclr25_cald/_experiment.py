@@ -452,12 +452,16 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 skip.add(name)
     att = {r["seq_len"]: r["seconds"] for r in rows if r["mixer"].startswith("attention")}
     crossover: dict[str, Any] = {}
+    for r in rows:
+        base = att.get(r["seq_len"])
+        r["time_vs_attention"] = r["seconds"] / base if r["seconds"] is not None and base else None
     for name in list(models)[1:]:
-        for r in rows:
-            if r["mixer"] == name and r["seconds"] is not None and att.get(r["seq_len"]) is not None:
-                r["time_vs_attention"] = r["seconds"] / att[r["seq_len"]]
-        faster = [r["seq_len"] for r in rows if r["mixer"] == name and r.get("time_vs_attention", 9) < 1]
-        crossover[name] = min(faster) if faster else None
+        ratios = [(r["seq_len"], r["time_vs_attention"]) for r in rows if r["mixer"] == name]
+        ratios = [(n, v) for n, v in ratios if v is not None]
+        # shortest length from which the mixer is faster than attention at every longer measured length
+        crossover[name] = next(
+            (n for i, (n, _) in enumerate(ratios) if all(v < 1 for _, v in ratios[i:])), None
+        )
     if ctx.writes:
         _plot(rows, ctx)
     return Result(
@@ -465,7 +469,8 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         tables={"scaling": rows},
         notes=[
             "one token-mixer forward (no grad), batch 1, SmolLM2-135M layer sizes; median of --repeats; "
-            "crossover = shortest measured length at which the mixer is faster than attention"
+            "crossover = shortest measured length from which the mixer is faster than attention at every longer "
+            "measured length (None: not within the measured lengths)"
         ],
     )
 
