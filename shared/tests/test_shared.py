@@ -234,3 +234,38 @@ def test_save_figure_is_atomic_and_closes(tmp_path):
     path = results.save_figure(fig, tmp_path / "sub" / "plot.png")
     assert path.read_bytes().startswith(b"\x89PNG") and not plt.get_fignums()
     assert [p.name for p in path.parent.iterdir()] == ["plot.png"]
+
+
+def test_lazy_exports_import_on_first_use_and_cache(tmp_path, monkeypatch):
+    import sys
+
+    from iclr25_shared import lazy_exports
+
+    pkg = tmp_path / "lazypkg_probe"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "from iclr25_shared import lazy_exports\n"
+        "__version__ = '1'\n"
+        "__getattr__, __dir__ = lazy_exports(__name__, {'thing': '_heavy'})\n"
+    )
+    (pkg / "_heavy.py").write_text("LOADS = []\nLOADS.append(1)\nthing = object()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import lazypkg_probe
+
+        assert "lazypkg_probe._heavy" not in sys.modules  # nothing imported at package import
+        assert dir(lazypkg_probe) == ["__version__", "thing"]
+        first = lazypkg_probe.thing
+        assert "lazypkg_probe._heavy" in sys.modules
+        assert lazypkg_probe.__dict__["thing"] is first  # cached: __getattr__ is not reached again
+        assert sys.modules["lazypkg_probe._heavy"].LOADS == [1]
+        with pytest.raises(AttributeError, match="module 'lazypkg_probe' has no attribute 'nope'"):
+            _ = lazypkg_probe.nope
+        from lazypkg_probe import thing
+
+        assert thing is first
+    finally:
+        for name in [n for n in sys.modules if n.startswith("lazypkg_probe")]:
+            del sys.modules[name]
+    _, dir_ = lazy_exports("x", {}, eager=())
+    assert dir_() == []

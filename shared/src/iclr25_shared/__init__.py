@@ -12,6 +12,9 @@ Submodules (import them directly; nothing heavy runs at import):
 - :mod:`iclr25_shared.testing` — the contract tests every package runs, and ``require`` for data-backed tests.
 """
 
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
 from iclr25_shared._paths import cache_dir
 from iclr25_shared.errors import DatasetUnavailable, ModelUnavailable, SourceUnavailable
 
@@ -22,6 +25,7 @@ __all__ = [
     "__version__",
     "cache_dir",
     "distribution_version",
+    "lazy_exports",
 ]
 
 
@@ -36,6 +40,46 @@ def distribution_version(distribution: str) -> str:
         return version(distribution)
     except PackageNotFoundError:
         return "0+unknown"
+
+
+def lazy_exports(
+    package: str, where: Mapping[str, str], *, eager: Iterable[str] = ("__version__",)
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's module-level ``__getattr__`` and ``__dir__`` (PEP 562) that import its public API on first use.
+
+    ``import iclr25_<slug>`` then stays light (no torch / scipy / jax until a name that needs them is touched)::
+
+        _WHERE = {"LOZO": "_optimizer", "MeZO": "_optimizer"}  # public name -> private submodule
+        __all__ = ["LOZO", "MeZO", "__version__"]
+        __getattr__, __dir__ = lazy_exports(__name__, _WHERE)
+
+    Args:
+        package: the package's ``__name__``.
+        where: public name -> submodule (relative to ``package``) that defines it.
+        eager: names defined in the package itself, listed by ``dir()`` besides ``where``'s.
+
+    Returns:
+        ``(__getattr__, __dir__)``. The first access imports ``package.<where[name]>``, caches the value in the
+        package's namespace (later accesses never reach ``__getattr__``) and returns it; an unknown name raises
+        ``AttributeError`` as for any module.
+    """
+    import importlib
+    import sys
+
+    names = dict(where)
+
+    def __getattr__(name: str) -> Any:
+        submodule = names.get(name)
+        if submodule is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{submodule}"), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted(set(names) | set(eager))
+
+    return __getattr__, __dir__
 
 
 __version__ = distribution_version("iclr25-shared")

@@ -11,10 +11,9 @@ import torch.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 __version__ = distribution_version("iclr25-diffusion-curriculum")
 
@@ -52,14 +51,4 @@ if TYPE_CHECKING:
     from iclr25_diffusion_curriculum._sampler import ORDERS, CurriculumSampler
     from iclr25_diffusion_curriculum._weighting import min_snr_weights, snr_from_alphas_cumprod
 
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -18,10 +18,9 @@ References:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 if TYPE_CHECKING:
     from iclr25_edgeprompt._backbone import BackboneConfig, GNNEncoder, load_backbone, save_backbone
@@ -89,19 +88,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'iclr25_edgeprompt' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"iclr25_edgeprompt.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
 __version__ = distribution_version("iclr25-edgeprompt")
 
 __all__ = [
@@ -139,3 +125,5 @@ __all__ = [
     "superpixel_graph",
     "superpixel_graphs",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -11,9 +11,9 @@ partition of long-format data and shows them settle as the partition refines (:f
     ...                     treatment_model="first + L + first:L + A_lag + A_lag:L")
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 if TYPE_CHECKING:
     from iclr25_fl_causal._data import DiscreteData, LongitudinalData
@@ -72,18 +72,4 @@ __all__ = [
 ]
 __version__ = distribution_version("iclr25-fl-causal")
 
-
-def __getattr__(name: str) -> Any:
-    """The public API, imported on first use (``import iclr25_fl_causal`` stays light: no pandas/scipy)."""
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'iclr25_fl_causal' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"iclr25_fl_causal.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -10,10 +10,9 @@ used, transformers only by the Hugging Face adapter (``apply_hyper_connections``
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 if TYPE_CHECKING:
     from iclr25_hyper_connections._hf import (
@@ -65,15 +64,4 @@ __all__ = [
 ]
 __version__ = distribution_version("iclr25-hyper-connections")
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

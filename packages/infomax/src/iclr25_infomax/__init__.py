@@ -15,9 +15,9 @@ with a gradient-based solver on a kNN-sparsified ``K`` and optional dataset part
 (100,)
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 if TYPE_CHECKING:
     from iclr25_infomax._baselines import (
@@ -73,18 +73,6 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    """Import the public functions on first use, so ``import iclr25_infomax`` loads neither scipy nor torch."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'iclr25_infomax' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"iclr25_infomax.{module}"), name)
-    globals()[name] = value
-    return value
-
-
 __all__ = [
     "SolverResult",
     "__version__",
@@ -111,6 +99,4 @@ __all__ = [
 ]
 __version__ = distribution_version("iclr25-infomax")
 
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

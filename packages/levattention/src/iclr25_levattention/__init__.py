@@ -18,7 +18,7 @@ Reference: Kannan, Bhattacharyya, Kacham, Woodruff, "LevAttention: Time, Space a
 for Heavy Attentions", ICLR 2025, arXiv:2410.05462.
 """
 
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 __version__ = distribution_version("iclr25-levattention")
 
@@ -59,14 +59,4 @@ _WHERE = {
     "ViT": "_vit",
 }
 
-
-def __getattr__(name: str):
-    if name in _WHERE:
-        import importlib
-
-        return getattr(importlib.import_module(f"iclr25_levattention.{_WHERE[name]}"), name)
-    raise AttributeError(f"module 'iclr25_levattention' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

@@ -8,10 +8,9 @@ The public names load lazily (module ``__getattr__``), so ``import iclr25_prdp``
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 __version__ = distribution_version("iclr25-prdp")
 
@@ -70,15 +69,4 @@ if TYPE_CHECKING:
     )
     from iclr25_prdp._training import TrainingLog, train_with_prdp
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'iclr25_prdp' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"iclr25_prdp.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

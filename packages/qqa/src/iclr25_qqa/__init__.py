@@ -20,15 +20,14 @@ References:
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 __version__ = distribution_version("iclr25-qqa")
 
 _LAZY = {
-    "iclr25_qqa._anneal": (
+    "_anneal": (
         "AnnealConfig",
         "Result",
         "anneal",
@@ -36,14 +35,14 @@ _LAZY = {
         "gamma_schedule",
         "penalty",
     ),
-    "iclr25_qqa._baselines": (
+    "_baselines": (
         "BaselineResult",
         "exact_mis",
         "greedy",
         "rrg_mis_density_rs",
         "simulated_annealing",
     ),
-    "iclr25_qqa._graphs": (
+    "_graphs": (
         "GraphFormatError",
         "GraphSpec",
         "load_graph",
@@ -52,7 +51,7 @@ _LAZY = {
         "read_edgelist",
         "read_gset",
     ),
-    "iclr25_qqa._problems": (
+    "_problems": (
         "PROBLEMS",
         "BalancedPartition",
         "BinaryProblem",
@@ -102,19 +101,6 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'iclr25_qqa' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
-
-
 if TYPE_CHECKING:
     from iclr25_qqa._anneal import (
         AnnealConfig,
@@ -153,3 +139,5 @@ if TYPE_CHECKING:
         chromatic_lower_bound,
         make_problem,
     )
+
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE)

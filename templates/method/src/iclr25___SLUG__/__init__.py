@@ -3,7 +3,7 @@
 One paragraph: what the method does, the public entry points, and a three-line example.
 
 Only the public API is exported here; nothing heavy is imported at ``import iclr25___SLUG__`` (heavy stacks are
-imported inside the functions that need them, or lazily through ``__getattr__``).
+imported inside the functions that need them, or lazily through ``iclr25_shared.lazy_exports``).
 """
 
 from iclr25___SLUG__._method import __ALGORITHM__
