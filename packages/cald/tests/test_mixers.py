@@ -220,3 +220,16 @@ def test_mamba_bf16_forward_is_finite_and_close():
 def test_bad_mamba_config_names_the_field(field, kw):
     with pytest.raises(ValueError, match=field):
         MambaConfig(**kw)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_scan_and_mixer_on_cuda_match_cpu():
+    x, delta, A, B, C, D = scan_inputs()
+    want, _ = selective_scan(x, delta, A, B, C, D, chunk=8)
+    got, _ = selective_scan(*(t.cuda() for t in (x, delta, A, B, C, D)), chunk=8)
+    torch.testing.assert_close(got.cpu(), want, rtol=1e-10, atol=1e-10)
+    torch.manual_seed(0)
+    m = MambaMixer(8, MambaConfig(d_state=4, chunk=4)).double()
+    u = torch.randn(2, 9, 8, dtype=torch.float64)
+    torch.testing.assert_close(m.cuda()(u.cuda()).cpu(), m.cpu()(u), rtol=1e-10, atol=1e-10)
