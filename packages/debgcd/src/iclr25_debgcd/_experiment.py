@@ -159,7 +159,7 @@ class ReproduceSize:
 
 SIZES = {
     "tiny": ReproduceSize({"fashion-mnist": 12, "digits": 12}, epochs=2, hidden=32, batch_size=32),
-    "quick": ReproduceSize({"fashion-mnist": 150, "digits": None}, epochs=40, hidden=256, batch_size=128),
+    "quick": ReproduceSize({"fashion-mnist": 150, "digits": None}, epochs=30, hidden=256, batch_size=128),
     "full": ReproduceSize({"fashion-mnist": 1000, "digits": None}, epochs=100, hidden=512, batch_size=128),
 }
 _PAPER = [
