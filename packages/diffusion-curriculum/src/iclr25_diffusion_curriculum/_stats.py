@@ -7,8 +7,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from iclr25_shared.checks import check_float
-
 __all__ = ["paired_interval", "required_seeds", "steps_to_reach"]
 
 
@@ -25,19 +23,10 @@ def paired_interval(diffs: Sequence[float], level: float = 0.95) -> tuple[float,
     Raises:
         ValueError: empty or non-finite ``diffs``, or ``level`` outside ``(0, 1)``.
     """
-    check_float("level", level, low=0.0, high=1.0, low_inclusive=False, high_inclusive=False)
-    d = np.asarray(diffs, dtype=np.float64)
-    if d.ndim != 1 or d.size == 0:
-        raise ValueError(f"diffs must be a non-empty 1-D sequence, got shape {d.shape}")
-    if not np.isfinite(d).all():
-        raise ValueError(f"diffs must be finite, got {d.tolist()}")
-    mean = float(d.mean())
-    if d.size == 1:
-        return mean, -math.inf, math.inf
-    from scipy.stats import t as student_t
+    from iclr25_shared.metrics import paired_t_interval
 
-    half = float(student_t.ppf(0.5 + level / 2, d.size - 1)) * float(d.std(ddof=1)) / math.sqrt(d.size)
-    return mean, mean - half, mean + half
+    est = paired_t_interval(diffs, level)
+    return est.value, est.low, est.high
 
 
 def required_seeds(sd: float, effect: float, level: float = 0.95) -> int | None:

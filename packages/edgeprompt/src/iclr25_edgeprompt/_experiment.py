@@ -517,14 +517,10 @@ def paired_interval(diffs: Sequence[float], confidence: float = 0.95) -> tuple[f
 
     One difference gives an infinite interval (no spread to estimate).
     """
-    from scipy import stats
+    from iclr25_shared.metrics import paired_t_interval
 
-    n = len(diffs)
-    mean = statistics.fmean(diffs)
-    if n < 2:
-        return mean, float("-inf"), float("inf")
-    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * statistics.stdev(diffs) / n**0.5
-    return mean, mean - half, mean + half
+    est = paired_t_interval(diffs, confidence)
+    return est.value, est.low, est.high
 
 
 def _verdict(low: float, high: float) -> str:

@@ -524,20 +524,6 @@ def _plot_reproduce(ctx: RunContext, results: list[TrainResult], variants: list[
 
 
 # 95 % two-sided Student-t quantiles t_{0.975, df} for df = 1..30 (standard table values).
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-
-
-def _t975(df: int) -> float:
-    if df <= len(_T975):
-        return _T975[df - 1]
-    z = 1.959964  # Cornish-Fisher expansion of the t quantile around the normal one (error < 1e-4 for df > 30)
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
-
 def paired_interval(differences: Sequence[float]) -> tuple[float, float, float]:
     """Mean of paired differences with its 95 % Student-t confidence interval.
 
@@ -555,9 +541,10 @@ def paired_interval(differences: Sequence[float]) -> tuple[float, float, float]:
         raise ValueError(f"differences must hold at least 2 values for an interval, got {len(diffs)}")
     if not all(math.isfinite(d) for d in diffs):
         raise ValueError(f"differences must be finite, got {diffs}")
-    mean = statistics.fmean(diffs)
-    half = _t975(len(diffs) - 1) * statistics.stdev(diffs) / math.sqrt(len(diffs))
-    return mean, mean - half, mean + half
+    from iclr25_shared.metrics import paired_t_interval
+
+    est = paired_t_interval(diffs)
+    return est.value, est.low, est.high
 
 
 @dataclass(frozen=True, kw_only=True)

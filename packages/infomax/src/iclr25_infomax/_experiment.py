@@ -158,14 +158,10 @@ def _save_plot(
 
 def _t_interval(diffs: np.ndarray) -> tuple[float, float, float]:
     """Mean and two-sided 95 % Student-t interval of paired differences (``nan`` half-width for one seed)."""
-    from scipy import stats
+    from iclr25_shared.metrics import paired_t_interval
 
-    d = np.asarray(diffs, dtype=np.float64)
-    mean = float(d.mean())
-    if d.size < 2:
-        return mean, float("nan"), float("nan")
-    half = float(stats.t.ppf(0.975, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size))
-    return mean, mean - half, mean + half
+    est = paired_t_interval(diffs)
+    return (est.value, est.low, est.high) if est.n >= 2 else (est.value, float("nan"), float("nan"))
 
 
 def _redundancy_diagnostics(

@@ -58,20 +58,22 @@ def iterations_to_reach(result: ArmResult, threshold: float) -> int | None:
     return None
 
 
-# two-sided 97.5 % quantiles of Student's t for df = 1..10 (standard table values)
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228)
-
-
 def mean_interval(values: Sequence[float]) -> dict[str, float]:
     """Mean, sample SD and the 95 % t-interval of the mean (``nan`` bounds for a single value)."""
     x = np.asarray(values, dtype=np.float64)
     mean = float(x.mean())
     if x.size < 2:
         return {"mean": mean, "sd": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": int(x.size)}
-    sd = float(x.std(ddof=1))
-    t = _T975[x.size - 2] if x.size - 1 <= len(_T975) else 1.96
-    half = t * sd / math.sqrt(x.size)
-    return {"mean": mean, "sd": sd, "ci_low": mean - half, "ci_high": mean + half, "n": int(x.size)}
+    from iclr25_shared.metrics import paired_t_interval  # a one-sample t-interval of the mean
+
+    est = paired_t_interval(x)
+    return {
+        "mean": mean,
+        "sd": float(x.std(ddof=1)),
+        "ci_low": est.low,
+        "ci_high": est.high,
+        "n": int(x.size),
+    }
 
 
 def first_reach(result: ArmResult, threshold: float) -> int | None:

@@ -186,14 +186,12 @@ def calibrate_sa(problem: MaxCut, seed: int, reads: int, budget: float) -> float
 
 def paired_interval(diffs: list[float], level: float = 0.95) -> tuple[float, float, float]:
     """Mean of paired differences and its two-sided Student-t interval ``(mean, low, high)`` (NaN for n < 2)."""
-    from scipy import stats
+    from iclr25_shared.metrics import paired_t_interval
 
-    d = np.asarray(diffs, dtype=float)
-    mean = float(d.mean()) if d.size else math.nan
-    if d.size < 2:
-        return mean, math.nan, math.nan
-    half = float(stats.t.ppf(0.5 + level / 2, d.size - 1) * d.std(ddof=1) / math.sqrt(d.size))
-    return mean, mean - half, mean + half
+    if len(diffs) == 0:
+        return math.nan, math.nan, math.nan
+    est = paired_t_interval(diffs, level)
+    return (est.value, est.low, est.high) if est.n >= 2 else (est.value, math.nan, math.nan)
 
 
 _OFFICIAL_DRIVER = r"""
