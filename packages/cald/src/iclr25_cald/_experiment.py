@@ -80,21 +80,6 @@ def _to(batch: dict, device: Any) -> dict:
     return {k: v.to(device) for k, v in batch.items()}
 
 
-def _train_plain(model: Any, batches: Any, steps: int, lr: float, trainable: Any, warmup: int) -> Any:
-    """Ordinary fine-tuning (the teacher's, and the waypoint run): the unguided strategy without a student."""
-    from iclr25_cald._distill import Guidance, distill
-
-    return distill(
-        model,
-        batches,
-        steps=steps,
-        guidance=Guidance(strategy="unguided"),
-        lr=lr,
-        trainable=trainable,
-        warmup_steps=warmup,
-    ).student
-
-
 def _setup(cfg: Any, ctx: RunContext) -> dict[str, Any]:
     """Load SmolLM2 and the Wikipedia topics; build the pretrained prefix, and the train/eval tensors."""
     import torch
