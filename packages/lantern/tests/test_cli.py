@@ -122,18 +122,20 @@ def test_generate_with_temperature_zero_and_lantern_warns_before_decoding(tmp_pa
     assert "temperature 0" in capsys.readouterr().err
 
 
-def test_bench_at_matched_quality_picks_the_fastest_row_not_shown_worse(tmp_path):
+def test_bench_at_matched_quality_picks_the_row_closest_to_sd_quality(tmp_path):
     models = tmp_path / "models"
     _write_tiny_models(models)
     rows = [
-        {"method": "target-only AR", "k": "", "delta": "", "lambda": "", "tau (tokens/target call)": 1.0},
-        {"method": "standard SD (delta=0)", "k": 0, "delta": 0.0, "lambda": "", "tau (tokens/target call)": 1.5},
-        {"method": "a", "k": 4, "delta": 0.1, "lambda": "", "tau (tokens/target call)": 2.0,
-         "confidence - SD [95% CI]": "-0.010 [-0.030, 0.010]"},
-        {"method": "b", "k": 8, "delta": 0.4, "lambda": "", "tau (tokens/target call)": 3.0,
-         "confidence - SD [95% CI]": "-0.100 [-0.150, -0.050]"},
-        {"method": "c", "k": 4, "delta": "", "lambda": 3.0, "tau (tokens/target call)": 2.5,
-         "confidence - SD [95% CI]": "0.020 [-0.010, 0.050]"},
+        {"method": "target-only AR", "k": "", "delta": "", "lambda": "", "tau (tokens/target call)": 1.0,
+         "FD (pooled)": 40.0},
+        {"method": "standard SD (delta=0)", "k": 0, "delta": 0.0, "lambda": "", "tau (tokens/target call)": 1.5,
+         "FD (pooled)": 30.0},
+        {"method": "LANTERN k=4 delta=0.1", "k": 4, "delta": 0.1, "lambda": "", "tau (tokens/target call)": 2.0,
+         "FD (pooled)": 55.0},
+        {"method": "LANTERN k=8 delta=0.4", "k": 8, "delta": 0.4, "lambda": "", "tau (tokens/target call)": 3.0,
+         "FD (pooled)": 90.0},
+        {"method": "LANTERN k=4 lambda=3", "k": 4, "delta": "", "lambda": 3.0, "tau (tokens/target call)": 2.5,
+         "FD (pooled)": 50.0},
     ]  # fmt: skip
     (models / "results.json").write_text(json.dumps({"tables": {"sweep": rows}}))
     out = tmp_path / "bench"

@@ -344,6 +344,8 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             "FD (pooled)": fd,
             "target NLL": float(np.mean(r["nll"])),
         }
+        for key in ("tau ratio vs SD [95% CI]", "CPU speed-up vs SD [95% CI]", "confidence - SD [95% CI]"):
+            row[key] = ""
         if method == "sd" and name != "standard SD (delta=0)":
             d_tau = np.array(r["tau"]) / np.array(sd["tau"])
             d_speed = np.array(r["tokens_per_cpu_s"]) / np.array(sd["tokens_per_cpu_s"])
@@ -573,29 +575,20 @@ def text_rows(lm, prompts, grid, *, processor, gamma, max_new_tokens, draft_laye
 
 
 def _matched_config(folder: Any) -> tuple[int, float | None, float | None]:
-    """(k, delta, lam) of the LANTERN row of a reproduce results.json with the largest tau among those whose
-    confidence difference to standard SD has a 95 % interval with upper end >= 0 (quality not shown worse)."""
+    """(k, delta, lam) of the LANTERN row of a reproduce results.json whose quality is closest to standard SD's:
+    the lowest pooled Fréchet distance (ties: the larger tau)."""
     import json
-    import re
     from pathlib import Path
 
     path = Path(folder) / "results.json"
     if not path.is_file():
         raise ValueError(f"match_quality needs {path} (written by `reproduce --out`); not found")
-    rows = json.loads(path.read_text())["tables"]["sweep"]
-    best = None
-    for r in rows:
-        ci = r.get("confidence - SD [95% CI]")
-        if not ci:
-            continue
-        nums = [float(v) for v in re.findall(r"-?\d+\.\d+", ci)]
-        upper = nums[2] if len(nums) == 3 else nums[0]
-        if upper >= 0 and (best is None or r["tau (tokens/target call)"] > best["tau (tokens/target call)"]):
-            best = r
-    if best is None:
-        raise ValueError(
-            f"{path}: no LANTERN row matches standard SD's quality; pass --k and --delta instead"
-        )
+    rows = [
+        r for r in json.loads(path.read_text())["tables"]["sweep"] if str(r["method"]).startswith("LANTERN")
+    ]
+    if not rows:
+        raise ValueError(f"{path}: no LANTERN rows in the sweep table; pass --k and --delta instead")
+    best = min(rows, key=lambda r: (r["FD (pooled)"], -r["tau (tokens/target call)"]))
     lam = float(best["lambda"]) if best["lambda"] != "" else None
     delta = float(best["delta"]) if best["delta"] != "" else None
     return int(best["k"]), delta, lam

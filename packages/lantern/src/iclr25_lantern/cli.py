@@ -127,8 +127,8 @@ class BenchConfig(CommonOptions):
     text: bool = False
     """Also time SmolLM2-135M with a 6-layer prefix drafter (needs the packaged model)."""
     match_quality: bool = False
-    """Take (k, delta or lambda) from --models' results.json instead of --k/--delta: the LANTERN row with the
-    largest tau whose classifier-confidence difference to standard SD has a 95% interval reaching 0 or above."""
+    """Take (k, delta or lambda) from --models' results.json instead of --k/--delta: the LANTERN row whose image
+    quality is closest to standard SD's (lowest pooled Fréchet distance)."""
     data: Path | None = None
     """Folder holding the Fashion-MNIST IDX .gz files."""
 
