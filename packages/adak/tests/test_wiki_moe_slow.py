@@ -15,8 +15,9 @@ def test_wiki_moe_pretrains_caches_and_reloads_identically(tmp_path, monkeypatch
     require(load_smollm2_tokenizer)
     require(wiki_summaries)
     monkeypatch.setenv("ICLR25_CACHE", str(tmp_path / "cache"))
-    spec = MoESpec(vocab=256, hidden=32, layers=2, heads=2, experts=4, ffn=32, block_len=16, docs=40, steps=3,
-                   batch=2)
+    spec = MoESpec(
+        vocab=256, hidden=32, layers=2, heads=2, experts=4, ffn=32, block_len=16, docs=40, steps=3, batch=2
+    )
     m1, t1 = wiki_moe(spec)
     m2, t2 = wiki_moe(spec)  # from the cache
     assert (tmp_path / "cache" / "adak" / f"wiki-moe-{spec.key()}" / "config.json").is_file()

@@ -278,6 +278,8 @@ def _plot(
     width = 0.8 / max(len(layers), 1)
     for i, (lam, ks) in enumerate(layers.items()):
         bx.bar(np.arange(len(ks)) + i * width, ks, width=width, label=f"lam={lam:g}")
+    n_layers = len(next(iter(layers.values()))) if layers else 0
+    bx.set_xticks(np.arange(n_layers) + width * (len(layers) - 1) / 2, [str(i) for i in range(n_layers)])
     bx.set_xlabel("MoE layer")
     bx.set_ylabel("mean k (seed average)")
     bx.legend(fontsize=8)
