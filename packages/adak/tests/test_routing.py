@@ -261,3 +261,20 @@ def test_allocator_state_round_trip(make_tiny):
     patch2 = apply_adak(make_tiny("olmoe"))
     patch2.load_allocator_state_dict(state)
     assert torch.equal(_logits(patch2.model), ref)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_k_equal_K_is_unchanged_and_sampling_is_seeded(make_tiny):
+    model = make_tiny("mixtral").cuda()
+    ids = IDS.cuda()
+    ref = _logits(model, ids)
+    patch = apply_adak(model, init_logit=0.0, seed=3)
+    with patch.mode_as("fixed", patch.host_top_k):
+        assert torch.equal(_logits(model, ids), ref)
+    runs = []
+    for _ in range(2):
+        patch.reseed(3)
+        with patch.mode_as("sample"):
+            runs.append(_logits(model, ids))
+    assert torch.equal(runs[0], runs[1])
