@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -269,3 +270,18 @@ def test_lazy_exports_import_on_first_use_and_cache(tmp_path, monkeypatch):
             del sys.modules[name]
     _, dir_ = lazy_exports("x", {}, eager=())
     assert dir_() == []
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Opts(cli.CommonOptions):
+    sizes: tuple[int, ...] = (1,)
+    files: tuple[Path, ...] = ()
+    root: Path | None = None
+    name: str = "x"
+
+
+def test_common_options_store_lists_as_the_declared_tuples_and_strings_as_paths():
+    opts = _Opts(sizes=[2, 3], files=["a.txt"], root="data", name="plain")
+    assert opts.sizes == (2, 3) and opts.files == (Path("a.txt"),) and opts.root == Path("data")
+    assert opts.name == "plain" and isinstance(opts.name, str)
+    hash(opts)  # frozen and hashable: no list left inside

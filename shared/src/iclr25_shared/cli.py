@@ -111,6 +111,19 @@ class CommonOptions:
     """No progress bars or info logs."""
 
     def __post_init__(self) -> None:
+        # Lists (a --config file, or a caller in Python) become the declared tuples, strings the declared Paths, so a
+        # subclass never converts its own fields.
+        try:
+            hints = typing.get_type_hints(type(self))
+        except (
+            NameError,
+            TypeError,
+        ):  # an annotation that does not resolve at runtime: leave values as given
+            hints = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, (list, str)):
+                object.__setattr__(self, field.name, _from_json(value, hints.get(field.name)))
         if not isinstance(self.device, str) or not _DEVICE_RE.match(self.device):
             raise ValueError(f"device must be one of auto, cpu, cuda, cuda:<index>, mps; got {self.device!r}")
         check_int("seed", self.seed, low=0)

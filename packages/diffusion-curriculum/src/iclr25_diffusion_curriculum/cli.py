@@ -34,12 +34,6 @@ class _CurriculumOptions(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        # A --config JSON file gives lists; tyro needs the declared tuples (iclr25_shared.cli does not convert).
-        for name in ("channels", "timestep_range", "methods", "combine"):
-            value = getattr(self, name, None)
-            if isinstance(value, list):
-                value = tuple(Path(v) for v in value) if name == "combine" else tuple(value)
-                object.__setattr__(self, name, value)
         check_int("num_train_timesteps", self.num_train_timesteps, low=1)
         check_int("num_clusters", self.num_clusters, low=1, high=self.num_train_timesteps)
         check_int("patience", self.patience, low=1)

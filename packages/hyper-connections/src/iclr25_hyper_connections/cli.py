@@ -140,9 +140,6 @@ class ReproduceConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("variants", "lrs"):  # a --config file gives JSON lists
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, tuple(getattr(self, name)))
         check_int("num_seeds", self.num_seeds, low=1)
         check_int("checkpoints", self.checkpoints, low=1)
         check_int("eval_batches", self.eval_batches, low=1)
@@ -201,7 +198,6 @@ class BenchConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "expansion_rates", tuple(self.expansion_rates))
         for name in ("dim", "num_layers", "num_heads", "context", "batch_size", "vocab_size", "repeats"):
             check_int(name, getattr(self, name), low=1)
         check_int("warmup_steps", self.warmup_steps, low=0)

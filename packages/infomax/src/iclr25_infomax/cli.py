@@ -32,13 +32,6 @@ SOLVERS = ("relaxed", "greedy", "score")
 class _Options(CommonOptions):
     """Options shared by every infomax subcommand."""
 
-    def _tuples(self, *names: str) -> None:
-        """A --config JSON file gives lists for tuple fields: store them as tuples (frozen, tyro-typed)."""
-        for name in names:
-            value = getattr(self, name)
-            if isinstance(value, list):
-                object.__setattr__(self, name, tuple(value))
-
 
 @dataclass(frozen=True, kw_only=True)
 class SelectConfig(_Options):
@@ -141,7 +134,6 @@ class ReproduceConfig(_Options):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._tuples("budgets", "methods", "score_hidden", "alphas", "ccs_betas")
         if not self.budgets:
             raise ValueError("budgets must list at least one fraction")
         for b in self.budgets:
@@ -212,7 +204,6 @@ class BenchConfig(_Options):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self._tuples("sizes", "alphas")
         if not self.sizes:
             raise ValueError("sizes must list at least one N")
         for n in self.sizes:

@@ -104,8 +104,6 @@ class ReproduceConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        # a --config JSON file gives lists; tuple fields must stay tuples (tyro warns otherwise)
-        object.__setattr__(self, "experiments", tuple(self.experiments))
         if not self.experiments:
             raise ValueError("experiments must name at least one experiment")
         if self.epochs is not None:
@@ -131,9 +129,6 @@ class BenchConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        # a --config JSON file gives lists; tuple fields must stay tuples (tyro warns otherwise)
-        object.__setattr__(self, "iterations", tuple(self.iterations))
-        object.__setattr__(self, "methods", tuple(self.methods))
         if not self.iterations:
             raise ValueError("iterations must list at least one K")
         if not self.methods:

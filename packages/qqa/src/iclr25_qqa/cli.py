@@ -41,8 +41,6 @@ class _AnnealOptions(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        # a --config JSON file gives lists; keep the declared tuple type
-        object.__setattr__(self, "gamma", tuple(self.gamma))
         check_int("replicas", self.replicas, low=1)
         check_int("steps", self.steps, low=1)
         check_float("lr", self.lr, low=0.0, low_inclusive=False)
@@ -131,7 +129,6 @@ class ReproduceConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        object.__setattr__(self, "tasks", tuple(self.tasks))  # a list from a --config JSON file
         if not self.tasks:
             raise ValueError("tasks must name at least one of maxcut, mis, coloring, clique")
         check_float("exact_time_limit", self.exact_time_limit, low=0.0, low_inclusive=False)
@@ -174,8 +171,6 @@ class BenchConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("instances", "qqa_replicas", "qqa_lr", "qqa_gamma_start", "sa_reads"):  # JSON lists
-            object.__setattr__(self, name, tuple(getattr(self, name)))
         if not self.instances:
             raise ValueError("instances must name at least one instance (G-set name, rudy file or spec)")
         check_float("budget", self.budget, low=0.0, low_inclusive=False)
