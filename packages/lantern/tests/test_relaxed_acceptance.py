@@ -417,3 +417,16 @@ def test_low_precision_logits_give_the_same_acceptance_as_float32(dtype):
 def test_bad_processor_settings_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=match):
         LogitsProcessor(**kwargs)
+
+
+@pytest.mark.slow
+def test_proximity_table_for_a_llamagen_sized_codebook():
+    """V = 16 384 codes of dimension 8 (LlamaGen's tokenizer size): chunked, int16, rows match brute force."""
+    rng = np.random.default_rng(12)
+    e = rng.standard_normal((16384, 8))
+    table = latent_proximity(torch.tensor(e), 32, chunk_size=512)
+    assert table.dtype == torch.int16 and table.shape == (16384, 32)
+    for x in rng.integers(0, 16384, 20):
+        d = np.sqrt(((e - e[x]) ** 2).sum(1))
+        d[x] = np.inf
+        np.testing.assert_array_equal(table[x].long().numpy(), np.argsort(d, kind="stable")[:32])
