@@ -467,7 +467,7 @@ def generate(cfg: GenerateConfig, ctx: RunContext) -> Result:
         models = _load_models(cfg.models)
     else:
         ctx.log.info("training tiny Fashion-MNIST models (pass --models DIR from `reproduce --out` to skip)")
-        size = Size(4000, 300, (64, 2, 2), 400, (32, 1, 2), 200, 150, 0, 0, ())
+        size = Size(3000, 150, (64, 2, 2), 250, (32, 1, 2), 150, 100, 0, 0, ())
         models = _train_models(size, GENERATE_CODEBOOK, cfg.data, cfg.seed, ctx)
     vocab = models["vq"].codebook_size
     if cfg.k > vocab - 1:
