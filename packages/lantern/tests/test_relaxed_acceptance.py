@@ -1,4 +1,4 @@
-"""LANTERN's relaxed acceptance (arXiv:2410.03355, Section 4): the paper's claims as checkable invariants.
+"""LANTERN's relaxed acceptance (arXiv:2410.03355): the paper's claims as checkable invariants.
 
 Expected values come from closed forms (δ = 0 reproduces p), brute-force loops written here, or numpy float64
 distances; never from the function under test.

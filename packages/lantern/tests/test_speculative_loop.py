@@ -1,5 +1,5 @@
 """The speculative decoding loop: exactness at δ = 0 by sampling (chi-square against the target's exact joint law),
-the bonus token, the drafter's q, greedy equivalence, KV caches and bad inputs (arXiv:2410.03355, Section 4)."""
+the bonus token, the drafter's q, greedy equivalence, KV caches and bad inputs (arXiv:2410.03355)."""
 
 import itertools
 import warnings

@@ -5,7 +5,7 @@ A model is a :class:`CachedDecoder`: ``forward(ids)`` appends new tokens to its 
 ``ids -> logits`` (recomputing the whole prefix; no cache), :class:`HFDecoder` a Hugging Face causal LM (its
 ``DynamicCache``), and :class:`iclr25_lantern.TokenTransformer` is a small cached transformer of this package.
 
-One decoding round (Leviathan et al. 2023, Alg. 1; paper §4 for the acceptance):
+One decoding round (Leviathan et al. 2023, Alg. 1; LANTERN, arXiv:2410.03355, for the acceptance):
 
 1. the drafter samples ``γ`` tokens ``x_1 .. x_γ`` from ``q_i`` (argmax when greedy);
 2. the target scores ``[last, x_1 .. x_γ]`` in one call, giving ``p_1 .. p_{γ+1}``;

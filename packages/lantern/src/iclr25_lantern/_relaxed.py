@@ -1,6 +1,6 @@
-"""LANTERN's relaxed acceptance, written from the paper (Jang et al., ICLR 2025, arXiv:2410.03355, Section 4).
+"""LANTERN's relaxed acceptance, written from the paper (Jang et al., ICLR 2025, arXiv:2410.03355, the method).
 
-Notation (paper, Section 4): ``p`` is the target model's next-token distribution and ``q`` the drafter's, both
+Notation (the paper's method): ``p`` is the target model's next-token distribution and ``q`` the drafter's, both
 after the same logits processors (temperature, top-k, top-p, classifier-free guidance). For a drafted token ``x``:
 
 * ``A_k(x)``: the ``k`` tokens other than ``x`` whose codebook embeddings are nearest to ``x``'s (Euclidean),
@@ -57,7 +57,7 @@ def proximity_dtype(vocab_size: int):
 
 
 def latent_proximity(codebook, k: int | None = None, *, chunk_size: int = 256, precision: str = "float64"):
-    """Latent proximity table: for every token, the ``k`` other tokens nearest in embedding space (paper §4.1).
+    """Latent proximity table: for every token, the ``k`` other tokens nearest in embedding space (the paper's latent proximity).
 
     Row ``x`` lists ``A_k(x)``: the ids ``y != x`` sorted by non-decreasing Euclidean distance
     ``‖e_x − e_y‖₂``; equal distances are ordered by id when ``k = V − 1`` (full sort) and arbitrarily at the
@@ -79,7 +79,7 @@ def latent_proximity(codebook, k: int | None = None, *, chunk_size: int = 256, p
         TypeError: ``k`` or ``chunk_size`` not an integer.
 
     References:
-        Jang et al., "LANTERN", ICLR 2025, arXiv:2410.03355, Section 4.1 (latent proximity ``A_k``).
+        Jang et al., "LANTERN", ICLR 2025, arXiv:2410.03355, method (latent proximity ``A_k``).
     """
     torch = _torch()
     e = torch.as_tensor(codebook)
@@ -120,7 +120,7 @@ class Relaxation:
     Attributes:
         neighbours: ``(V, k)`` integer proximity table from :func:`latent_proximity`, or ``None`` (no relaxation,
             ``k = 0``).
-        delta: total-variation budget ``δ >= 0`` (paper §4.2): ``Σ_{y∈B} p(y) ≤ δ``.
+        delta: total-variation budget ``δ >= 0`` (the paper's TVD bound): ``Σ_{y∈B} p(y) ≤ δ``.
         lam: LANTERN++ relative budget ``λ >= 1`` instead of ``δ``: ``Σ_{y∈B} p(y) ≤ (λ − 1) p(x)``; ``None``
             uses ``delta``.
         residual: after a rejection, ``"lantern"`` resamples from ``max(0, p − q)`` with the rejected token and its
@@ -180,7 +180,7 @@ class Relaxation:
 
 
 def relaxed_target_mass(p, x, relax: Relaxation):
-    """``p̃_x(x)`` and the aggregated set ``B_{k,δ}(x)`` for drafted tokens ``x`` (paper §4.2, Eq. for ``p̃``).
+    """``p̃_x(x)`` and the aggregated set ``B_{k,δ}(x)`` for drafted tokens ``x`` (the paper's relaxed acceptance).
 
     ``B`` is the longest prefix of ``A_k(x)`` (row ``x`` of the table) whose cumulative target mass is at most
     ``δ`` (or ``(λ − 1) p(x)`` in λ mode); because ``p >= 0`` the cumulative sums never decrease, so ``B`` is
@@ -213,7 +213,7 @@ def relaxed_target_mass(p, x, relax: Relaxation):
 
 
 def acceptance_probability(p, q, x, relax: Relaxation):
-    """LANTERN's acceptance probability ``min(1, p̃_x(x) / q(x))`` (paper §4.2).
+    """LANTERN's acceptance probability ``min(1, p̃_x(x) / q(x))`` (the paper's relaxed acceptance).
 
     Args:
         p: ``(..., V)`` target probabilities; q: ``(..., V)`` drafter probabilities (both after the same
@@ -232,7 +232,7 @@ def acceptance_probability(p, q, x, relax: Relaxation):
 
 
 def residual_distribution(p, q, x, relax: Relaxation):
-    """The distribution a rejected position is resampled from (paper §4.2; Leviathan et al. 2023, Alg. 1).
+    """The distribution a rejected position is resampled from (Leviathan et al. 2023, Alg. 1, with LANTERN's aggregated set removed).
 
     ``r ∝ max(0, p − q)``; with ``relax.residual == "lantern"`` the rejected token and its aggregated set ``B``
     get zero mass too (they were "used" by the relaxed acceptance). A rejection is only possible when
@@ -267,7 +267,7 @@ def residual_distribution(p, q, x, relax: Relaxation):
 
 
 def greedy_accept(p, x, relax: Relaxation):
-    """Greedy-mode LANTERN: accept ``x`` iff it is the argmax of ``p̃_x`` (paper §4.2, greedy decoding).
+    """Greedy-mode LANTERN: accept ``x`` iff it is the argmax of ``p̃_x`` (the paper's greedy decoding mode).
 
     ``p̃_x`` is ``p`` with the mass of ``B_{k,δ}(x)`` moved onto ``x``. With ``δ = 0`` this is plain greedy
     verification (``x == argmax p``). Ties: ``x`` is accepted when ``p̃_x(x)`` equals the maximum.
