@@ -395,3 +395,34 @@ def test_when_no_proposal_parses_the_constitution_is_empty_and_the_failures_are_
     result = run_icai(length_pairs, ScriptedBackend(lambda m: "I like both."), TfidfEmbedder(), ICAIConfig())
     assert result.constitution.principles == () and result.candidates == []
     assert result.stats["proposal_failures"] == len(length_pairs) and result.stats["principles_proposed"] == 0
+
+
+def test_several_constitutions_at_once_equal_one_at_a_time(length_pairs):
+    from iclr25_icai import feature_oracle, reconstruct_many
+
+    pairs = validate_pairs(length_pairs)
+    oracle = feature_oracle([length_pairs])
+    cons = {
+        "none": None,
+        "short": ["Select the response that is shorter"],
+        "long": ["Select the response that is longer"],
+    }
+    many = reconstruct_many(cons, pairs, oracle)
+    for name, c in cons.items():
+        pd.testing.assert_frame_equal(many[name], reconstruct(c, pairs, oracle))
+    assert many["short"]["agree"].all() and not many["long"]["agree"].any()
+
+
+def test_probes_are_voted_but_never_enter_the_constitution(length_pairs):
+    from iclr25_icai import ICAIConfig, feature_oracle, run_icai
+
+    probes = ["Select the response that is shorter", "Select the response that is longer"]
+    res = run_icai(
+        length_pairs, feature_oracle([length_pairs]), TfidfEmbedder(), ICAIConfig(n_clusters=2), probes=probes
+    )
+    got = res.probe_counts.set_index("principle")
+    assert got.loc[probes[0], "for"] == len(length_pairs) and got.loc[probes[1], "against"] == len(
+        length_pairs
+    )
+    assert set(res.counts["principle"]) == set(res.candidates)
+    assert set(res.constitution.principles) <= set(res.candidates)

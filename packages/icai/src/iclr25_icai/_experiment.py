@@ -179,7 +179,15 @@ def run(cfg: RunConfig, ctx: RunContext) -> Result:
 def _sizes(backend: str, size: str) -> tuple[int, int]:
     if backend == "oracle" or size == "full":
         return 30, 30
-    return 6, 6
+    return 4, 4
+
+
+def _settings(backend: str, size: str, settings: tuple[str, ...]) -> list[str]:
+    if backend == "oracle" or size == "full":
+        return list(settings)
+    return [s for s in settings if s != "aligned"] or list(
+        settings
+    )  # quick SmolLM2: the two headline settings
 
 
 def _icai_config(backend: str) -> Any:
@@ -204,7 +212,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     """Planted-rule recovery and reconstruction agreement (arXiv:2406.06560, Section 4.1, Table 1) on Wikipedia."""
     from iclr25_icai._backends import CachedBackend, LocalChatBackend
     from iclr25_icai._embed import TfidfEmbedder
-    from iclr25_icai._icai import count_votes, reconstruct, run_icai, validate_pairs, vote
+    from iclr25_icai._icai import reconstruct_many, run_icai
     from iclr25_icai._synthetic import RULES, SETTINGS, feature_oracle, make_planted_pairs, matches_rule
     from iclr25_shared.metrics import paired_t_interval
 
@@ -225,7 +233,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             seed = cfg.seed + s
             split = np.random.default_rng(10_000 + seed).permutation(len(corpus))
             train_rows, test_rows = split[: len(split) // 2], split[len(split) // 2 :]
-            for setting in cfg.settings:
+            for setting in _settings(backend_name, cfg.size, cfg.settings):
                 rule = SETTINGS[setting]
                 train = make_planted_pairs(
                     corpus, rule, n_train, seed=seed, max_words=cfg.max_words, rows=train_rows
@@ -236,26 +244,21 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                 llm = feature_oracle([train, test], seed=seed) if backend_name == "oracle" else local
                 ctx.log.info(f"{backend_name} seed {seed} {setting}: {n_train} train / {n_test} test pairs")
                 t0 = time.perf_counter()
-                res = run_icai(train, llm, embed, icai_cfg, seed=seed)
+                probes = [RULES[rule].statement, RULES[rule].inverse]
+                res = run_icai(train, llm, embed, icai_cfg, seed=seed, probes=probes)
                 principles = list(res.constitution.principles)
                 ranks = [i + 1 for i, p in enumerate(principles) if matches_rule(p, rule)]
-                inverse = RULES[rule].inverse
                 inv_rule = {"person": None, "longer": "shorter", "shorter": "longer"}[rule]
-                probes = [RULES[rule].statement, inverse]
-                _, merged = vote(
-                    validate_pairs(train),
-                    probes,
+                probe = res.probe_counts.set_index("principle")
+                rec = reconstruct_many(
+                    {"default": None, "constitution": res.constitution, "true": [RULES[rule].statement]},
+                    test,
                     llm,
-                    reannotations=icai_cfg.reannotations,
-                    merge=icai_cfg.merge,
-                    flips=icai_cfg.flips,
-                    options=icai_cfg.vote_options,
-                    seed=seed + 2,
+                    seed=seed,
                 )
-                probe = count_votes(merged, probes)
-                agree0 = reconstruct(None, test, llm, seed=seed)["agree"].mean()
-                agree1 = reconstruct(res.constitution, test, llm, seed=seed)["agree"].mean()
-                agree_true = reconstruct([RULES[rule].statement], test, llm, seed=seed)["agree"].mean()
+                agree0, agree1, agree_true = (
+                    rec[k]["agree"].mean() for k in ("default", "constitution", "true")
+                )
                 per_seed.append(
                     {
                         "backend": backend_name,
@@ -270,8 +273,10 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                         "proposed_at_all": bool(
                             any(matches_rule(p, rule) for p in res.proposals["principle"] if p)
                         ),
-                        "probe_rule_net": int(probe.loc[0, "for"] - probe.loc[0, "against"]),
-                        "probe_inverse_net": int(probe.loc[1, "for"] - probe.loc[1, "against"]),
+                        "probe_rule_net": int(probe.loc[probes[0], "for"] - probe.loc[probes[0], "against"]),
+                        "probe_inverse_net": int(
+                            probe.loc[probes[1], "for"] - probe.loc[probes[1], "against"]
+                        ),
                         "agreement_default": float(agree0),
                         "agreement_constitutional": float(agree1),
                         "agreement_true_rule": float(agree_true),
@@ -279,10 +284,11 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                         "seconds": round(time.perf_counter() - t0, 1),
                     }
                 )
+                ctx.log.info(f"row: {per_seed[-1]}")  # a record even if the run is stopped later
         timings[backend_name] = time.perf_counter() - t_backend
     summary = []
     for backend_name in cfg.backends:
-        for setting in cfg.settings:
+        for setting in _settings(backend_name, cfg.size, cfg.settings):
             rows = [r for r in per_seed if r["backend"] == backend_name and r["setting"] == setting]
             diffs = [r["agreement_constitutional"] - r["agreement_default"] for r in rows]
             est = paired_t_interval(diffs)

@@ -26,7 +26,7 @@ import ast
 import json
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -52,6 +52,7 @@ __all__ = [
     "parse_votes",
     "propose_principles",
     "reconstruct",
+    "reconstruct_many",
     "run_icai",
     "validate_pairs",
     "vote",
@@ -720,12 +721,34 @@ def reconstruct(
         ``(n_pairs, 3)`` table: ``predicted`` (``text_a``/``text_b``/``tie``/``invalid``), ``preferred_text``,
         ``agree`` (bool; ties and invalid count as disagreement). ``table["agree"].mean()`` is the agreement.
     """
+    return reconstruct_many({"c": constitution}, pairs, backend, orders=orders, mode=mode, seed=seed)["c"]
+
+
+def reconstruct_many(
+    constitutions: Mapping[str, Constitution | Sequence[str] | None],
+    pairs: pd.DataFrame,
+    backend: LLMBackend,
+    *,
+    orders: Literal["both", "random"] = "both",
+    mode: Literal["auto", "json", "choice"] = "auto",
+    seed: int = 0,
+) -> dict[str, pd.DataFrame]:
+    """:func:`reconstruct` for several constitutions at once (same shown orders for all), one table per name.
+
+    In ``choice`` mode all prompts go to the backend in one call, ordered pair by pair, so that the annotators of
+    one pair share the prompt prefix (the two texts) and, with the local judge, its key/value cache.
+    """
     import pandas as pd
 
     check_choice("orders", orders, ("both", "random"))
     check_choice("mode", mode, ("auto", "json", "choice"))
-    if constitution is not None and not isinstance(constitution, Constitution):
-        constitution = Constitution(tuple(str(p) for p in constitution))
+    names = list(constitutions)
+    if not names:
+        raise ValueError("constitutions is empty: give at least one (None = the default annotator)")
+    cons = {
+        n: c if c is None or isinstance(c, Constitution) else Constitution(tuple(str(p) for p in c))
+        for n, c in constitutions.items()
+    }
     scorer = hasattr(backend, "choice_logprobs")
     if mode == "auto":
         mode = "choice" if scorer else "json"
@@ -735,50 +758,51 @@ def reconstruct(
         )
     rng = np.random.default_rng(seed)
     shown: list[list[bool]] = []
-    prompts = []
+    prompts = []  # pair-major: pair, shown order, constitution
     for _, row in pairs.iterrows():
         flips = [False, True] if orders == "both" else [bool(rng.integers(2))]
         shown.append(flips)
         for f in flips:
             first, second = (row["text_b"], row["text_a"]) if f else (row["text_a"], row["text_b"])
-            prompts.append(annotator_messages(row["input"], first, second, constitution))
-    predicted = []
+            prompts += [annotator_messages(row["input"], first, second, cons[n]) for n in names]
+    predicted: dict[str, list[str]] = {n: [] for n in names}
     if mode == "choice":
         scores = backend.choice_logprobs(prompts, ["A", "B"]) if prompts else np.zeros((0, 2))
         k = 0
         for flips in shown:
-            margin = 0.0  # log p(text_a) - log p(text_b), summed over the orders shown
+            margin = dict.fromkeys(names, 0.0)  # log p(text_a) - log p(text_b), summed over the orders shown
             for f in flips:
-                m = scores[k, 0] - scores[k, 1]
-                margin += -m if f else m
-                k += 1
-            predicted.append(
-                "invalid"
-                if not np.isfinite(margin)
-                else "text_a"
-                if margin > 0
-                else "text_b"
-                if margin < 0
-                else "tie"
-            )
+                for n in names:
+                    m = scores[k, 0] - scores[k, 1]
+                    margin[n] += -m if f else m
+                    k += 1
+            for n in names:
+                v = margin[n]
+                predicted[n].append(
+                    "invalid" if not np.isfinite(v) else "text_a" if v > 0 else "text_b" if v < 0 else "tie"
+                )
     else:
         k = 0
         for flips in shown:
-            votes = set()
+            votes: dict[str, set[str]] = {n: set() for n in names}
             for f in flips:
-                letter = _letter(backend.chat(prompts[k], max_tokens=8))
-                k += 1
-                if letter is None:
-                    votes.add("invalid")
-                else:
-                    votes.add(
-                        ("text_b" if letter == "A" else "text_a")
-                        if f
-                        else ("text_a" if letter == "A" else "text_b")
-                    )
-            predicted.append("invalid" if "invalid" in votes else votes.pop() if len(votes) == 1 else "tie")
-    out = pd.DataFrame({"predicted": predicted, "preferred_text": list(pairs["preferred_text"])})
-    out["agree"] = out["predicted"] == out["preferred_text"]
+                for n in names:
+                    letter = _letter(backend.chat(prompts[k], max_tokens=8))
+                    k += 1
+                    if letter is None:
+                        votes[n].add("invalid")
+                    elif (letter == "A") != f:
+                        votes[n].add("text_a")
+                    else:
+                        votes[n].add("text_b")
+            for n in names:
+                v = votes[n]
+                predicted[n].append("invalid" if "invalid" in v else v.pop() if len(v) == 1 else "tie")
+    out = {}
+    for n in names:
+        table = pd.DataFrame({"predicted": predicted[n], "preferred_text": list(pairs["preferred_text"])})
+        table["agree"] = table["predicted"] == table["preferred_text"]
+        out[n] = table
     return out
 
 
@@ -845,6 +869,8 @@ class ICAIResult:
     kept: Any
     """Stage 5 output (:func:`filter_principles`)."""
     stats: dict[str, Any] = field(default_factory=dict)
+    probe_counts: Any = None
+    """Vote counts of the ``probes`` given to :func:`run_icai` (voted with the candidates, never kept)."""
 
 
 def run_icai(
@@ -854,6 +880,7 @@ def run_icai(
     config: ICAIConfig | None = None,
     *,
     seed: int = 0,
+    probes: Sequence[str] = (),
     log: Callable[[str], None] | None = None,
 ) -> ICAIResult:
     """The full ICAI algorithm (Section 3): propose → cluster → deduplicate → vote → filter → constitution.
@@ -864,6 +891,8 @@ def run_icai(
         embed: ``fn(list[str]) -> (n, dim)`` for both clusterings (an :class:`~iclr25_icai.Embedder`).
         config: :class:`ICAIConfig` (defaults: the paper's).
         seed: derives every random choice (KMeans, sampling per cluster, flips and shuffles).
+        probes: principles voted on together with the candidates but never eligible for the constitution (a
+            diagnostic: e.g. a hypothesised rule and its inverse); their counts are in ``probe_counts``.
 
     Returns:
         :class:`ICAIResult`. An empty constitution (no principle proposed or none passing the filter) is a valid
@@ -902,9 +931,10 @@ def run_icai(
     candidates += [p for p in cfg.extra_candidates if p not in candidates]
     stats["candidates"] = len(candidates)
     say(f"voting on {len(candidates)} candidate principles")
+    voted = candidates + [p for p in dict.fromkeys(probes) if p not in candidates]
     raw, merged = vote(
         pairs,
-        candidates,
+        voted,
         backend,
         reannotations=cfg.reannotations,
         merge=cfg.merge,
@@ -913,8 +943,11 @@ def run_icai(
         options=cfg.vote_options,
         seed=seed + 1,
     )
-    counts = count_votes(merged, candidates)
-    stats["invalid_votes"] = int((raw["answer"] == "invalid").sum()) if len(raw) else 0
+    counts_all = count_votes(merged, voted)
+    counts = counts_all.iloc[: len(candidates)]
+    probe_counts = counts_all[counts_all["principle"].isin(list(probes))]
+    own = raw[raw["principle"] < len(candidates)]
+    stats["invalid_votes"] = int((own["answer"] == "invalid").sum())
     kept = filter_principles(
         counts,
         max_principles=cfg.max_principles,
@@ -928,4 +961,4 @@ def run_icai(
     )
     constitution = Constitution(tuple(kept["principle"]))
     stats["constitution_size"] = len(constitution.principles)
-    return ICAIResult(constitution, proposals, clusters, candidates, raw, counts, kept, stats)
+    return ICAIResult(constitution, proposals, clusters, candidates, raw, counts, kept, stats, probe_counts)

@@ -92,7 +92,8 @@ class ReproduceConfig(CommonOptions):
     the annotator's agreement with the labels (orthogonal, aligned, unaligned settings; >= 3 seeds)."""
 
     size: Literal["quick", "full"] = "quick"
-    """quick: 30/30 pairs for the scripted oracle, 6/6 for SmolLM2 (minutes on 2 CPU cores); full: 30/30 for both."""
+    """quick: 30/30 pairs for the scripted oracle; 4/4 pairs and the orthogonal and unaligned settings for SmolLM2
+    (minutes on 2 CPU cores); full: 30/30 pairs and every setting for both."""
     seeds: int = 3
     """Independent seeds (>= 3 for an interval)."""
     backends: tuple[Literal["oracle", "local"], ...] = ("oracle", "local")
