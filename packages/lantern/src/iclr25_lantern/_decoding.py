@@ -110,6 +110,9 @@ class HFDecoder:
     def __init__(self, model: Any) -> None:
         self.model = model
         self.cache: Any = None
+        # transformers >= 5.2x names the cache argument `cache`; earlier releases `past_key_values`
+        params = inspect.signature(model.forward).parameters
+        self._cache_arg = "cache" if "cache" in params else "past_key_values"
 
     @property
     def cache_len(self) -> int:
@@ -124,8 +127,7 @@ class HFDecoder:
 
         if self.cache is None:
             self.cache = DynamicCache()
-        # transformers >= 5.2x names the argument `cache`; earlier releases `past_key_values`
-        name = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
+        name = self._cache_arg
         with torch.no_grad():
             out = self.model(input_ids=ids.to(self.model.device), use_cache=True, **{name: self.cache})
         self.cache = out.get(name, self.cache)
