@@ -139,7 +139,7 @@ class ReproduceConfig(CommonOptions):
     fractions, paired over seeds."""
 
     size: Literal["quick", "full"] = "quick"
-    """quick (about 6 minutes on 1 CPU thread) or full (longer stage 2, bigger pool)."""
+    """quick (about 3 minutes on 1 CPU thread) or full (longer stage 2, bigger pool)."""
     seeds: int = 3
     """Independent seeds (>= 3 for an interval)."""
     fractions: tuple[float, ...] = (0.05, 0.2)
