@@ -253,3 +253,36 @@ def test_strategies_run_on_cuda():
     )
     game = DiffusionGame(sft, mean_pixel, SHAPE, num_samples=4, sampling_steps=2)
     assert math.isfinite(game(np.array([1, 1, 0], bool)))
+
+
+def test_sample_prediction_trains_towards_the_clean_image():
+    data = tiny_data()
+    sch = make_scheduler(prediction_type="sample")
+    model = make_mlp(0)
+
+    def x0_loss():
+        g = torch.Generator().manual_seed(0)
+        x0 = torch.as_tensor(data.images)
+        t = torch.randint(0, 1000, (len(x0),), generator=g)
+        a = sch.alphas_cumprod[t].float().view(-1, 1, 1, 1)
+        xt = a.sqrt() * x0 + (1 - a).sqrt() * torch.randn(x0.shape, generator=g)
+        with torch.no_grad():
+            return float(((model(xt, t) - x0) ** 2).mean())
+
+    before = x0_loss()
+    train_denoiser(model, data.images, steps=60, batch_size=16, lr=3e-3, scheduler=sch)
+    assert x0_loss() < 0.5 * before
+
+    # a model that outputs x0 = c exactly makes deterministic DDIM return c (clipped) from any noise
+    class Constant(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.p = torch.nn.Parameter(torch.zeros(()))
+
+        def forward(self, x, t):
+            return torch.full_like(x, 0.25) + 0 * self.p
+
+    out = sample_images(Constant(), 3, image_shape=SHAPE, steps=5, scheduler=sch)
+    np.testing.assert_allclose(out, 0.25, atol=1e-5)
+    with pytest.raises(ValueError, match="prediction_type"):
+        make_scheduler(prediction_type="v")

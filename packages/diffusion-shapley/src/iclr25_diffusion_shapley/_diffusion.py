@@ -222,12 +222,21 @@ def predict_noise(model: nn.Module, sample: torch.Tensor, timestep: torch.Tensor
     return out.sample if hasattr(out, "sample") else out
 
 
-def make_scheduler(num_train_timesteps: int = 1000):
-    """diffusers ``DDPMScheduler`` with the linear β schedule of Ho et al. (2020)."""
+def make_scheduler(num_train_timesteps: int = 1000, prediction_type: str = "epsilon"):
+    """diffusers ``DDPMScheduler`` with the linear β schedule of Ho et al. (2020).
+
+    ``prediction_type``: "epsilon" (the network predicts the noise, the DDPM default) or "sample" (it predicts the
+    clean image ``x_0``; much better samples from a briefly trained small network). Training
+    (:func:`train_denoiser`) and sampling (:func:`sample_images`) follow the scheduler's setting.
+    """
     from diffusers import DDPMScheduler
 
     check_int("num_train_timesteps", num_train_timesteps, low=2)
-    return DDPMScheduler(num_train_timesteps=num_train_timesteps, beta_schedule="linear")
+    if prediction_type not in ("epsilon", "sample"):
+        raise ValueError(f"prediction_type must be one of epsilon, sample; got {prediction_type!r}")
+    return DDPMScheduler(
+        num_train_timesteps=num_train_timesteps, beta_schedule="linear", prediction_type=prediction_type
+    )
 
 
 def _device_of(model: nn.Module) -> torch.device:
@@ -247,8 +256,9 @@ def train_denoiser(
     ascent: bool = False,
     max_grad_norm: float | None = 1.0,
 ) -> nn.Module:
-    """Train ``model`` in place with the DDPM ε-prediction loss ``E ||ε − ε_θ(√ᾱ_t x + √(1−ᾱ_t) ε, t)||²``
-    (Adam; minibatches drawn with replacement; ``t`` uniform over the scheduler's timesteps).
+    """Train ``model`` in place with the DDPM loss ``E ||ε − ε_θ(√ᾱ_t x + √(1−ᾱ_t) ε, t)||²`` (or, when the
+    scheduler's ``prediction_type`` is "sample", ``E ||x − x_θ(...)||²``; Adam; minibatches drawn with replacement;
+    ``t`` uniform over the scheduler's timesteps).
 
     With ``ascent=True`` the loss is maximised instead (gradient-ascent unlearning of ``images``).
 
@@ -280,13 +290,14 @@ def train_denoiser(
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     alphas = scheduler.alphas_cumprod.to(device=device, dtype=torch.float32)
     model.train()
+    predict_x0 = getattr(scheduler.config, "prediction_type", "epsilon") == "sample"
     with torch.enable_grad():  # also when called under torch.no_grad()
-        _train_loop(model, opt, data, alphas, gen, steps, batch_size, ascent, max_grad_norm)
+        _train_loop(model, opt, data, alphas, gen, steps, batch_size, ascent, max_grad_norm, predict_x0)
     model.eval()
     return model
 
 
-def _train_loop(model, opt, data, alphas, gen, steps, batch_size, ascent, max_grad_norm) -> None:
+def _train_loop(model, opt, data, alphas, gen, steps, batch_size, ascent, max_grad_norm, predict_x0) -> None:
     device, num_t = data.device, alphas.numel()
     for step in range(steps):
         idx = torch.randint(0, data.shape[0], (batch_size,), generator=gen).to(device)
@@ -295,7 +306,7 @@ def _train_loop(model, opt, data, alphas, gen, steps, batch_size, ascent, max_gr
         t = torch.randint(0, num_t, (batch_size,), generator=gen).to(device)
         a = alphas[t].view(-1, *([1] * (x0.ndim - 1)))
         xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
-        loss = torch.mean((predict_noise(model, xt, t) - noise) ** 2)
+        loss = torch.mean((predict_noise(model, xt, t) - (x0 if predict_x0 else noise)) ** 2)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"DDPM loss is {loss.item()} at step {step}; lower lr")
         opt.zero_grad(set_to_none=True)

@@ -75,7 +75,7 @@ def _setup(cfg: Any, ctx: RunContext, seed: int, *, classifier: Any = None) -> S
         return MLPDenoiser(IMAGE_SHAPE, hidden=hidden, depth=3).to(device)
 
     clf = classifier if classifier is not None else _classifier(cfg.data_root, cfg.classifier_images)
-    return Setup(data, clf, make_model, make_scheduler(1000), device)
+    return Setup(data, clf, make_model, make_scheduler(1000, cfg.prediction_type), device)
 
 
 def _properties(name: str, setup: Setup) -> dict[str, Any]:

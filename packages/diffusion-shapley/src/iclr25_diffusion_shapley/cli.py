@@ -31,6 +31,9 @@ class _Game(CommonOptions):
     """Training images per class (drawn with the seed)."""
     data_root: Path | None = None
     """Folder with the Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist, else the user cache)."""
+    prediction_type: Literal["sample", "epsilon"] = "sample"
+    """What the network predicts: the clean image (sample; much better samples after a few hundred steps) or
+    the noise (epsilon, the DDPM default)."""
     model: Literal["mlp", "unet"] = "mlp"
     """mlp (residual MLP ε-predictor; CPU-cheap) or unet (diffusers UNet2DModel, channels 16/32)."""
     hidden: int = 256
