@@ -140,13 +140,15 @@ class TemporalCoherence(FrameEvaluator):
                 f"frames must have shape (T, H, W[, 3]) with T >= 3, got {np.asarray(frames).shape}"
             )
         flat = f.reshape(f.shape[0], -1)
-        # math.fsum is exactly rounded, hence independent of summation order: reversing the frames permutes the
-        # terms, so the score is bit-for-bit reversal invariant (no tie broken by rounding noise).
-        adj = np.abs(np.diff(flat, axis=0))
-        d_adj = math.fsum(adj.ravel().tolist()) / adj.size
+        # Reversing the frames permutes the rows |f_a - f_b| without changing any row, so per-row means are
+        # bit-identical; math.fsum (exactly rounded, order independent) then adds them. The score is therefore
+        # bit-for-bit reversal invariant (no tie broken by rounding noise). All rows have the same length, so the
+        # mean of row means is the mean of all entries.
+        adj = np.abs(np.diff(flat, axis=0)).mean(axis=1)
+        d_adj = math.fsum(adj.tolist()) / adj.size
         i, j = np.triu_indices(flat.shape[0], k=1)
-        pairs = np.abs(flat[i] - flat[j])
-        d_all = math.fsum(pairs.ravel().tolist()) / pairs.size
+        pairs = np.abs(flat[i] - flat[j]).mean(axis=1)
+        d_all = math.fsum(pairs.tolist()) / pairs.size
         if d_all == 0:
             return 1.0  # a still video is perfectly coherent
         return float(np.clip(1.0 - d_adj / d_all, 0.0, 1.0))
