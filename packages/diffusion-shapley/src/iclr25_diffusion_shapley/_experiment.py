@@ -305,6 +305,7 @@ def _one_seed(cfg: ReproduceConfig, ctx: RunContext, seed: int, classifier: Any)
             "exact": exact.tolist(),
             "v_empty": table[0],
             "v_full": table[-1],
+            "v_first_alone": table[1],
             "efficiency_gap_sparse_ft": float(
                 np.sum(phis["kernelshap + sparse-FT"])
                 - (evs["sparse-ft"](np.ones(n, bool))[p] - evs["sparse-ft"](np.zeros(n, bool))[p])
@@ -421,6 +422,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                 "seed": r["seed"],
                 "v(empty)": r["props"][p]["v_empty"],
                 "v(N)": r["props"][p]["v_full"],
+                "v(first contributor alone)": r["props"][p]["v_first_alone"],
                 **{nm: round(v, 4) for nm, v in zip(r["names"], r["props"][p]["exact"])},
             }
             for r in runs
