@@ -285,3 +285,32 @@ def test_common_options_store_lists_as_the_declared_tuples_and_strings_as_paths(
     assert opts.sizes == (2, 3) and opts.files == (Path("a.txt"),) and opts.root == Path("data")
     assert opts.name == "plain" and isinstance(opts.name, str)
     hash(opts)  # frozen and hashable: no list left inside
+
+
+def test_frechet_distance_matches_scipy_sqrtm_on_full_rank_and_is_exact_when_singular():
+    from scipy import linalg
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(40, 6)), rng.normal(size=(40, 6)) @ rng.normal(size=(6, 6))
+    s1, s2 = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
+    mu1, mu2 = a.mean(0), b.mean(0)
+    reference = (mu1 - mu2) @ (mu1 - mu2) + np.trace(s1 + s2) - 2 * np.trace(np.real(linalg.sqrtm(s1 @ s2)))
+    assert metrics.frechet_distance(mu1, s1, mu2, s2) == pytest.approx(reference, rel=1e-9)
+    # fewer samples than dimensions: rank-deficient covariances; identical ones give 0 with no warning
+    x = rng.normal(size=(5, 16))
+    s = np.cov(x, rowvar=False)
+    assert np.linalg.matrix_rank(s) < 16
+    assert metrics.frechet_distance(x.mean(0), s, x.mean(0), s) == pytest.approx(0.0, abs=1e-6 * np.trace(s))
+    # rank-1 covariances along orthogonal axes: sqrt(S1 S2) = 0, so the distance is tr S1 + tr S2
+    e1, e2 = np.eye(3)[0], np.eye(3)[1]
+    assert metrics.frechet_distance(np.zeros(3), 4 * np.outer(e1, e1), np.zeros(3), 9 * np.outer(e2, e2)) == (
+        pytest.approx(13.0)
+    )
+    with pytest.raises(ValueError, match="sigma1 must be finite"):
+        metrics.frechet_distance(np.zeros(2), np.full((2, 2), np.nan), np.zeros(2), np.eye(2))
+
+
+def test_markdown_table_keeps_keys_that_only_later_rows_have():
+    table = results.markdown_table([{"a": 1}, {"a": 2, "b": 0.5}])
+    assert table.splitlines()[0] == "| a | b |"
+    assert table.splitlines()[2] == "| 1 |  |"

@@ -128,10 +128,14 @@ def package_versions(names: Iterable[str] = ()) -> dict[str, str]:
 def markdown_table(
     rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, floatfmt: str = ".4g"
 ) -> str:
-    """A GitHub markdown table of ``rows`` (dicts); floats formatted with ``floatfmt``."""
+    """A GitHub markdown table of ``rows`` (dicts); floats formatted with ``floatfmt``.
+
+    Without ``columns``, every key of any row is a column, in first-seen order (a key missing from a row is an
+    empty cell), so nothing a later row adds is dropped.
+    """
     if not rows:
         return ""
-    columns = list(columns or rows[0].keys())
+    columns = list(columns) if columns else list(dict.fromkeys(k for r in rows for k in r))
 
     def fmt(v: Any) -> str:
         if isinstance(v, float):
