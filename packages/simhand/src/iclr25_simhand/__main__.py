@@ -1,0 +1,3 @@
+from iclr25_simhand.cli import main
+
+raise SystemExit(main())
