@@ -21,6 +21,7 @@ from iclr25_qqa import (
     make_problem,
     penalty,
 )
+from iclr25_shared.device import jax_enable_x64
 
 RNG = np.random.default_rng(0)
 
@@ -88,7 +89,7 @@ def test_categorical_energy_gradient_matches_finite_differences(make):
     g = nx.gnp_random_graph(8, 0.5, seed=4)
     prob = make(g)
     x = RNG.uniform(0.2, 1.0, size=(8, 3))
-    with jax.enable_x64():
+    with jax_enable_x64():
         xj = jnp.asarray(x, jnp.float64)
         grad = np.asarray(jax.grad(prob.energy)(xj))
         eps = 1e-6

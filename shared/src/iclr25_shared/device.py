@@ -18,6 +18,7 @@ __all__ = [
     "Timer",
     "cpu_count",
     "current_rss_bytes",
+    "jax_enable_x64",
     "resolve_device",
     "resolve_jax_devices",
     "seed_everything",
@@ -91,6 +92,19 @@ def resolve_jax_devices(spec: str = "auto") -> list[Any]:
     if index >= len(found):
         raise ValueError(f"device {spec!r}: only {len(found)} GPU(s) visible")
     return [found[index]]
+
+
+def jax_enable_x64(enabled: bool = True) -> Any:
+    """Context manager that turns JAX's 64-bit mode on (or off) inside its block, on every supported JAX.
+
+    ``jax.enable_x64`` where it exists (jax >= 0.8), ``jax.experimental.enable_x64`` before (deprecated after).
+    """
+    import jax
+
+    manager = getattr(jax, "enable_x64", None)
+    if manager is None:
+        from jax.experimental import enable_x64 as manager
+    return manager(enabled)
 
 
 def seed_everything(seed: int) -> None:

@@ -24,6 +24,7 @@ from iclr25_prdp._controller import RefinementController
 from iclr25_prdp._operators import heat, laplacian
 from iclr25_prdp._solvers import solve
 from iclr25_prdp._training import TrainingLog, train_with_prdp
+from iclr25_shared.device import jax_enable_x64
 
 __all__ = [
     "EXPERIMENTS",
@@ -129,7 +130,7 @@ class PoissonInverse:
         callback: Callable[[int, TrainingLog], None] | None = None,
     ) -> ArmResult:
         del key  # deterministic
-        with jax.enable_x64(True):
+        with jax_enable_x64(True):
             op = laplacian(self.n, dtype=jnp.float64)
             x = jnp.linspace(0.0, 1.0, self.n + 2, dtype=jnp.float64)[1:-1]
             shape = -jnp.sin(2 * jnp.pi * x)
