@@ -5,4 +5,4 @@ from iclr25_shared.testing import ContractTests
 
 class TestContract(ContractTests):
     package = "iclr25_simhand"
-    heavy_allowed = frozenset()  # e.g. {"torch"} when the public API subclasses torch classes
+    heavy_allowed = frozenset()  # torch / sklearn / skimage load on first use of a public name

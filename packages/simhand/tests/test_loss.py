@@ -25,7 +25,9 @@ def brute_force_loss(z1, z2, wp, wn, tau):
 
 def rand(n=6, d=8, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(n, d, generator=g, dtype=torch.float64)
+    return torch.randn(n, d, generator=g, dtype=torch.float64), torch.randn(
+        n, d, generator=g, dtype=torch.float64
+    )
 
 
 def test_weighted_loss_matches_brute_force_formula():
@@ -42,13 +44,17 @@ def test_all_ones_weights_equal_ntxent(tau):
     ones_p, ones_n = torch.ones(6, dtype=torch.float64), torch.ones(12, 12, dtype=torch.float64)
     a = weighted_ntxent(z1, z2, ones_p, ones_n, temperature=tau)
     assert float(a) == pytest.approx(float(ntxent(z1, z2, temperature=tau)), rel=1e-12)
-    assert float(a) == pytest.approx(brute_force_loss(z1.numpy(), z2.numpy(), np.ones(6), np.ones((12, 12)), tau))
+    assert float(a) == pytest.approx(
+        brute_force_loss(z1.numpy(), z2.numpy(), np.ones(6), np.ones((12, 12)), tau)
+    )
 
 
 @pytest.mark.parametrize("n", [2, 8, 32])
 def test_identical_embeddings_give_log_2n_minus_1(n):
     z = torch.ones(n, 5)
-    assert float(weighted_ntxent(z, z.clone(), temperature=0.5)) == pytest.approx(math.log(2 * n - 1), rel=1e-6)
+    assert float(weighted_ntxent(z, z.clone(), temperature=0.5)) == pytest.approx(
+        math.log(2 * n - 1), rel=1e-6
+    )
     assert float(ntxent(z, z.clone(), temperature=0.1)) == pytest.approx(math.log(2 * n - 1), rel=1e-6)
 
 
@@ -157,11 +163,17 @@ def test_bf16_inputs_close_to_float64():
     [
         ({"z1": torch.randn(1, 4), "z2": torch.randn(1, 4)}, "batch size must be >= 2"),
         ({"z1": torch.randn(3, 4), "z2": torch.randn(3, 5)}, "z2 must have shape"),
-        ({"z1": torch.tensor([[float("nan"), 1.0], [1.0, 2.0]]), "z2": torch.randn(2, 2)}, "z1 must be finite"),
+        (
+            {"z1": torch.tensor([[float("nan"), 1.0], [1.0, 2.0]]), "z2": torch.randn(2, 2)},
+            "z1 must be finite",
+        ),
         ({"z1": torch.randn(3, 4), "z2": torch.randn(3, 4), "temperature": -0.5}, "temperature must be"),
         ({"z1": torch.randn(3, 4), "z2": torch.randn(3, 4), "temperature": 0.0}, "temperature must be"),
         ({"z1": torch.randn(3, 4), "z2": torch.randn(3, 4), "w_pos": torch.ones(4)}, "w_pos must have shape"),
-        ({"z1": torch.randn(3, 4), "z2": torch.randn(3, 4), "w_neg": torch.ones(3, 3)}, "w_neg must have shape"),
+        (
+            {"z1": torch.randn(3, 4), "z2": torch.randn(3, 4), "w_neg": torch.ones(3, 3)},
+            "w_neg must have shape",
+        ),
     ],
 )
 def test_bad_inputs_are_refused_with_their_name(kwargs, match):

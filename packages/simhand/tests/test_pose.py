@@ -151,7 +151,9 @@ def test_similarity_views_move_keypoints_with_the_image():
     kp = torch.tensor([[[30.0, 14.0]], [[20.0, 33.0]], [[24.0, 24.0]]])
     img = torch.stack([torch.exp(-((xs - p[0, 0]) ** 2 + (ys - p[0, 1]) ** 2) / 4.0) for p in kp])
     img = img[:, None].expand(3, 3, h, w).contiguous()
-    views, kp2, angle, shift = similarity_views(img, kp, generator=torch.Generator().manual_seed(3), jitter=0.0)
+    views, kp2, angle, shift = similarity_views(
+        img, kp, generator=torch.Generator().manual_seed(3), jitter=0.0
+    )
     for i in range(3):
         flat = int(views[i, 0].argmax())
         peak = torch.tensor([flat % w, flat // w], dtype=torch.float32)
@@ -162,6 +164,8 @@ def test_similarity_views_move_keypoints_with_the_image():
 def test_similarity_views_identity_when_no_transform():
     img = torch.rand(2, 3, 16, 16)
     kp = torch.rand(2, 21, 2) * 15
-    views, kp2, _, _ = similarity_views(img, kp, max_angle=0.0, scale_range=(1.0, 1.0), max_shift=0.0, jitter=0.0)
+    views, kp2, _, _ = similarity_views(
+        img, kp, max_angle=0.0, scale_range=(1.0, 1.0), max_shift=0.0, jitter=0.0
+    )
     torch.testing.assert_close(views, img, atol=1e-5, rtol=0)
     torch.testing.assert_close(kp2, kp, atol=1e-5, rtol=0)

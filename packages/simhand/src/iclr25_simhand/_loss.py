@@ -31,7 +31,9 @@ def _check_pair(z1: torch.Tensor, z2: torch.Tensor) -> int:
     sizes = check_shape("z1", z1, ("n", "d"))
     check_shape("z2", z2, ("n", "d"), bind=sizes)
     if sizes["n"] < 2:
-        raise ValueError(f"batch size must be >= 2 for a contrastive loss (needs negatives), got n={sizes['n']}")
+        raise ValueError(
+            f"batch size must be >= 2 for a contrastive loss (needs negatives), got n={sizes['n']}"
+        )
     check_finite("z1", z1)
     check_finite("z2", z2)
     return sizes["n"]

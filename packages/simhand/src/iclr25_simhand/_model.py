@@ -27,7 +27,11 @@ class SmallConvNet(nn.Module):
         layers: list[nn.Module] = []
         c_in = 3
         for c_out in (width, width * 2, width * 4, width * 8):
-            layers += [nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(c_out), nn.ReLU()]
+            layers += [
+                nn.Conv2d(c_in, c_out, 3, stride=2, padding=1, bias=False),
+                nn.BatchNorm2d(c_out),
+                nn.ReLU(),
+            ]
             c_in = c_out
         self.body = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
         self.out_features = c_in

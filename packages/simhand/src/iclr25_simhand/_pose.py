@@ -172,9 +172,7 @@ def pa_mpjpe(pred: np.ndarray, gt: np.ndarray) -> float:
     return mpjpe(procrustes_align(pred, gt), gt)
 
 
-def undo_latent_transform(
-    z: torch.Tensor, angle: torch.Tensor, translation: torch.Tensor
-) -> torch.Tensor:
+def undo_latent_transform(z: torch.Tensor, angle: torch.Tensor, translation: torch.Tensor) -> torch.Tensor:
     """PeCLR's equivariant latent: undo a view's translation and rotation on the projection read as 2-D points.
 
     ``z`` is reshaped to ``(n, d/2, 2)`` points, L2-normalised (per sample), translated by

@@ -37,8 +37,12 @@ PARENTS = (-1, 0, 1, 2, 3, 0, 5, 6, 7, 0, 9, 10, 11, 0, 13, 14, 15, 0, 17, 18, 1
 """Parent joint of each of the 21 joints (-1 for the wrist)."""
 
 # Base joint (thumb CMC / finger MCP) in the hand frame (mm): x toward the thumb, y along the fingers, z palm normal.
-_BASES = np.array([[20.0, 22.0, 0.0], [22.0, 85.0, 0.0], [0.0, 90.0, 0.0], [-20.0, 85.0, 0.0], [-38.0, 75.0, 0.0]])
-_LENGTHS = np.array([[35.0, 30.0, 25.0], [40.0, 25.0, 20.0], [45.0, 28.0, 22.0], [42.0, 27.0, 21.0], [32.0, 20.0, 18.0]])
+_BASES = np.array(
+    [[20.0, 22.0, 0.0], [22.0, 85.0, 0.0], [0.0, 90.0, 0.0], [-20.0, 85.0, 0.0], [-38.0, 75.0, 0.0]]
+)
+_LENGTHS = np.array(
+    [[35.0, 30.0, 25.0], [40.0, 25.0, 20.0], [45.0, 28.0, 22.0], [42.0, 27.0, 21.0], [32.0, 20.0, 18.0]]
+)
 _REST_DIR = np.array([[0.8, 0.6, 0.0], [0.1, 1.0, 0.0], [0.0, 1.0, 0.0], [-0.1, 1.0, 0.0], [-0.25, 1.0, 0.0]])
 
 JOINT_LIMITS_DEG = np.array(
@@ -289,7 +293,9 @@ def render_hands(
         h, w, _ = photo.shape
         side = int(rng.integers(min(h, w) // 4, min(h, w) + 1))
         y0, x0 = int(rng.integers(0, h - side + 1)), int(rng.integers(0, w - side + 1))
-        canvas = resize(photo[y0 : y0 + side, x0 : x0 + side], (big, big), anti_aliasing=True).astype(np.float32)
+        step = max(1, side // (2 * big))  # cheap decimation first; resize then anti-aliases the last factor
+        crop = photo[y0 : y0 + side : step, x0 : x0 + side : step]
+        canvas = resize(crop, (big, big), anti_aliasing=True).astype(np.float32)
         skin = np.array([0.95, 0.75, 0.6]) * rng.uniform(0.55, 1.0) + rng.uniform(-0.08, 0.08, 3)
         kp_big = (kp2d[i] + 0.5) * supersample - 0.5
         _draw_hand(canvas, kp_big, cam[i, :, 2], np.clip(skin, 0, 1), width=0.07 * big * (0.6 + span[i] / 2))

@@ -1,4 +1,7 @@
-"""``iclr25-simhand``: __ONE_LINE__. Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
+"""``iclr25-simhand``: SiMHand contrastive pre-training on rendered hands, 3-D fine-tuning and evaluation.
+
+Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +9,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.checks import check_float, check_int, check_probability
 from iclr25_shared.cli import CommonOptions, run
 
-__all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "ReproduceConfig", "PretrainConfig", "main"]
+__all__ = [
+    "COMMANDS",
+    "DEFAULT",
+    "PROG",
+    "BenchConfig",
+    "EvaluateConfig",
+    "FinetuneConfig",
+    "PretrainConfig",
+    "ReproduceConfig",
+    "main",
+]
 
 PROG = "iclr25-simhand"
 DEFAULT = "pretrain"
@@ -17,51 +30,154 @@ DEFAULT = "pretrain"
 
 @dataclass(frozen=True, kw_only=True)
 class PretrainConfig(CommonOptions):
-    """One sentence: what the verb does (first sentence is the --help summary).
+    """Contrastive pre-training (SimCLR, PeCLR, SiM or SiM-W) on a pool of rendered hands over real photos.
 
-    More detail: the default input (real, offline) and what is printed."""
+    Writes encoder.pt (state_dict + meta) to --out; prints the first and final loss."""
 
-    data: Path | None = None
-    """Input file (default: the embedded real example)."""
-    k: int = 10
-    """Number of ... (>= 1)."""
+    method: Literal["simclr", "peclr", "sim", "simw"] = "simw"
+    """simclr: two views of one image; peclr: + equivariant latent; sim: mined similar hand from another image as
+    positive; simw: sim + adaptive pose-distance weights."""
+    pool: int = 512
+    """Rendered images in the pre-training pool (>= 2)."""
+    size: int = 32
+    """Image side in pixels (>= 8)."""
+    steps: int = 50
+    """Optimiser steps (>= 1)."""
+    batch_size: int = 64
+    """Pairs per step (>= 2, <= pool)."""
     lr: float = 1e-3
-    """Learning rate (> 0)."""
+    """Adam learning rate (> 0)."""
+    temperature: float = 0.5
+    """NT-Xent temperature tau (> 0); the paper uses 0.5."""
+    weights: Literal["linear", "nonlinear"] = "linear"
+    """Adaptive weight form for simw."""
+    width: int = 16
+    """Channels of the first conv block of the small backbone (>= 1)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int("k", self.k, low=1)
+        check_int("pool", self.pool, low=2)
+        check_int("size", self.size, low=8)
+        check_int("steps", self.steps, low=1)
+        check_int("batch_size", self.batch_size, low=2, high=self.pool)
         check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_float("temperature", self.temperature, low=0.0, low_inclusive=False)
+        check_int("width", self.width, low=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FinetuneConfig(CommonOptions):
+    """Fine-tune an encoder (or train from scratch) to regress 3-D joints; report MPJPE / PA-MPJPE (mm).
+
+    Writes model.pt to --out."""
+
+    encoder: Path | None = None
+    """encoder.pt from `pretrain` (default: random initialisation)."""
+    train: int = 512
+    """Rendered labelled images (>= 2)."""
+    test: int = 256
+    """Rendered test images, on photos unseen in training (>= 1)."""
+    fraction: float = 1.0
+    """Fraction of the labelled images used (0, 1]."""
+    size: int = 32
+    """Image side in pixels (>= 8); must match the encoder's."""
+    steps: int = 100
+    """Optimiser steps (>= 1)."""
+    batch_size: int = 64
+    """Images per step (>= 1)."""
+    lr: float = 1e-3
+    """Adam learning rate (> 0)."""
+    width: int = 16
+    """Backbone width when no encoder is given (>= 1)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("train", self.train, low=2)
+        check_int("test", self.test, low=1)
+        check_probability("fraction", self.fraction, open_low=True)
+        check_int("size", self.size, low=8)
+        check_int("steps", self.steps, low=1)
+        check_int("batch_size", self.batch_size, low=1)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_int("width", self.width, low=1)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluateConfig(CommonOptions):
+    """MPJPE / PA-MPJPE (mm) of a fine-tuned model.pt on rendered test hands over unseen photos."""
+
+    checkpoint: Path = Path("model.pt")
+    """model.pt written by `finetune`."""
+    test: int = 256
+    """Rendered test images (>= 1)."""
+    size: int = 32
+    """Image side in pixels (>= 8); must match the model's."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("test", self.test, low=1)
+        check_int("size", self.size, low=8)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(CommonOptions):
-    """The paper's headline claim at small scale on real data, method beside its baseline."""
+    """scratch vs SimCLR vs PeCLR vs SiM vs SiM-W: pre-train at equal budget, fine-tune at label fractions, 3-D error."""
 
-    size: Literal["quick", "full"] = "quick"
-    """quick (minutes on 2 CPU cores) or full."""
+    size: Literal["tiny", "quick", "full"] = "quick"
+    """tiny (seconds, a smoke test), quick (minutes on 2 CPU cores) or full."""
     seeds: int = 3
-    """Independent seeds (>= 3 for an interval)."""
+    """Independent seeds (>= 2 for an interval; 3 or more recommended)."""
+    fractions: tuple[float, ...] = (0.1, 1.0)
+    """Label fractions for fine-tuning, each in (0, 1]."""
+    size_px: int = 32
+    """Image side in pixels (>= 8)."""
+    lr: float = 1e-3
+    """Pre-training learning rate (> 0)."""
+    finetune_lr: float = 1e-3
+    """Fine-tuning learning rate (> 0)."""
+    temperature: float = 0.5
+    """NT-Xent temperature (> 0)."""
+    width: int = 16
+    """Backbone width (>= 1)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("seeds", self.seeds, low=1)
+        if not self.fractions:
+            raise ValueError("fractions must list at least one label fraction in (0, 1]")
+        for f in self.fractions:
+            check_probability("fractions", f, open_low=True)
+        check_int("size_px", self.size_px, low=8)
+        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        check_float("finetune_lr", self.finetune_lr, low=0.0, low_inclusive=False)
+        check_float("temperature", self.temperature, low=0.0, low_inclusive=False)
+        check_int("width", self.width, low=1)
 
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """Speed and memory of the method as ratios against the baseline, measured in one run."""
+    """Weighted loss vs plain NT-Xent and PCA+kNN mining vs brute force, as time ratios measured in one run."""
 
     repeats: int = 5
     """Timed repetitions per point (the median is reported)."""
+    batch_sizes: tuple[int, ...] = (64, 256, 1024)
+    """Contrastive batch sizes N (each >= 2)."""
+    pool_sizes: tuple[int, ...] = (1000, 5000)
+    """Pool sizes for the mining (each >= 2)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("repeats", self.repeats, low=1)
+        for b in self.batch_sizes:
+            check_int("batch_sizes", b, low=2)
+        for p in self.pool_sizes:
+            check_int("pool_sizes", p, low=2)
 
 
 COMMANDS = {
     "pretrain": (PretrainConfig, "iclr25_simhand._experiment:pretrain"),
+    "finetune": (FinetuneConfig, "iclr25_simhand._experiment:finetune"),
+    "evaluate": (EvaluateConfig, "iclr25_simhand._experiment:evaluate"),
     "reproduce": (ReproduceConfig, "iclr25_simhand._experiment:reproduce"),
     "bench": (BenchConfig, "iclr25_simhand._experiment:bench"),
 }
