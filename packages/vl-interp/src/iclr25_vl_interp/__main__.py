@@ -1,0 +1,3 @@
+from iclr25_vl_interp.cli import main
+
+raise SystemExit(main())

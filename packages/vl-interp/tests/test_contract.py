@@ -1,0 +1,8 @@
+"""The package contract every iclr25 package satisfies (names, --help, --version, errors, --out, light import)."""
+
+from iclr25_shared.testing import ContractTests
+
+
+class TestContract(ContractTests):
+    package = "iclr25_vl_interp"
+    heavy_allowed = frozenset()
