@@ -159,7 +159,7 @@ def test_bf16_inputs_close_to_float64():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    ("kwargs", "match"),
     [
         ({"z1": torch.randn(1, 4), "z2": torch.randn(1, 4)}, "batch size must be >= 2"),
         ({"z1": torch.randn(3, 4), "z2": torch.randn(3, 5)}, "z2 must have shape"),

@@ -59,7 +59,7 @@ def test_mining_is_deterministic():
 
 
 @pytest.mark.parametrize(
-    "kp, groups, match",
+    ("kp", "groups", "match"),
     [
         (np.zeros((1, 21, 2)), None, "at least 2 poses"),
         (np.zeros((4, 21, 3)), None, "keypoints must have shape"),
@@ -151,7 +151,7 @@ def test_similarity_views_move_keypoints_with_the_image():
     kp = torch.tensor([[[30.0, 14.0]], [[20.0, 33.0]], [[24.0, 24.0]]])
     img = torch.stack([torch.exp(-((xs - p[0, 0]) ** 2 + (ys - p[0, 1]) ** 2) / 4.0) for p in kp])
     img = img[:, None].expand(3, 3, h, w).contiguous()
-    views, kp2, angle, shift = similarity_views(
+    views, kp2, angle, _shift = similarity_views(
         img, kp, generator=torch.Generator().manual_seed(3), jitter=0.0
     )
     for i in range(3):

@@ -147,7 +147,7 @@ def finetune_encoder(
     """Fine-tune backbone + 3-D head on the first ``fraction`` of the labelled set (MSE on root-relative joints)."""
     import torch
 
-    n = max(2, int(round(fraction * train.images.shape[0])))
+    n = max(2, round(fraction * train.images.shape[0]))
     images = torch.from_numpy(train.images[:n])
     target = torch.from_numpy(_targets(train)[:n])
     gen = torch.Generator().manual_seed(seed + 1)
@@ -389,10 +389,12 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         z2 = torch.randn(n, 128, device=device, requires_grad=True)
         j1, j2 = torch.rand(n, 21, 2) * 32, torch.rand(n, 21, 2) * 32
 
-        def base() -> None:
+        def base(z1: torch.Tensor = z1, z2: torch.Tensor = z2) -> None:
             ntxent(z1, z2).backward()
 
-        def weighted() -> None:
+        def weighted(
+            z1: torch.Tensor = z1, z2: torch.Tensor = z2, j1: torch.Tensor = j1, j2: torch.Tensor = j2
+        ) -> None:
             wp, wn = pair_weights(j1, j2)
             weighted_ntxent(z1, z2, wp.to(device), wn.to(device)).backward()
 
@@ -402,7 +404,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     for n in cfg.pool_sizes:
         kp = np.random.default_rng(0).random((n, 21, 2)).astype(np.float32) * 32
 
-        def brute() -> None:
+        def brute(kp: np.ndarray = kp, n: int = n) -> None:
             x = normalise_keypoints(kp).reshape(n, -1)
             sq = (x**2).sum(1)
             d = sq[:, None] + sq[None] - 2 * x @ x.T
@@ -410,7 +412,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             d.argmin(1)
 
         tb = _median_time(brute, cfg.repeats)
-        tm = _median_time(lambda: mine_similar_hands(kp), cfg.repeats)
+        tm = _median_time(lambda kp=kp: mine_similar_hands(kp), cfg.repeats)
         rows.append({"what": "mining (PCA+kNN) vs brute force", "n": n, "ntxent_ms": 1e3 * tb,
                      "weighted_ms": 1e3 * tm, "ratio": tm / tb})  # fmt: skip
     return Result(

@@ -67,7 +67,7 @@ BACKGROUNDS = (
 def _rodrigues(axis: np.ndarray, angle: np.ndarray) -> np.ndarray:
     """``(..., 3, 3)`` rotation matrices about unit ``axis`` ``(..., 3)`` by ``angle`` ``(...)`` radians."""
     k = axis / np.linalg.norm(axis, axis=-1, keepdims=True)
-    kx = np.zeros(k.shape[:-1] + (3, 3))
+    kx = np.zeros((*k.shape[:-1], 3, 3))
     kx[..., 0, 1], kx[..., 0, 2] = -k[..., 2], k[..., 1]
     kx[..., 1, 0], kx[..., 1, 2] = k[..., 2], -k[..., 0]
     kx[..., 2, 0], kx[..., 2, 1] = -k[..., 1], k[..., 0]
