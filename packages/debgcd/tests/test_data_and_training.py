@@ -175,3 +175,33 @@ def test_efficientnet_lite0_backbone_loads_the_packaged_imagenet_weights():
     with torch.no_grad():
         f = net(torch.randn(2, 3, 32, 32))
     assert f.shape == (2, 1280) and torch.isfinite(f).all()
+
+
+def test_fashion_mnist_subset_loads_as_float_images_in_unit_range():
+    from iclr25_shared.testing import require
+
+    x, y = require(load_images, "fashion-mnist", per_class=3, seed=0)
+    assert x.shape == (30, 1, 28, 28) and x.dtype == np.float32
+    assert x.min() >= 0.0 and x.max() <= 1.0 and x.max() > 0.5
+    assert np.array_equal(np.bincount(y), np.full(10, 3))
+
+
+def test_unknown_data_name_is_refused():
+    with pytest.raises(ValueError, match="data must be one of fashion-mnist, digits"):
+        load_images("cifar10")
+
+
+def test_npz_loader_accepts_uint8_and_channel_first_images(tmp_path):
+    from iclr25_debgcd._experiment import load_npz
+
+    p = tmp_path / "u8.npz"
+    np.savez(p, images=np.full((3, 5, 5), 255, np.uint8), labels=np.array([0, 1, 1]))
+    x, y = load_npz(p)
+    assert x.shape == (3, 1, 5, 5) and x.dtype == np.float32 and x.max() == 1.0 and y.dtype == np.int64
+    q = tmp_path / "chw.npz"
+    np.savez(q, images=np.zeros((2, 3, 4, 4), np.float32), labels=np.array([0, 1]))
+    assert load_npz(q)[0].shape == (2, 3, 4, 4)
+    r = tmp_path / "neg.npz"
+    np.savez(r, images=np.zeros((2, 4, 4)), labels=np.array([0, -1]))
+    with pytest.raises(ValueError, match="non-negative integers"):
+        load_npz(r)

@@ -302,3 +302,19 @@ def test_loss_runs_in_bfloat16_and_stays_close_to_float32():
     )
     l16, _ = debgcd_loss(o16, y, m, epoch=0, cfg=GCDLossConfig(threshold=0.0))
     assert torch.isfinite(l16) and l16.item() == pytest.approx(l32.item(), rel=0.05)
+
+
+def test_curriculum_off_weights_every_confident_pseudo_label_by_one():
+    x, y, m = _batch(4)
+    with torch.no_grad():
+        out = _model(True)(x)
+    on = GCDLossConfig(threshold=0.0, sdl_weight=0.0, curriculum=True)
+    off = GCDLossConfig(threshold=0.0, sdl_weight=0.0, curriculum=False)
+    _, p_on = debgcd_loss(out, y, m, epoch=0, cfg=on)
+    _, p_off = debgcd_loss(out, y, m, epoch=0, cfg=off)
+    two = torch.cat([m, m])
+    ce = F.cross_entropy(out.logits_deb[~two] / 0.1, (out.logits[~two] / 0.1).argmax(1), reduction="none")
+    w = certainty(unknown_score(out.logits_ood[~two]))
+    assert p_off["deb_unl"] == pytest.approx(float(ce.mean()), rel=1e-6)
+    assert p_on["deb_unl"] == pytest.approx(float((ce * w).mean()), rel=1e-6)
+    assert p_on["deb_unl"] < p_off["deb_unl"]  # certainty <= 1 can only shrink the loss
