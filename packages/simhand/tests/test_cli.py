@@ -18,6 +18,7 @@ def test_pretrain_finetune_evaluate_chain(tmp_path):
                  "--out", str(enc)]) == 0  # fmt: skip
     res = json.loads((enc / "results.json").read_text())
     assert (enc / "encoder.pt").is_file() and res["metrics"]["final_loss"] > 0
+    assert (enc / "samples.png").stat().st_size > 0  # the renderer sheet with 2-D skeletons
     ft = tmp_path / "ft"
     assert main(["finetune", "--encoder", str(enc / "encoder.pt"), "--train", "8", "--test", "4", "--size", "16",
                  "--steps", "2", "--quiet", "--out", str(ft)]) == 0  # fmt: skip
