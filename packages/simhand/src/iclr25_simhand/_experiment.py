@@ -237,7 +237,6 @@ def sample_sheet(batch: Any, count: int = 16, columns: int = 8, zoom: int = 3) -
     from iclr25_simhand._render import PARENTS
 
     count = min(count, batch.images.shape[0])
-    size = batch.images.shape[-1]
     tiles = []
     for i in range(count):
         img = rescale(batch.images[i].transpose(1, 2, 0), zoom, order=0, channel_axis=-1)
@@ -245,8 +244,8 @@ def sample_sheet(batch: Any, count: int = 16, columns: int = 8, zoom: int = 3) -
         kp = (batch.keypoints2d[i] + 0.5) * zoom - 0.5
         s = sk.shape[0]
         for j in range(1, 21):
-            a, b = kp[PARENTS[j]], kp[j]
-            rr, cc = line(int(round(a[1])), int(round(a[0])), int(round(b[1])), int(round(b[0])))
+            a, b = np.rint(kp[PARENTS[j]]).astype(int), np.rint(kp[j]).astype(int)
+            rr, cc = line(a[1], a[0], b[1], b[0])
             ok = (rr >= 0) & (rr < s) & (cc >= 0) & (cc < s)
             sk[rr[ok], cc[ok]] = (0.1, 1.0, 0.2) if j < 5 else (1.0, 0.1, 0.1)
         for j in range(21):
@@ -260,7 +259,6 @@ def sample_sheet(batch: Any, count: int = 16, columns: int = 8, zoom: int = 3) -
         row += [blank] * (columns - len(row))
         rows.append(np.concatenate(row, axis=1))
     sheet = np.concatenate(rows, axis=0)
-    del size
     return (np.clip(sheet, 0, 1) * 255).astype(np.uint8)
 
 
