@@ -146,8 +146,10 @@ class BenchConfig(CommonOptions, _PPOOptions):
     """Tokens/s and routed-expert FLOPs of Ada-K (argmax) against static top-K on the same model, one run; plus
     one Mixtral MoE block at a wider size driven by the k distribution Ada-K chose."""
 
-    lam: float = 0.05
+    lam: float = 0.01
     """Cost per activated expert of the benchmarked allocators (>= 0)."""
+    steps: int = 25
+    """PPO rollouts before timing (>= 1)."""
     repeats: int = 3
     """Timed repetitions (the fastest is reported, >= 1)."""
     eval_blocks: int = 64
