@@ -1,31 +1,314 @@
-"""What the CLI runs: the method's verb on an embedded real default, the reproduction and the benchmark.
-
-Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Result`; the runner writes
-results.json / results.md into ``--out`` (atomically, as one folder) and prints the tables. Files of its own a
-command writes through ``ctx.save_array`` / ``ctx.save_figure`` / ``ctx.save_text``.
-"""
+"""What the CLI runs: ``lens`` and ``edit`` on a local HF LLaVA-family model (or the tiny random smoke model),
+``reproduce`` (not yet available offline) and ``bench`` (overhead ratios against a plain forward pass)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from iclr25_shared.cli import Result, RunContext
+from iclr25_shared.cli import Result, RunContext, UsageError
+from iclr25_vl_interp._lens import internal_confidence, localization_map, object_token_ids, vlm_parts
 
 if TYPE_CHECKING:
-    from iclr25_vl_interp.cli import BenchConfig, LensConfig, ReproduceConfig
+    from iclr25_vl_interp.cli import BenchConfig, EditConfig, LensConfig, ReproduceConfig
+
+__all__ = ["bench", "edit", "lens", "load_local_vlm", "reproduce"]
+
+
+def load_local_vlm(model_dir: Path, image: Path, prompt: str, device: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """Load a local HF image-text-to-text model and its processor (no hub) and build inputs for one image.
+
+    Returns ``(model, tokenizer, inputs)``. The prompt goes through the processor's chat template when it has one,
+    else ``"<image>\\n" + prompt``.
+
+    Raises:
+        UsageError: the folder or image is missing or unreadable.
+    """
+    import torch
+    import transformers
+    from PIL import Image, UnidentifiedImageError
+
+    if not model_dir.is_dir():
+        raise UsageError(f"model must be a local Hugging Face model folder, got {str(model_dir)!r}")
+    if not image.is_file():
+        raise UsageError(f"image must be an existing image file, got {str(image)!r}")
+    try:
+        img = Image.open(image).convert("RGB")
+    except (UnidentifiedImageError, OSError) as err:
+        raise UsageError(f"image {str(image)!r} is not a readable image: {err}") from None
+    try:
+        processor = transformers.AutoProcessor.from_pretrained(str(model_dir), local_files_only=True)
+        model = transformers.AutoModelForImageTextToText.from_pretrained(
+            str(model_dir), local_files_only=True
+        )
+    except (OSError, ValueError) as err:
+        raise UsageError(f"model folder {str(model_dir)!r} could not be loaded: {err}") from None
+    model = model.eval().to(device)
+    if getattr(processor, "chat_template", None):
+        conv = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
+        text = processor.apply_chat_template(conv, add_generation_prompt=True)
+    else:
+        text = f"{getattr(processor, 'image_token', '<image>')}\n{prompt}"
+    inputs = processor(images=img, text=text, return_tensors="pt")
+    inputs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    return model, processor.tokenizer, inputs
+
+
+def _load(cfg: LensConfig, ctx: RunContext) -> tuple[Any, Any, dict[str, Any], str]:
+    from iclr25_vl_interp._tiny import tiny_llava, tiny_prompt, tiny_tokenizer
+
+    if cfg.model is None:
+        if cfg.image is not None:
+            raise UsageError("image needs model: pass --model <local HF LLaVA folder> with --image")
+        ctx.log.info("no --model: tiny random-weight LLaVA (smoke test; numbers are meaningless)")
+        tok = tiny_tokenizer()
+        return (
+            tiny_llava(seed=cfg.seed),
+            tok,
+            tiny_prompt(tok, cfg.prompt, seed=cfg.seed),
+            "tiny random LLaVA",
+        )
+    if cfg.image is None:
+        raise UsageError("model needs image: pass --image <file> with --model")
+    model, tok, inputs = load_local_vlm(cfg.model, cfg.image, cfg.prompt, ctx.torch_device())
+    return model, tok, inputs, str(cfg.model)
+
+
+def _words(tok: Any, objects: tuple[str, ...]) -> list[list[int]]:
+    return [object_token_ids(tok, w) for w in objects]
+
+
+def _rows(objects, token_ids, tok, conf, maps) -> tuple[list[dict[str, Any]], Any]:
+    try:
+        grid = localization_map(maps)
+    except ValueError:
+        grid = None
+    rows = []
+    for o, word in enumerate(objects):
+        flat = int(maps[o].argmax())
+        layer, pos = divmod(flat, maps.shape[2])
+        row = {
+            "object": word,
+            "tokens": " ".join(tok.convert_ids_to_tokens(token_ids[o])),
+            "c_o": round(float(conf[o]), 6),
+            "best_layer": layer,
+            "best_image_token": pos,
+        }
+        if grid is not None:
+            row["best_cell_rc"] = f"{pos // grid.shape[2]},{pos % grid.shape[2]}"
+        rows.append(row)
+    return rows, grid
+
+
+def _save_maps(ctx: RunContext, name: str, objects: tuple[str, ...], maps: Any, grid: Any) -> None:
+    ctx.save_array(f"{name}_layer_position", maps.numpy())
+    if grid is None:
+        return
+    ctx.save_array(f"{name}_grid", grid.numpy())
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, axes = plt.subplots(1, len(objects), figsize=(3 * len(objects), 3), squeeze=False)
+    for ax, word, m in zip(axes[0], objects, grid.numpy(), strict=True):
+        im = ax.imshow(m, cmap="viridis")
+        ax.set_title(word)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    ctx.save_figure(f"{name}.png", fig)
 
 
 def lens(cfg: LensConfig, ctx: RunContext) -> Result:
-    """Run the method on the embedded real default (or the user's input)."""
-    ctx.log.info("loading ...")
-    raise NotImplementedError
+    """Internal confidence of each object word, its best layer and image token, and its map over the grid."""
+    model, tok, inputs, label = _load(cfg, ctx)
+    token_ids = _words(tok, cfg.objects)
+    t0 = time.perf_counter()
+    conf, maps = internal_confidence(model, inputs, token_ids, apply_final_norm=cfg.final_norm)
+    rows, grid = _rows(cfg.objects, token_ids, tok, conf, maps)
+    _save_maps(ctx, "maps", cfg.objects, maps, grid)
+    return Result(
+        metrics={"model": label, "layers": int(maps.shape[1]), "image_tokens": int(maps.shape[2])},
+        tables={"internal_confidence": rows},
+        timings={"lens": time.perf_counter() - t0},
+        notes=[
+            "c_o = max over layers and image tokens of the logit-lens probability of the word (arXiv:2410.02762)"
+        ],
+    )
+
+
+def _mentions(text: str, word: str) -> int:
+    return len(re.findall(r"\b" + re.escape(word.lower()) + r"(?:e?s)?\b", text.lower()))
+
+
+def edit(cfg: EditConfig, ctx: RunContext) -> Result:
+    """ProjectAway on the objects: captions and internal confidence before and after the edit."""
+    import torch
+
+    from iclr25_vl_interp._edit import ProjectAway, text_direction
+
+    model, tok, inputs, label = _load(cfg, ctx)
+    parts = vlm_parts(model)
+    L = parts.num_layers
+    if cfg.image_layer > L:
+        raise UsageError(f"image_layer must be an integer in [1, {L}] for this model, got {cfg.image_layer}")
+    if cfg.text_layer > L:
+        raise UsageError(f"text_layer must be an integer in [0, {L}] for this model, got {cfg.text_layer}")
+    token_ids = _words(tok, cfg.objects)
+    bos = getattr(tok, "bos_token_id", None)
+    device = inputs["input_ids"].device
+    dirs = []
+    for ids in token_ids:
+        prompt = ([bos] if bos is not None else []) + list(ids)
+        dirs.append(text_direction(model, torch.tensor([prompt], device=device), layer=cfg.text_layer))
+
+    def caption() -> str:
+        with torch.no_grad():
+            out = model.generate(**inputs, max_new_tokens=cfg.max_new_tokens, do_sample=False)
+        return tok.decode(out[0, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
+
+    t0 = time.perf_counter()
+    conf0, _ = internal_confidence(model, inputs, token_ids)
+    cap0 = caption()
+    with ProjectAway(model, dirs, layer=cfg.image_layer, alpha=cfg.alpha) as hook:
+        conf1, _ = internal_confidence(model, inputs, token_ids)
+        cap1 = caption()
+        edited = hook.edited_rows
+    rows = [
+        {
+            "object": w,
+            "c_o_before": round(float(conf0[o]), 6),
+            "c_o_after": round(float(conf1[o]), 6),
+            "mentions_before": _mentions(cap0, w),
+            "mentions_after": _mentions(cap1, w),
+        }
+        for o, w in enumerate(cfg.objects)
+    ]
+    return Result(
+        metrics={
+            "model": label,
+            "caption_before": cap0,
+            "caption_after": cap1,
+            "edited_image_rows_lens_and_prefill": edited,
+        },
+        tables={"project_away": rows},
+        timings={"edit": time.perf_counter() - t0},
+        notes=[
+            f"ProjectAway l_I={cfg.image_layer}, l_T={cfg.text_layer}, alpha={cfg.alpha} (arXiv:2410.02762 Sec. 5.1)"
+        ],
+    )
 
 
 def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
-    """The paper's headline comparison at small scale on real data, method beside its baseline, >= 3 seeds."""
-    raise NotImplementedError
+    """Not yet available: no pretrained VLM exists offline and the composed one is not built (README)."""
+    raise UsageError(
+        "reproduce is not implemented yet: it needs a VLM composed offline (EfficientNet-Lite0 + projector + "
+        "SmolLM2, trained on multi-object composites), which this package does not build yet (see README)"
+    )
+
+
+def _median_time(fn: Any, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _hooked_time(model: Any, plain: Any, d: int, device: Any, repeats: int) -> float:
+    import torch
+
+    from iclr25_vl_interp._edit import ProjectAway
+
+    with ProjectAway(model, [torch.randn(d, device=device)], layer=2, alpha=1.0):
+        return _median_time(plain, repeats)
+
+
+_BENCH_SPECS = {
+    "tiny": {"layers": 3, "hidden": 32, "vocab": 64, "image_size": 16},
+    "small": {"layers": 8, "hidden": 256, "vocab": 8192, "image_size": 48},
+}
+
+
+def _bench_size(size: str, seed: int, repeats: int, device: Any) -> list[dict[str, Any]]:
+    import torch
+
+    from iclr25_vl_interp._lens import capture_hidden_states, logit_lens
+    from iclr25_vl_interp._tiny import IMAGE_TOKEN, tiny_llava
+
+    spec = _BENCH_SPECS[size]
+    model = tiny_llava(
+        seed=seed,
+        layers=spec["layers"],
+        hidden=spec["hidden"],
+        vocab=spec["vocab"],
+        image_size=spec["image_size"],
+    ).to(device)
+    n_img = (spec["image_size"] // 4) ** 2
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.cat(
+        [
+            torch.tensor([1]),
+            torch.randint(10, spec["vocab"], (8,), generator=g),
+            torch.full((n_img,), IMAGE_TOKEN),
+            torch.randint(10, spec["vocab"], (16,), generator=g),
+        ]
+    ).unsqueeze(0)
+    pixels = torch.randn(1, 3, spec["image_size"], spec["image_size"], generator=g)
+    x = {
+        "input_ids": ids.to(device),
+        "pixel_values": pixels.to(device),
+        "attention_mask": torch.ones_like(ids).to(device),
+    }
+    parts = vlm_parts(model)
+
+    def plain() -> None:
+        with torch.no_grad():
+            model(**x, use_cache=False)
+
+    def capture() -> None:
+        with capture_hidden_states(parts):
+            plain()
+
+    base = _median_time(plain, repeats)
+    timings = {
+        "project_away_hook": _hooked_time(model, plain, spec["hidden"], device, repeats),
+        "capture_all_layers": _median_time(capture, repeats),
+        "internal_confidence_2_words": _median_time(
+            lambda: internal_confidence(model, x, [[10], [11, 12]]), repeats
+        ),
+        "logit_lens_full_vocab": _median_time(lambda: logit_lens(model, x), repeats),
+    }
+    return [
+        {
+            "size": size,
+            "layers": spec["layers"],
+            "d": spec["hidden"],
+            "vocab": spec["vocab"],
+            "image_tokens": n_img,
+            "what": name,
+            "plain_forward_ms": round(1e3 * base, 3),
+            "ms": round(1e3 * t, 3),
+            "ratio_to_plain": round(t / base, 3),
+        }
+        for name, t in timings.items()
+    ]
 
 
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """Time / memory of the method as ratios against the baseline, measured in this one run."""
-    raise NotImplementedError
+    """Median time of a plain forward, the forward with the ProjectAway hook, the hidden-state capture, and the full
+    logit lens / internal confidence (2 words), as ratios to the plain forward, on random-weight LLaVA models."""
+    device = ctx.torch_device()
+    rows = [row for size in cfg.sizes for row in _bench_size(size, cfg.seed, cfg.repeats, device)]
+    return Result(
+        tables={"overhead": rows},
+        notes=[f"median of {cfg.repeats} repeats after one warm-up, device {device}, threads {ctx.threads}"],
+    )

@@ -208,7 +208,7 @@ def _check_layers(layers: Sequence[int] | None, num_layers: int) -> list[int]:
         return list(range(num_layers + 1))
     out = [check_int("layer", layer, low=0, high=num_layers) for layer in layers]
     if not out:
-        raise ValueError("layers must name at least one layer index in [0, %d], got []" % num_layers)
+        raise ValueError(f"layers must name at least one layer index in [0, {num_layers}], got []")
     return out
 
 

@@ -1,4 +1,5 @@
-"""``iclr25-vl-interp``: __ONE_LINE__. Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
+"""``iclr25-vl-interp``: logit lens, internal confidence, localisation maps and the ProjectAway edit for LLaVA-family
+VLMs (arXiv:2410.02762). Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,16 @@ from typing import Literal
 from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
-__all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "LensConfig", "ReproduceConfig", "main"]
+__all__ = [
+    "COMMANDS",
+    "DEFAULT",
+    "PROG",
+    "BenchConfig",
+    "EditConfig",
+    "LensConfig",
+    "ReproduceConfig",
+    "main",
+]
 
 PROG = "iclr25-vl-interp"
 DEFAULT = "lens"
@@ -17,26 +27,52 @@ DEFAULT = "lens"
 
 @dataclass(frozen=True, kw_only=True)
 class LensConfig(CommonOptions):
-    """One sentence: what the verb does (first sentence is the --help summary).
+    """Internal confidence c_o of object words over the image tokens, per layer, with spatial maps.
 
-    More detail: the default input (real, offline) and what is printed."""
+    --model is a local Hugging Face LLaVA-family folder (processor + weights, read with local_files_only) and
+    --image an image file. Without --model a tiny random-weight LLaVA runs (a smoke test: its numbers mean nothing)."""
 
-    data: Path | None = None
-    """Input file (default: the embedded real example)."""
-    k: int = 10
-    """Number of ... (>= 1)."""
-    lr: float = 1e-3
-    """Learning rate (> 0)."""
+    model: Path | None = None
+    """Local HF model folder (config, weights, processor); none = the tiny random smoke model."""
+    image: Path | None = None
+    """Image file (required with --model)."""
+    prompt: str = "Describe the image in detail."
+    """User prompt placed after the image (with --model, through the processor's chat template when it has one)."""
+    objects: tuple[str, ...] = ("cat", "dog")
+    """Object words to score (multi-token words: max over their tokens)."""
+    final_norm: bool = True
+    """Apply the LM's final norm before the unembedding (--no-final-norm: raw residual, as the official notebooks)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int("k", self.k, low=1)
-        check_float("lr", self.lr, low=0.0, low_inclusive=False)
+        if not self.objects:
+            raise ValueError("objects must name at least one object word, got ()")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EditConfig(LensConfig):
+    """ProjectAway: remove the objects' text directions from the image tokens, then caption before and after."""
+
+    image_layer: int = 2
+    """Hidden-state index l_I in [1, L] edited on the image rows (official code's hooked layer + 1)."""
+    text_layer: int = 1
+    """Hidden-state index l_T in [0, L] of the object word's last token that gives the direction t."""
+    alpha: float = 1.5
+    """Edit strength (>= 0; 1 = exactly orthogonal to t)."""
+    max_new_tokens: int = 12
+    """Greedy caption length (>= 1)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_int("image_layer", self.image_layer, low=1)
+        check_int("text_layer", self.text_layer, low=0)
+        check_float("alpha", self.alpha, low=0.0)
+        check_int("max_new_tokens", self.max_new_tokens, low=1, high=4096)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(CommonOptions):
-    """The paper's headline claim at small scale on real data, method beside its baseline."""
+    """The paper's claims on a composed offline VLM (not yet available: exits 2 with the reason)."""
 
     size: Literal["quick", "full"] = "quick"
     """quick (minutes on 2 CPU cores) or full."""
@@ -50,18 +86,23 @@ class ReproduceConfig(CommonOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """Speed and memory of the method as ratios against the baseline, measured in one run."""
+    """Per-forward overhead of the logit lens and of the ProjectAway hook, as ratios to a plain forward pass."""
 
-    repeats: int = 5
-    """Timed repetitions per point (the median is reported)."""
+    repeats: int = 20
+    """Timed repetitions per point (the median is reported, >= 1)."""
+    sizes: tuple[Literal["tiny", "small"], ...] = ("tiny", "small")
+    """Random-weight LLaVA sizes: tiny (3 layers, d=32, 16 image tokens), small (8 layers, d=256, 144 tokens)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("repeats", self.repeats, low=1)
+        if not self.sizes:
+            raise ValueError("sizes must name at least one of tiny, small, got ()")
 
 
 COMMANDS = {
     "lens": (LensConfig, "iclr25_vl_interp._experiment:lens"),
+    "edit": (EditConfig, "iclr25_vl_interp._experiment:edit"),
     "reproduce": (ReproduceConfig, "iclr25_vl_interp._experiment:reproduce"),
     "bench": (BenchConfig, "iclr25_vl_interp._experiment:bench"),
 }
