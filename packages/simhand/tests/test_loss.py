@@ -190,3 +190,14 @@ def test_bad_weight_inputs():
         pair_weights(torch.full((2, 21, 2), float("nan")), torch.ones(2, 21, 2))
     with pytest.raises(ValueError, match="joints1 must have shape"):
         pair_weights(torch.ones(2, 21, 3), torch.ones(2, 21, 3))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():
+    z1, z2 = rand(seed=10)
+    j1, j2 = torch.rand(6, 21, 2) * 32, torch.rand(6, 21, 2) * 32
+    wp, wn = pair_weights(j1, j2)
+    cpu = weighted_ntxent(z1, z2, wp, wn)
+    gpu = weighted_ntxent(z1.cuda(), z2.cuda(), wp.cuda(), wn.cuda())
+    assert float(gpu.cpu()) == pytest.approx(float(cpu), rel=1e-10)
