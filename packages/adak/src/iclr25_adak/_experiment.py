@@ -61,6 +61,10 @@ def _load(cfg: Any, ctx: RunContext) -> tuple[Any, np.ndarray, np.ndarray, list[
 
     device = ctx.torch_device()
     torch.manual_seed(cfg.seed)
+    if ctx.quiet:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     if cfg.model == WIKI_MOE:
         from iclr25_adak._zoo import wiki_moe
 
@@ -89,10 +93,6 @@ def _load(cfg: Any, ctx: RunContext) -> tuple[Any, np.ndarray, np.ndarray, list[
         find_moe_blocks(skeleton)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
-    if ctx.quiet:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
     if cfg.text is None:
         from iclr25_shared.data import wiki_summaries
