@@ -147,6 +147,7 @@ def tiny_tokenizer() -> Any:
         vocab[word] = idx
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.add_special_tokens(["<image>", "<s>", "</s>", "<pad>"])
     return transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, unk_token="[UNK]", bos_token="<s>", eos_token="</s>", pad_token="<pad>"
     )
