@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from iclr25_shared import DatasetUnavailable, _fetch, data
+from iclr25_shared import DatasetUnavailable, data, fetch
 
 FM_NAMES = (
     "train-images-idx3-ubyte.gz",
@@ -393,19 +393,19 @@ def test_install_file_keeps_the_old_file_when_the_check_fails(tmp_path):
 
     def reject(path: Path) -> None:
         assert path.read_bytes() == b"new"
-        raise _fetch.FetchError("rejected")
+        raise fetch.FetchError("rejected")
 
-    with pytest.raises(_fetch.FetchError, match="rejected"):
-        _fetch.install_file(tmp_path / "src", tmp_path / "dst", reject)
+    with pytest.raises(fetch.FetchError, match="rejected"):
+        fetch.install_file(tmp_path / "src", tmp_path / "dst", reject)
     assert (tmp_path / "dst").read_bytes() == b"old" and _leftovers(tmp_path) == []
-    _fetch.install_file(tmp_path / "src", tmp_path / "dst")
+    fetch.install_file(tmp_path / "src", tmp_path / "dst")
     assert (tmp_path / "dst").read_bytes() == b"new" and _leftovers(tmp_path) == []
 
 
 def test_no_fetch_environment_values(monkeypatch):
     for value, off in (("1", True), ("yes", True), ("", False), ("0", False), ("false", False)):
         monkeypatch.setenv("ICLR25_NO_FETCH", value)
-        assert _fetch.fetching_disabled() is off
+        assert fetch.fetching_disabled() is off
 
 
 @pytest.mark.slow

@@ -10,12 +10,15 @@ Submodules (import them directly; nothing heavy runs at import):
 - :mod:`iclr25_shared.cli` — the CLI contract: config dataclass → subcommand, run context, results, exit codes.
 - :mod:`iclr25_shared.checks` — validators with messages that name the field, the value and what is allowed.
 - :mod:`iclr25_shared.testing` — the contract tests every package runs, and ``require`` for data-backed tests.
+- :mod:`iclr25_shared.fetch` — fetching a missing source into the cache (Debian packages without root, URLs).
+
+``cache_dir()`` is the user cache of every package; ``package_dir(name)`` the folder of an installed data package.
 """
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from iclr25_shared._paths import cache_dir
+from iclr25_shared._paths import cache_dir, package_dir
 from iclr25_shared.errors import DatasetUnavailable, ModelUnavailable, SourceUnavailable
 
 __all__ = [
@@ -26,6 +29,7 @@ __all__ = [
     "cache_dir",
     "distribution_version",
     "lazy_exports",
+    "package_dir",
 ]
 
 

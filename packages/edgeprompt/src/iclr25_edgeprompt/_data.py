@@ -390,7 +390,7 @@ def _cached_superpixel_graphs(images: np.ndarray, labels: np.ndarray, *, use_cac
 
     if not use_cache:
         return superpixel_graphs(images, labels)
-    from iclr25_shared._paths import cache_dir
+    from iclr25_shared import cache_dir
     from iclr25_shared.results import atomic_write_bytes
 
     digest = hashlib.sha256()

