@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from iclr25_shared._paths import cache_dir
+from iclr25_shared import cache_dir
 from iclr25_shared.checks import check_int
 from iclr25_shared.errors import ModelUnavailable
 
