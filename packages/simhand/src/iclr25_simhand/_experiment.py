@@ -1,7 +1,8 @@
 """What the CLI runs: pre-training, fine-tuning, evaluation, the reproduction and the benchmark.
 
 Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Result`. Hands are rendered
-(:func:`iclr25_simhand.render_hands`) over real photos; the test set uses photos the training pool never sees.
+(:func:`iclr25_simhand.render_hands`) over real photos; the test set uses 4 held-out photos
+(caveat: ``cat`` is the same photo as the training photo ``chelsea``; see the README).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ METHODS = ("scratch", "simclr", "peclr", "sim", "simw")
 """Pre-training variants: none; SimCLR (two views of one image); PeCLR (SimCLR + equivariant latent); SiM (mined
 similar hand from another image as positive, equivariant latent); SiM-W (SiM + adaptive weights)."""
 
-_TEST_BACKGROUNDS = 4  # the last photos of BACKGROUNDS are kept for the test set only
+_TEST_BACKGROUNDS = (
+    4  # the last photos of BACKGROUNDS are held out for the test set (cat == chelsea, see README)
+)
 _TARGET_SCALE = 100.0  # mm per training unit of the 3-D targets
 
 
@@ -38,7 +41,7 @@ _TARGET_SCALE = 100.0  # mm per training unit of the 3-D targets
 class Data:
     pool: Any  # HandBatch, unlabelled pre-training pool
     train: Any  # HandBatch, labelled fine-tuning set
-    test: Any  # HandBatch, test set (unseen photos)
+    test: Any  # HandBatch, test set (held-out photos)
 
 
 def make_data(*, pool: int, train: int, test: int, size: int, seed: int) -> Data:
@@ -294,7 +297,7 @@ def finetune(cfg: FinetuneConfig, ctx: RunContext) -> Result:
 
 
 def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
-    """MPJPE / PA-MPJPE (mm) of a fine-tuned ``model.pt`` on rendered test hands (photos unseen in training)."""
+    """MPJPE / PA-MPJPE (mm) of a fine-tuned ``model.pt`` on rendered test hands (held-out photos)."""
     device = ctx.torch_device()
     model = _load_model(cfg.checkpoint, 16, device)
     from iclr25_simhand._render import BACKGROUNDS, load_backgrounds, render_hands
@@ -319,7 +322,7 @@ PAPER = {  # arXiv:2502.15251, Table 1 (FreiHand, PA-MPJPE-style error, lower is
 
 def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     """scratch / SimCLR / PeCLR / SiM / SiM-W: pre-train (equal steps and batch), fine-tune at label fractions,
-    3-D error on unseen photos; paired differences across seeds with t-intervals."""
+    3-D error on held-out photos; paired differences across seeds with t-intervals."""
     from iclr25_shared.metrics import paired_t_interval
 
     device = ctx.torch_device()

@@ -76,7 +76,7 @@ class FinetuneConfig(CommonOptions):
     train: int = 512
     """Rendered labelled images (>= 2)."""
     test: int = 256
-    """Rendered test images, on photos unseen in training (>= 1)."""
+    """Rendered test images, on held-out photos (>= 1)."""
     fraction: float = 1.0
     """Fraction of the labelled images used (0, 1]."""
     size: int = 32
@@ -104,7 +104,7 @@ class FinetuneConfig(CommonOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluateConfig(CommonOptions):
-    """MPJPE / PA-MPJPE (mm) of a fine-tuned model.pt on rendered test hands over unseen photos."""
+    """MPJPE / PA-MPJPE (mm) of a fine-tuned model.pt on rendered test hands over held-out photos."""
 
     checkpoint: Path = Path("model.pt")
     """model.pt written by `finetune`."""
