@@ -31,9 +31,8 @@ METHODS = ("scratch", "simclr", "peclr", "sim", "simw")
 """Pre-training variants: none; SimCLR (two views of one image); PeCLR (SimCLR + equivariant latent); SiM (mined
 similar hand from another image as positive, equivariant latent); SiM-W (SiM + adaptive weights)."""
 
-_TEST_BACKGROUNDS = (
-    4  # the last photos of BACKGROUNDS are held out for the test set (cat == chelsea, see README)
-)
+# the last photos of BACKGROUNDS are held out for the test set (caveat: cat == chelsea, see the README)
+_TEST_BACKGROUNDS = 4
 _TARGET_SCALE = 100.0  # mm per training unit of the 3-D targets
 
 
