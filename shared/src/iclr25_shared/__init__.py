@@ -60,7 +60,8 @@ def lazy_exports(
     Args:
         package: the package's ``__name__``.
         where: public name -> submodule (relative to ``package``) that defines it.
-        eager: names defined in the package itself, listed by ``dir()`` besides ``where``'s.
+        eager: names defined in the package itself, listed by ``dir()`` besides ``where``'s (and the package's
+            ``__all__``, when it has one).
 
     Returns:
         ``(__getattr__, __dir__)``. The first access imports ``package.<where[name]>``, caches the value in the
@@ -81,7 +82,7 @@ def lazy_exports(
         return value
 
     def __dir__() -> list[str]:
-        return sorted(set(names) | set(eager))
+        return sorted(set(names) | set(eager) | set(getattr(sys.modules.get(package), "__all__", ())))
 
     return __getattr__, __dir__
 

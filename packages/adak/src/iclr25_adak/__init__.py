@@ -12,43 +12,30 @@ against the model's log-likelihood minus a cost per activated expert, with the b
 Nothing heavy is imported by ``import iclr25_adak``; torch and transformers load on first use of a name.
 """
 
-from importlib import import_module
-from typing import Any
-
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 __version__ = distribution_version("iclr25-adak")
 
 _LAZY = {
-    "AdaKAllocator": "iclr25_adak._routing",
-    "AdaKPatch": "iclr25_adak._routing",
-    "AdaKRouter": "iclr25_adak._routing",
-    "SUPPORTED_BLOCKS": "iclr25_adak._routing",
-    "apply_adak": "iclr25_adak._routing",
-    "expert_flops_per_token": "iclr25_adak._routing",
-    "variable_k_route": "iclr25_adak._routing",
-    "PPOConfig": "iclr25_adak._ppo",
-    "PPOStats": "iclr25_adak._ppo",
-    "ppo_objective": "iclr25_adak._ppo",
-    "ppo_update": "iclr25_adak._ppo",
-    "rollout": "iclr25_adak._ppo",
-    "token_log_likelihood": "iclr25_adak._ppo",
-    "train_allocators": "iclr25_adak._ppo",
-    "evaluate_lm": "iclr25_adak._eval",
-    "interpolate_static": "iclr25_adak._eval",
-    "token_types": "iclr25_adak._eval",
+    "AdaKAllocator": "_routing",
+    "AdaKPatch": "_routing",
+    "AdaKRouter": "_routing",
+    "SUPPORTED_BLOCKS": "_routing",
+    "apply_adak": "_routing",
+    "expert_flops_per_token": "_routing",
+    "variable_k_route": "_routing",
+    "PPOConfig": "_ppo",
+    "PPOStats": "_ppo",
+    "ppo_objective": "_ppo",
+    "ppo_update": "_ppo",
+    "rollout": "_ppo",
+    "token_log_likelihood": "_ppo",
+    "train_allocators": "_ppo",
+    "evaluate_lm": "_eval",
+    "interpolate_static": "_eval",
+    "token_types": "_eval",
 }
 
 __all__ = sorted([*_LAZY, "__version__"])
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(import_module(_LAZY[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'iclr25_adak' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return __all__
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

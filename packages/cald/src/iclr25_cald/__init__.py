@@ -14,10 +14,7 @@ Nothing heavy is imported at ``import iclr25_cald``: the names below load torch/
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
-
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 __version__ = distribution_version("iclr25-cald")
 
@@ -47,14 +44,4 @@ _LAZY = {
 
 __all__ = [*sorted(_LAZY), "__version__"]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(import_module(f"iclr25_cald.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'iclr25_cald' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -18,10 +18,7 @@ them is first used.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 __version__ = distribution_version("iclr25-debgcd")
 
@@ -61,10 +58,4 @@ _LAZY = {
 
 __all__ = [*sorted(_LAZY), "__version__"]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"iclr25_debgcd.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'iclr25_debgcd' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -35,7 +35,7 @@ from iclr25_diffusion_shapley._shapley import (
     shapley_kernel_size_probabilities,
     subset_table,
 )
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 _LAZY = {
     "ContributorData": "_diffusion",
@@ -86,12 +86,4 @@ __all__ = [
 ]
 __version__ = distribution_version("iclr25-diffusion-shapley")
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f"iclr25_diffusion_shapley.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'iclr25_diffusion_shapley' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -32,7 +32,7 @@ from iclr25_lantern._relaxed import (
     relaxed_target_mass,
     residual_distribution,
 )
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 __all__ = [
     "VQVAE",
@@ -58,12 +58,6 @@ __all__ = [
 ]
 __version__ = distribution_version("iclr25-lantern")
 
-_LAZY = {"FeatureCNN", "TokenTransformer", "TransformerConfig", "VQVAE"}
+_LAZY = dict.fromkeys(("FeatureCNN", "TokenTransformer", "TransformerConfig", "VQVAE"), "_models")
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        from iclr25_lantern import _models
-
-        return getattr(_models, name)
-    raise AttributeError(f"module 'iclr25_lantern' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

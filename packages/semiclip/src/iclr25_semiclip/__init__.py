@@ -14,11 +14,8 @@ Public API (torch is imported only when a torch-based name is first used)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from iclr25_semiclip._concepts import STOPWORDS, concept_multi_hot, mine_concepts, words
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
 
 _LAZY = {
     "clip_contrastive_loss": "_losses",
@@ -46,10 +43,4 @@ _LAZY = {
 __all__ = ["STOPWORDS", "__version__", "concept_multi_hot", "mine_concepts", "words", *sorted(_LAZY)]
 __version__ = distribution_version("iclr25-semiclip")
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        value = getattr(importlib.import_module(f"iclr25_semiclip.{_LAZY[name]}"), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'iclr25_semiclip' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
