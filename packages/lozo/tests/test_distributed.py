@@ -59,6 +59,7 @@ WORKER = (
         state = {k: v.clone() for k, v in model.state_dict().items()}
         result[kind] = {"state": state, "skipped": opt.skipped_steps, "losses": losses}
     torch.save(result, f"{out}/rank{rank}.pt")
+    dist.barrier()  # every rank has saved before any tears down (torch 2.4's gloo hangs in teardown otherwise)
     dist.destroy_process_group()
     """
     )
