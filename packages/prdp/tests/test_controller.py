@@ -195,3 +195,55 @@ def test_train_with_prdp_fixed_iterations_and_bad_arguments():
         train_with_prdp(lambda s, k: (s, None), lambda s: 1.0, 0, epochs=0, iterations=1)
     with pytest.raises(ValueError, match="metric"):
         train_with_prdp(lambda s, k: (s, None), lambda s: math.nan, 0, epochs=2, controller=controller())
+
+
+class _FakeClock:
+    """A ``time`` stand-in whose clock moves only when a test advances it."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def perf_counter(self):
+        return self.now
+
+
+def test_interleaved_runs_count_only_their_own_time_and_match_single_runs(monkeypatch):
+    from iclr25_prdp import _training
+    from iclr25_prdp._training import PRDPRun
+
+    clock = _FakeClock()
+    monkeypatch.setattr(_training, "time", clock)
+
+    def arm(cost):  # each epoch costs `cost` seconds per iteration, validation 1 s; metric falls like 1/epoch
+        def train_epoch(state, k):
+            clock.now += cost * k
+            return state + 1, None
+
+        def validate(state):
+            clock.now += 1.0
+            return 1.0 / (1 + state)
+
+        return train_epoch, validate
+
+    def make(cost, **kwargs):
+        return PRDPRun(*arm(cost), 0, epochs=5, solves_per_epoch=2, **kwargs)
+
+    fixed, prdp = make(10.0, iterations=4), make(1.0, controller=controller(plateau_window=1))
+    rounds = 0
+    while not (fixed.done and prdp.done):
+        for run in (fixed, prdp) if rounds % 2 == 0 else (prdp, fixed):
+            run.step()
+        rounds += 1
+    # own time only: initial validation 1 s, then K * cost + 1 s per epoch; the other run's time never leaks in
+    assert fixed.log.wall_time == [1.0, 42.0, 83.0, 124.0, 165.0, 206.0]
+    ks = prdp.log.iterations[1:]
+    assert prdp.log.wall_time == list(np.cumsum([1.0] + [1.0 * k + 1.0 for k in ks]))
+    # the same logs as one uninterrupted train_with_prdp run each
+    _, alone = train_with_prdp(
+        *arm(1.0), 0, epochs=5, solves_per_epoch=2, controller=controller(plateau_window=1)
+    )
+    assert alone.iterations == prdp.log.iterations
+    assert alone.metric == prdp.log.metric
+    assert alone.cumulative_iterations == prdp.log.cumulative_iterations
+    with pytest.raises(RuntimeError, match="finished"):
+        fixed.step()

@@ -137,3 +137,41 @@ def test_emulator_trains_and_accounts_for_every_pressure_solve():
     # per epoch: 2 batches x 2 rollout steps x (forward + adjoint) solves of K iterations each
     assert result.log.solver_iterations[1:] == [8 * k for k in ks]
     assert all(np.isfinite(result.log.metric))
+
+
+@pytest.mark.slow
+def test_interleaved_arms_equal_separate_runs_and_the_timing_diagnostic_runs():
+    from iclr25_prdp._reproduce import equal_accuracy, interleave, solve_share
+
+    emulator = NavierStokesEmulator(
+        flow=KolmogorovFlow(n=8), train_samples=4, val_samples=2, batch_size=2, rollout=2, spinup=0.2
+    )
+    data = emulator.data()
+
+    def prdp():
+        return RefinementController(
+            initial_iterations=1, step=2, max_iterations=7, plateau_window=1, ema_window=1
+        )
+
+    plan = [("converged", {"iterations": 7}), ("PRDP", {"controller": prdp()})]
+    pair = interleave(emulator, plan, epochs=4, key=jax.random.key(3), data=data)
+    alone = {
+        "converged": emulator.train(epochs=4, iterations=7, key=jax.random.key(3), data=data),
+        "PRDP": emulator.train(epochs=4, controller=prdp(), key=jax.random.key(3), data=data),
+    }
+    for label in ("converged", "PRDP"):
+        # interleaving changes only the clock: the same compiled functions on the same inputs
+        assert pair[label].log.metric == alone[label].log.metric
+        assert pair[label].log.iterations == alone[label].log.iterations
+        assert pair[label].extra == alone[label].extra
+        wall = pair[label].log.wall_time
+        assert len(wall) == 5
+        assert wall == sorted(wall)
+    row = equal_accuracy(pair["converged"], pair["PRDP"])
+    assert row["target metric"] == max(pair["converged"].final_metric, pair["PRDP"].final_metric)
+    timing = solve_share(emulator, data, 7, repeats=1)
+    assert timing["epoch s at K=0"] > 0
+    assert timing["epoch s at K_eps"] > 0
+    assert timing["solve share"] == 1 - timing["epoch s at K=0"] / timing["epoch s at K_eps"]
+    with pytest.raises(ValueError, match="iterations"):
+        emulator.epoch_seconds(data, -1)

@@ -100,7 +100,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                 name,
                 epochs=cfg.epochs,
                 diff=cfg.diff,
-                method="conjugate_gradient" if name == "navier-stokes" else "jacobi",
+                method=cfg.ns_method if name == "navier-stokes" else "jacobi",
                 seeds=seeds,
                 say=ctx.log.info,
                 grid=cfg.grid,

@@ -34,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -45,7 +46,7 @@ import lineax as lx
 from iclr25_prdp._controller import RefinementController
 from iclr25_prdp._operators import Operator, _laplacian_apply, _stencil_operator
 from iclr25_prdp._solvers import solve
-from iclr25_prdp._training import TrainingLog, train_with_prdp
+from iclr25_prdp._training import PRDPRun, TrainingLog
 from iclr25_shared.checks import check_choice, check_float, check_int
 
 __all__ = ["KolmogorovFlow", "NavierStokesEmulator"]
@@ -422,6 +423,123 @@ class NavierStokesEmulator:
         _COMPILED[cache_key] = (graphdef, optimiser, epoch_jit, validate_jit)
         return _COMPILED[cache_key]
 
+    def _fresh(self, key: jax.Array) -> tuple[Any, Any, jax.Array]:
+        """``(params, opt_state, shuffle_key)`` of a new network seeded by ``key``."""
+        from flax import nnx
+
+        init_key, shuffle_key = jax.random.split(key)
+        _, params = nnx.split(_cnn(self.channels, self.depth, init_key))
+        optimiser = self._compiled(False)[1]
+        return params, optimiser.init(params), shuffle_key
+
+    def warm_up(self, data: tuple[jax.Array, jax.Array], *, direct: bool = False) -> float:
+        """Compile the epoch and validation functions (implicit mode: one executable for every ``K``).
+
+        Returns the seconds the first calls took (compilation plus one ``K = 0`` epoch and three validations);
+        a second call returns about the cost of the run part alone. Unrolled mode compiles per ``K`` later.
+        """
+        train, val = data
+        _, _, epoch_jit, validate_fn = self._compiled(direct)
+        params, opt_state, key = self._fresh(jax.random.key(0))
+        start = time.perf_counter()
+        if self.diff == "implicit" or direct:
+            zero = jnp.asarray(0, jnp.int32)
+            jax.block_until_ready(epoch_jit(params, opt_state, key, zero, train))
+            jax.block_until_ready(validate_fn(params, val, zero, False))
+            jax.block_until_ready(validate_fn(params, val, zero, True))
+        return time.perf_counter() - start
+
+    def epoch_seconds(self, data: tuple[jax.Array, jax.Array], iterations: int, *, repeats: int = 3) -> float:
+        """Minimum wall time (s) over ``repeats`` training epochs at ``K = iterations`` from one fixed state.
+
+        ``1 - epoch_seconds(K=0) / epoch_seconds(K)`` is the share of a ``K``-iteration epoch spent in the
+        pressure solves (forward and adjoint): the diagnostic that says whether PRDP can save wall time here.
+        Implicit mode only (one executable for every ``K``; call :meth:`warm_up` first to keep compilation out).
+        """
+        check_int("iterations", iterations, low=0)
+        check_int("repeats", repeats, low=1)
+        if self.diff != "implicit":
+            raise ValueError(f"epoch_seconds needs diff='implicit' (a traced K), got diff={self.diff!r}")
+        train, _ = data
+        _, _, epoch_jit, _ = self._compiled(False)
+        params, opt_state, key = self._fresh(jax.random.key(0))
+        k = jnp.asarray(iterations, jnp.int32)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            jax.block_until_ready(epoch_jit(params, opt_state, key, k, train))
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    def start(
+        self,
+        *,
+        epochs: int,
+        iterations: int | None = None,
+        controller: RefinementController | None = None,
+        direct: bool = False,
+        key: jax.Array | None = None,
+        data: tuple[jax.Array, jax.Array] | None = None,
+    ) -> tuple[PRDPRun, Callable[[], Any]]:
+        """Set up one arm without running it: ``(run, finish)``.
+
+        Advance ``run`` (a :class:`~iclr25_prdp._training.PRDPRun`) with ``run.step()`` until ``run.done``, then
+        ``finish()`` scores the final model with the exact pressure solve and returns the ``ArmResult``. Stepping
+        two arms in turn interleaves them epoch by epoch; each arm's wall time counts only its own epochs.
+        Arguments as :meth:`train`. Compilation happens here (:meth:`warm_up`), before any clock starts.
+        """
+        from iclr25_prdp._problems import ArmResult
+
+        key = jax.random.key(0) if key is None else key
+        data = self.data() if data is None else data
+        train, val = data
+        _, _, epoch_jit, validate_fn = self._compiled(direct)
+        self.warm_up(data, direct=direct)
+        params, opt_state, shuffle_key = self._fresh(key)
+        n_batches = self.train_samples // self.batch_size
+        traced_k = self.diff == "implicit" or direct
+        current = {
+            "k": 0 if direct else (iterations if controller is None else controller.initial_iterations)
+        }
+
+        def train_epoch(state, k):
+            current["k"] = k
+            params, opt_state, key = state
+            key, sub = jax.random.split(key)
+            params, opt_state, loss = epoch_jit(
+                params, opt_state, sub, jnp.asarray(k, jnp.int32) if traced_k else k, train
+            )
+            return (params, opt_state, key), loss
+
+        def validate(state):
+            k = jnp.asarray(current["k"], jnp.int32) if traced_k else current["k"]
+            return float(validate_fn(state[0], val, k, False))
+
+        run = PRDPRun(
+            train_epoch,
+            validate,
+            (params, opt_state, shuffle_key),
+            epochs=epochs,
+            controller=controller,
+            iterations=0 if direct else iterations,
+            # one batched (vmapped) solve counts once, as for heat; forward + adjoint per rollout step and batch
+            solves_per_epoch=2 * self.rollout * n_batches,
+        )
+
+        def finish() -> ArmResult:
+            if not run.done:
+                raise RuntimeError(f"the arm has run {max(run.epoch, 0)} of its {run.epochs} epochs")
+            exact = float(validate_fn(run.state[0], val, jnp.asarray(0, jnp.int32), True))
+            log = run.log
+            return ArmResult(
+                label="",
+                log=log,
+                final_iterations=None if direct else log.iterations[-1],
+                extra={"final exact-pressure nMSE": exact},
+            )
+
+        return run, finish
+
     def train(
         self,
         *,
@@ -448,62 +566,14 @@ class NavierStokesEmulator:
             an ``ArmResult`` with the per-epoch log (wall time excludes the JIT compilation, done before the clock
             starts in implicit mode).
         """
-        from flax import nnx
-
-        from iclr25_prdp._problems import ArmResult
-
-        key = jax.random.key(0) if key is None else key
-        init_key, shuffle_key = jax.random.split(key)
-        train, val = self.data() if data is None else data
-        _, optimiser, epoch_jit, validate_fn = self._compiled(direct)
-        _, params = nnx.split(_cnn(self.channels, self.depth, init_key))
-        opt_state = optimiser.init(params)
-        n_batches = self.train_samples // self.batch_size
-        traced_k = self.diff == "implicit" or direct
-        if (
-            traced_k
-        ):  # compile before the clock starts (one executable serves every K), identical for every arm
-            jax.block_until_ready(epoch_jit(params, opt_state, shuffle_key, jnp.asarray(0, jnp.int32), train))
-            jax.block_until_ready(validate_fn(params, val, jnp.asarray(0, jnp.int32), False))
-            jax.block_until_ready(validate_fn(params, val, jnp.asarray(0, jnp.int32), True))
-
-        def train_epoch_k(state, k):
-            params, opt_state, key = state
-            key, sub = jax.random.split(key)
-            params, opt_state, loss = epoch_jit(
-                params, opt_state, sub, jnp.asarray(k, jnp.int32) if traced_k else k, train
-            )
-            return (params, opt_state, key), loss
-
-        current = {
-            "k": 0 if direct else (iterations if controller is None else controller.initial_iterations)
-        }
-
-        def train_epoch(state, k):
-            current["k"] = k
-            return train_epoch_k(state, k)
-
-        def validate(state):
-            k = jnp.asarray(current["k"], jnp.int32) if traced_k else current["k"]
-            return float(validate_fn(state[0], val, k, False))
-
-        final, log = train_with_prdp(
-            train_epoch,
-            validate,
-            (params, opt_state, shuffle_key),
-            epochs=epochs,
-            controller=controller,
-            iterations=0 if direct else iterations,
-            solves_per_epoch=2
-            * self.rollout
-            * n_batches,  # one batched (vmapped) solve counts once, as for heat
-            callback=callback,
+        run, finish = self.start(
+            epochs=epochs, iterations=iterations, controller=controller, direct=direct, key=key, data=data
         )
-        exact = float(validate_fn(final[0], val, jnp.asarray(0, jnp.int32), True))
-        extra = {"final exact-pressure nMSE": exact}
-        return ArmResult(
-            label="", log=log, final_iterations=None if direct else log.iterations[-1], extra=extra
-        )
+        while not run.done:
+            log = run.step()
+            if callback is not None:
+                callback(run.epoch, log)
+        return finish()
 
 
 _COMPILED: dict[tuple[NavierStokesEmulator, bool], tuple[Any, Any, Any, Any]] = {}

@@ -99,6 +99,9 @@ class ReproduceConfig(CommonOptions):
     """Seeds per experiment (network initialisation and batch order; poisson-inverse is deterministic)."""
     grid: int = 32
     """navier-stokes: cells per axis of the coarse grid (the reference runs on twice as many)."""
+    ns_method: Literal["jacobi", "conjugate_gradient"] = "jacobi"
+    """navier-stokes: pressure solver (jacobi: K_eps = 300, the solves dominate a training epoch;
+    conjugate_gradient: K_eps = 40, they do not)."""
     diff: Diff = "implicit"
     """Differentiation mode of the solver."""
 
