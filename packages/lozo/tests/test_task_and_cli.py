@@ -156,29 +156,18 @@ def test_cli_config_file_and_override(tmp_path):
     assert json.loads((out / "config.json").read_text())["steps"] == 1
 
 
-def test_cli_reproduce_smoke(tmp_path):
+def test_cli_reproduce_on_the_wiki_task(tmp_path):
     out = tmp_path / "r"
-    code = main(
-        [
-            "reproduce",
-            "--model",
-            "tiny",
-            "--digits-steps",
-            "30",
-            "--lm-steps",
-            "3",
-            "--seeds",
-            "1",
-            "--quiet",
-            "--out",
-            str(out),
-        ]
-    )
-    assert code == 0
-    results = json.loads((out / "results.json").read_text())
-    methods = {r["method"] for r in results["tables"]["A. digits MLP, best LR per method (mean over seeds)"]}
-    assert methods == {"lozo", "lozo-m", "mezo", "adam"}
-    assert (out / "digits_loss.png").is_file()
+    argv = ["reproduce", "--model", "tiny", "--lm-task", "wiki", "--lm-steps", "3", "--seeds", "2"]
+    argv += ["--shots", "2", "--val-per-class", "1", "--test-per-class", "2", "--batch-size", "4"]
+    argv += ["--mezo-lrs", "1e-3", "--lozo-lrs", "1e-3", "--lozo-m-lrs", "1e-3", "--betas", "0.9"]
+    argv += ["--adam-lrs", "1e-3", "--quiet", "--out", str(out)]
+    assert main(argv) == 0
+    tables = json.loads((out / "results.json").read_text())["tables"]
+    rows = tables["B. LM, chosen setting per method (mean and sd over seeds)"]
+    assert [r["method"] for r in rows] == ["zero-shot", "mezo", "lozo", "lozo-m", "adam"]
+    assert all(r["seeds"] == 2 for r in rows)
+    assert "A. digits MLP, chosen setting per method" not in tables  # digits only with --digits
 
 
 @pytest.mark.parametrize(
@@ -186,26 +175,39 @@ def test_cli_reproduce_smoke(tmp_path):
     [
         (["--rank", "0"], "rank must be an integer in [1, inf), got 0"),
         (["--eps", "0"], "eps must be in (0.0, inf)"),
-        (["--momentum", "1.0"], "momentum must be in [0.0, 1.0)"),
+        (["--betas", "1.0"], "betas must be in [0.0, 1.0)"),
+        (["--seeds", "0"], "seeds must be an integer in [1, inf)"),
     ],
 )
 def test_reproduce_bad_input_exits_2_with_one_line(argv, message, capsys, tmp_path):
-    assert main(["reproduce", "--model", "tiny", "--quiet", *argv, "--out", str(tmp_path / "r")]) == 2
+    argv = [
+        "reproduce",
+        "--model",
+        "tiny",
+        "--lm-task",
+        "wiki",
+        "--quiet",
+        *argv,
+        "--out",
+        str(tmp_path / "r"),
+    ]
+    assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
     assert not (tmp_path / "r").exists()
 
 
-def test_reproduce_optimizers_take_eps_rank_interval_momentum_from_the_config():
+def test_reproduce_optimizers_take_eps_rank_interval_and_beta_from_the_config():
     from torch import nn
 
     from iclr25_lozo._experiment import _reproduce_optimizer
     from iclr25_lozo.cli import ReproduceConfig
 
-    cfg = ReproduceConfig(eps=2e-3, rank=3, interval=7, momentum=0.5)
-    opt = _reproduce_optimizer(cfg, "lozo-m", nn.Linear(8, 6), 0.1, seed=4)
+    cfg = ReproduceConfig(lm_task="wiki", eps=2e-3, rank=3, interval=7)
+    opt = _reproduce_optimizer(cfg, "lozo-m", nn.Linear(8, 6), 0.1, 0.5, seed=4)
     assert (opt.eps, opt.rank, opt.interval, opt.momentum, opt.seed) == (2e-3, 3, 7, 0.5, 4)
-    assert _reproduce_optimizer(cfg, "mezo", nn.Linear(8, 6), 0.1, seed=4).eps == 2e-3
+    assert _reproduce_optimizer(cfg, "mezo", nn.Linear(8, 6), 0.1, 0.0, seed=4).eps == 2e-3
+    assert cfg.lr_grid("lozo-m") == [(lr, b) for b in cfg.betas for lr in cfg.lozo_m_lrs]
 
 
 def test_cli_bench_on_tiny(tmp_path, capsys):

@@ -44,6 +44,10 @@ _NORM_TYPES: tuple[type[nn.Module], ...] = (
 )
 
 
+# Largest float32 temporary (elements) when a low-rank term is added to a float16/bfloat16 matrix.
+_LOW_PRECISION_BLOCK = 1 << 20
+
+
 def _is_norm(module: nn.Module) -> bool:
     # torch's own norm layers, plus model-specific norm classes (LlamaRMSNorm, T5LayerNorm, ...), by type.
     return isinstance(module, _NORM_TYPES) or any(
@@ -678,12 +682,26 @@ class LOZO(ZerothOrderOptimizer):
 
     @staticmethod
     def _add_low_rank(p: torch.Tensor, left: torch.Tensor, v: torch.Tensor) -> None:
-        """X <- X + left @ v^T in place, with X viewed as m x n (one fused addmm, no m x n temporary)."""
+        """X <- X + left @ v^T in place, with X viewed as m x n; no m x n temporary.
+
+        float32/float64, and any dtype on an accelerator: one fused ``addmm_``. float16/bfloat16 on CPU: a block
+        of rows at a time (at most ``_LOW_PRECISION_BLOCK`` elements, 4 MiB) is widened to float32, gets the
+        float32 product added, and is rounded back once; so X becomes round(X + left v^T) exactly, on every CPU.
+        On a CPU without bfloat16 matrix units (oneDNN limited to AVX2) a low-precision ``addmm_`` is ~30x slower:
+        5.7 s vs 0.18 s for one pass over SmolLM2-135M's matrices (2.3x faster with AMX; package README).
+        """
         matrix = p.view(p.shape[0], -1) if p.is_contiguous() else None
         if matrix is None:  # pragma: no cover - parameters are contiguous in practice
-            p.add_((left @ v.T).reshape(p.shape).to(p.dtype))
+            p.add_((left.float() @ v.T.float()).reshape(p.shape).to(p.dtype))
             return
-        matrix.addmm_(left.to(p.dtype), v.T.to(p.dtype))
+        if p.dtype in (torch.float32, torch.float64) or p.device.type != "cpu":
+            matrix.addmm_(left.to(p.dtype), v.T.to(p.dtype))
+            return
+        left, vt = left.float(), v.T.float().contiguous()
+        rows = max(1, _LOW_PRECISION_BLOCK // matrix.shape[1])
+        for start in range(0, matrix.shape[0], rows):
+            block = matrix[start : start + rows]
+            block.copy_(block.float().addmm_(left[start : start + rows], vt))
 
     def _add_direction(self, index: int, p: torch.Tensor, scale: float) -> None:
         if p.ndim < 2:

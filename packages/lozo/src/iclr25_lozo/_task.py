@@ -4,7 +4,9 @@ An example is a prompt ``template.format(text=...)``; the model's next-token log
 restricted to one label word per class, are the class scores. Training minimises the cross-entropy of those
 scores (computed in float32 whatever the model's dtype); accuracy is the argmax.
 
-The default task is Wikipedia topic classification (11 topics, :func:`iclr25_shared.data.wiki_summaries`).
+Two tasks: Wikipedia topic classification (11 topics, :func:`iclr25_shared.data.wiki_summaries`; the CLI's
+default) and binary movie-review sentiment (:func:`iclr25_lozo._data.movie_review_sentiment`), the SST-2 setting of
+the paper (arXiv:2410.07698, Section 5) with MeZO's SST-2 prompt ``<sentence> It was [great|terrible]``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,16 @@ import torch.nn.functional as F
 
 from iclr25_shared.data import TextClassification
 
-__all__ = ["WIKI_LABEL_WORDS", "WIKI_TEMPLATE", "Batch", "LabelWordTask", "balanced_split"]
+__all__ = [
+    "SENTIMENT_LABEL_WORDS",
+    "SENTIMENT_TEMPLATE",
+    "WIKI_LABEL_WORDS",
+    "WIKI_TEMPLATE",
+    "Batch",
+    "LabelWordTask",
+    "balanced_split",
+    "kshot_split",
+]
 
 # One single-token label word per Wikipedia topic (checked against the SmolLM2 tokenizer in the tests).
 WIKI_LABEL_WORDS = {
@@ -36,6 +47,11 @@ WIKI_LABEL_WORDS = {
     "Technology": " Technology",
 }
 WIKI_TEMPLATE = "Article: {text}\nTopic (Art, Biology, Everyday, Geography, History, Mathematics, People, Religion, Physics, Society or Technology):"
+
+# MeZO's SST-2 prompt (Malladi et al. 2023, arXiv:2305.17333, prompt table: "<S1> It was [MASK] ." with great /
+# terrible), asked as a causal LM next-token question. One token each in the SmolLM2 tokenizer (checked in the tests).
+SENTIMENT_LABEL_WORDS = {"negative": " terrible", "positive": " great"}
+SENTIMENT_TEMPLATE = "{text} It was"
 
 
 @dataclass
@@ -90,6 +106,37 @@ def balanced_split(
         train.append(idx[:shots])
         held.append(idx[shots : shots + eval_per_class])
     return rng.permutation(np.concatenate(train)), rng.permutation(np.concatenate(held))
+
+
+def kshot_split(
+    labels: np.ndarray, *, shots: int, val_per_class: int, test_per_class: int, seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Disjoint k-shot training, validation and test sets, each balanced over the classes (the few-shot protocol
+    of MeZO/LOZO: ``shots`` training and as many validation examples per class, drawn per seed).
+
+    Returns:
+        ``(train, val, test)`` int64 index arrays into ``labels``, each shuffled.
+
+    Raises:
+        ValueError: a size < 1, or some class has fewer than ``shots + val_per_class + test_per_class`` examples.
+    """
+    for name, value in (
+        ("shots", shots),
+        ("val_per_class", val_per_class),
+        ("test_per_class", test_per_class),
+    ):
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    train, held = balanced_split(
+        labels, shots=shots, eval_per_class=val_per_class + test_per_class, seed=seed
+    )
+    rng = np.random.default_rng([seed, 1])
+    val, test = [], []
+    for cls in np.unique(labels):
+        idx = held[labels[held] == cls]
+        val.append(idx[:val_per_class])
+        test.append(idx[val_per_class:])
+    return train, rng.permutation(np.concatenate(val)), rng.permutation(np.concatenate(test))
 
 
 @dataclass
@@ -173,7 +220,11 @@ class LabelWordTask:
         return F.cross_entropy(logits, batch.labels.to(logits.device))
 
     @torch.no_grad()
+    def scores(self, model: Any, batch: Batch, batch_size: int = 32) -> torch.Tensor:
+        """``(n, num_classes)`` float32 label-word logits of every row, computed ``batch_size`` rows at a time."""
+        return torch.cat([self.class_logits(model, b).cpu() for b in self.batches(batch, batch_size)])
+
+    @torch.no_grad()
     def predict(self, model: Any, batch: Batch, batch_size: int = 32) -> np.ndarray:
         """Predicted class ids ``(n,)`` int64."""
-        preds = [self.class_logits(model, b).argmax(dim=1).cpu() for b in self.batches(batch, batch_size)]
-        return torch.cat(preds).numpy()
+        return self.scores(model, batch, batch_size).argmax(dim=1).numpy()

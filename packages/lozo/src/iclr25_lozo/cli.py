@@ -1,5 +1,6 @@
 """``iclr25-lozo``: LOZO (ICLR 2025, arXiv:2410.07698), low-rank zeroth-order fine-tuning of language models with
-forward passes only. Default: SmolLM2-135M-Instruct fine-tuned on Wikipedia topic classification.
+forward passes only. Default: SmolLM2-135M-Instruct fine-tuned on Wikipedia topic classification; ``--task
+sentiment`` uses the human-rated movie-review sentences (the SST-2 setting of the paper).
 
 Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
 """
@@ -20,12 +21,29 @@ DEFAULT = "finetune"
 
 Optimizer = Literal["lozo", "lozo-m", "mezo", "adam"]
 OPTIMIZERS = ("lozo", "lozo-m", "mezo", "adam")
+Task = Literal["wiki", "sentiment"]
+
+
+def _check_task_data(task: str, data_path: str, neutral_margin: float) -> None:
+    """Fail before any long work when the sentiment data are missing (exit 2 with the fetch command)."""
+    check_float("neutral_margin", neutral_margin, low=0.0)
+    if task == "sentiment":
+        from iclr25_lozo._data import check_sentiment_path
+
+        check_sentiment_path(data_path)
 
 
 @dataclass(frozen=True, kw_only=True)
 class FinetuneConfig(CommonOptions):
-    """Fine-tune a causal LM with LOZO (forward passes only) on Wikipedia topic classification; print zero-shot
-    and fine-tuned accuracy."""
+    """Fine-tune a causal LM with LOZO (forward passes only) on Wikipedia topic classification (or movie-review
+    sentiment); print zero-shot and fine-tuned accuracy."""
+
+    task: Task = "wiki"
+    """wiki (11 Wikipedia topics) or sentiment (movie-review sentences, positive/negative, SST-2 style)."""
+    data_path: str = ""
+    """sentiment only: vaderSentiment-3.3.2.tar.gz (default: <iclr25 cache>/vader-sentiment/)."""
+    neutral_margin: float = 0.5
+    """sentiment only: sentences with a mean rating in [-margin, margin] (scale -4..4) are dropped."""
 
     model: str = "smollm2-135m-instruct"
     """'smollm2-135m-instruct' (packaged), a local folder or .gguf, a Hub id, or 'tiny' (random 2-layer Llama)."""
@@ -52,7 +70,7 @@ class FinetuneConfig(CommonOptions):
     batch_size: int = 8
     """Examples per step."""
     max_text_tokens: int = 24
-    """Each summary is cut to this many tokens before it goes into the prompt."""
+    """Each text is cut to this many tokens before it goes into the prompt."""
     lora: bool = False
     """Zeroth-order (or Adam) on LoRA adapters only (peft), the base model frozen."""
     lora_rank: int = 8
@@ -76,43 +94,100 @@ class FinetuneConfig(CommonOptions):
         check_int("lora_rank", self.lora_rank, low=1)
         if self.model.startswith((".", "/", "~")) and not Path(self.model).expanduser().exists():
             raise ValueError(f"model: path {self.model!r} does not exist")
+        _check_task_data(self.task, self.data_path, self.neutral_margin)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(CommonOptions):
     """The paper's comparison at small scale: MeZO vs LOZO vs LOZO-M vs first-order Adam at equal forward-pass
-    budgets, with a learning-rate grid and 2 seeds on a digits MLP, then SmolLM2 on Wikipedia topics."""
+    budgets on SmolLM2 (k-shot movie-review sentiment by default), each with its own learning-rate grid (and beta
+    for LOZO-M) chosen on a validation split of the tuning seed (--seed), then --seeds seeds at the chosen setting
+    with paired differences; --digits adds the digits-MLP comparison."""
 
-    full: bool = False
-    """The longer run whose numbers are in the README (more steps, 2 seeds and an LR grid for SmolLM2)."""
     model: str = "smollm2-135m-instruct"
-    """Model for part B (see finetune --model); 'tiny' for a smoke run."""
-    digits_steps: int = 3000
-    """Zeroth-order steps for the digits MLP (Adam gets the same forward-pass budget)."""
-    lm_steps: int = 40
-    """Zeroth-order steps for the SmolLM2 runs (Adam gets the same forward-pass budget)."""
-    seeds: int = 2
-    """Seeds per configuration."""
-    skip_lm: bool = False
-    """Run only part A (digits MLP)."""
+    """Model (see finetune --model); 'tiny' for a smoke run."""
+    lm_task: Task = "sentiment"
+    """sentiment (movie-review sentences, SST-2 style) or wiki (11 Wikipedia topics)."""
+    data_path: str = ""
+    """sentiment only: vaderSentiment-3.3.2.tar.gz (default: <iclr25 cache>/vader-sentiment/)."""
+    neutral_margin: float = 0.5
+    """sentiment only: sentences with a mean rating in [-margin, margin] (scale -4..4) are dropped."""
+    shots: int = 16
+    """k: training examples per class (the paper: 16 and 512)."""
+    val_per_class: int = 16
+    """Validation examples per class (used to choose each method's learning rate)."""
+    test_per_class: int = 50
+    """Test examples per class (reported)."""
+    max_text_tokens: int = 16
+    """Each text is cut to this many tokens before it goes into the prompt."""
+    batch_size: int = 8
+    """Examples per step."""
+    lm_steps: int = 20
+    """Zeroth-order steps per run (2 forward passes each); Adam gets 2/3 as many (same forward-pass budget)."""
+    seeds: int = 3
+    """Seeds at each method's chosen setting: --seed (the tuning seed, reused) and the next ones."""
+    methods: tuple[str, ...] = ("mezo", "lozo", "lozo-m", "adam")
+    """Which optimizers to compare."""
+    mezo_lrs: tuple[float, ...] = (3e-5, 1e-4, 3e-4)
+    """MeZO's learning-rate grid."""
+    lozo_lrs: tuple[float, ...] = (3e-5, 1e-4, 3e-4)
+    """LOZO's learning-rate grid."""
+    lozo_m_lrs: tuple[float, ...] = (3e-5, 1e-4, 3e-4)
+    """LOZO-M's learning-rate grid (crossed with --betas)."""
+    betas: tuple[float, ...] = (0.5, 0.9)
+    """LOZO-M's momentum grid."""
+    adam_lrs: tuple[float, ...] = (3e-6, 1e-5, 3e-5)
+    """Adam's (first-order reference) learning-rate grid."""
     eps: float = 1e-3
     """Perturbation scale of every zeroth-order method (paper default)."""
     rank: int = 2
     """LOZO rank r (paper default)."""
     interval: int = 50
     """LOZO lazy-sampling interval (steps between redraws of V; paper default)."""
-    momentum: float = 0.9
-    """LOZO-M's beta (paper default)."""
+    skip_lm: bool = False
+    """Skip the language-model part."""
+    digits: bool = False
+    """Also run the digits-MLP comparison (same protocol: grid on the tuning seed, then --seeds seeds)."""
+    digits_steps: int = 3000
+    """Zeroth-order steps for the digits MLP."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_float("eps", self.eps, low=0.0, low_inclusive=False)
         check_int("rank", self.rank, low=1)
         check_int("interval", self.interval, low=1)
-        check_float("momentum", self.momentum, low=0.0, high=1.0, high_inclusive=False)
+        check_int("shots", self.shots, low=1)
+        check_int("val_per_class", self.val_per_class, low=1)
+        check_int("test_per_class", self.test_per_class, low=1)
+        check_int("max_text_tokens", self.max_text_tokens, low=4)
+        check_int("batch_size", self.batch_size, low=1)
         check_int("digits_steps", self.digits_steps, low=3)
         check_int("lm_steps", self.lm_steps, low=3)
         check_int("seeds", self.seeds, low=1)
+        if not self.methods:
+            raise ValueError(f"methods must name at least one of {', '.join(OPTIMIZERS)}")
+        for m in self.methods:
+            check_choice("methods", m, OPTIMIZERS)
+        for name in ("mezo_lrs", "lozo_lrs", "lozo_m_lrs", "adam_lrs", "betas"):
+            values = getattr(self, name)
+            if not values:
+                raise ValueError(f"{name} must hold at least one value")
+            for v in values:
+                if name == "betas":
+                    check_float(name, v, low=0.0, high=1.0, high_inclusive=False)
+                else:
+                    check_float(name, v, low=0.0, low_inclusive=False)
+        if self.skip_lm and not self.digits:
+            raise ValueError("skip_lm with digits off leaves nothing to run; drop --skip-lm or add --digits")
+        if not self.skip_lm:
+            _check_task_data(self.lm_task, self.data_path, self.neutral_margin)
+
+    def lr_grid(self, method: str) -> list[tuple[float, float]]:
+        """``(lr, beta)`` pairs tried for ``method`` (beta is 0 except for lozo-m)."""
+        if method == "lozo-m":
+            return [(lr, b) for b in self.betas for lr in self.lozo_m_lrs]
+        lrs = {"mezo": self.mezo_lrs, "lozo": self.lozo_lrs, "adam": self.adam_lrs}[method]
+        return [(lr, 0.0) for lr in lrs]
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,148 @@
+"""Binary movie-review sentiment from the human-rated sentences in the vaderSentiment 3.3.2 source distribution.
+
+The sdist's ``additional_resources/hutto_ICWSM_2014.tar.gz`` holds ``movieReviewSnippets_GroundTruth.txt``: 10 605
+Rotten-Tomatoes review sentences (the Pang & Lee sentences that SST-2 is built from), each with the mean of about
+20 human ratings on a -4 ... +4 scale (Hutto & Gilbert, ICWSM 2014; MIT licence). The file is read straight from
+the sdist tarball; nothing is unpacked to disk. It is not in the wheel: fetch it with ``pip download`` (below).
+"""
+
+from __future__ import annotations
+
+import math
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+from iclr25_shared.data import TextClassification
+from iclr25_shared.errors import DatasetUnavailable
+
+__all__ = [
+    "SENTIMENT_CLASSES",
+    "VADER_FETCH",
+    "VADER_SDIST",
+    "default_sentiment_path",
+    "movie_review_sentiment",
+]
+
+VADER_SDIST = "vaderSentiment-3.3.2.tar.gz"
+VADER_FETCH = "pip download --no-deps --no-binary :all: vadersentiment==3.3.2 -d {folder}"
+_INNER_ARCHIVE = "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz"
+_MOVIE_FILE = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
+SENTIMENT_CLASSES = ["negative", "positive"]
+
+
+def default_sentiment_path() -> Path:
+    """Where the sdist is looked for by default: ``<iclr25 cache>/vader-sentiment/vaderSentiment-3.3.2.tar.gz``
+    (the cache is ``$ICLR25_CACHE`` or the platform cache folder, e.g. ``~/.cache/iclr25``)."""
+    from iclr25_shared._paths import cache_dir
+
+    return cache_dir("vader-sentiment") / VADER_SDIST
+
+
+def _missing(path: Path) -> DatasetUnavailable:
+    return DatasetUnavailable(
+        f"movie-review sentences not found: {path} does not exist; fetch the vaderSentiment source distribution "
+        f"with `{VADER_FETCH.format(folder=path.parent)}` (or pass the path of {VADER_SDIST})"
+    )
+
+
+def check_sentiment_path(path: str | Path | None) -> Path:
+    """The sdist's path (``None`` or ``""`` = :func:`default_sentiment_path`), checked to exist.
+
+    Raises:
+        DatasetUnavailable: the file does not exist (the message gives the ``pip download`` command).
+    """
+    resolved = default_sentiment_path() if path in (None, "") else Path(path).expanduser()
+    if not resolved.is_file():
+        raise _missing(resolved)
+    return resolved
+
+
+def movie_review_sentiment(
+    path: str | Path | None = None, *, neutral_margin: float = 0.5
+) -> TextClassification:
+    """The movie-review sentences with binary labels: 1 (positive) if the mean rating > ``neutral_margin``,
+    0 (negative) if it is < ``-neutral_margin``; sentences rated in ``[-neutral_margin, neutral_margin]`` are
+    dropped (like SST-2, which drops the neutral phrases; a rating of exactly 0 is dropped even at margin 0).
+    A sentence that occurs twice is kept once (its first occurrence).
+
+    Args:
+        path: ``vaderSentiment-3.3.2.tar.gz`` (the PyPI sdist); ``None`` = :func:`default_sentiment_path`.
+        neutral_margin: half-width of the dropped band around 0, in rating units (the scale is -4 ... +4).
+            Of the 10 605 sentences 37 are rated exactly 0 and 2 repeat an earlier one; at margin 0 that leaves
+            10 566 (5 325 negative, 5 241 positive), at the default 0.5 10 041 (5 060 / 4 981), at 1.0 9 021.
+
+    Returns:
+        :class:`~iclr25_shared.data.TextClassification`: ``texts`` (n,) sentences, ``labels`` (n,) int64 in
+        {0, 1}, ``classes`` ``["negative", "positive"]``, ``titles`` the file's sentence ids, ``descriptions``
+        the mean ratings as strings.
+
+    Raises:
+        DatasetUnavailable: the file does not exist (the message gives the fetch command).
+        ValueError: ``neutral_margin`` negative or not finite; the file is not the sdist (not a tar archive, or
+            the ratings file is missing), a line is not ``id<TAB>rating<TAB>sentence`` with a finite rating, or
+            no sentence is left.
+    """
+    if (
+        not isinstance(neutral_margin, (int, float))
+        or not math.isfinite(neutral_margin)
+        or neutral_margin < 0
+    ):
+        raise ValueError(f"neutral_margin must be a finite number >= 0, got {neutral_margin!r}")
+    source = check_sentiment_path(path)
+    member_name = _INNER_ARCHIVE
+    try:
+        with tarfile.open(source) as outer:
+            inner_file = outer.extractfile(_INNER_ARCHIVE)
+            if inner_file is None:
+                raise KeyError(_INNER_ARCHIVE)
+            member_name = _MOVIE_FILE
+            with tarfile.open(fileobj=inner_file) as inner:
+                member = inner.extractfile(_MOVIE_FILE)
+                if member is None:
+                    raise KeyError(_MOVIE_FILE)
+                raw = member.read()
+    except tarfile.TarError as exc:
+        raise ValueError(
+            f"{source} is not the vaderSentiment 3.3.2 sdist (not a tar archive: {exc})"
+        ) from exc
+    except KeyError:
+        raise ValueError(f"{source} is not the vaderSentiment 3.3.2 sdist: it has no {member_name}") from None
+    text = raw.decode("utf-8", errors="replace")
+    texts: list[str] = []
+    labels: list[int] = []
+    ids: list[str] = []
+    ratings: list[str] = []
+    seen: set[str] = set()
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = line.split("\t")
+        try:
+            if len(fields) != 3:
+                raise ValueError
+            rating = float(fields[1])
+            if not math.isfinite(rating):
+                raise ValueError
+        except ValueError:
+            raise ValueError(
+                f"{source}: {_MOVIE_FILE} line {number} is not 'id<TAB>mean rating<TAB>sentence': {line[:80]!r}"
+            ) from None
+        sentence = fields[2].strip()
+        if rating == 0 or abs(rating) <= neutral_margin or not sentence or sentence in seen:
+            continue
+        seen.add(sentence)
+        texts.append(sentence)
+        labels.append(1 if rating > 0 else 0)
+        ids.append(fields[0])
+        ratings.append(fields[1])
+    if not texts:
+        raise ValueError(f"{source}: no sentence is rated outside [-{neutral_margin}, {neutral_margin}]")
+    return TextClassification(
+        texts=texts,
+        labels=np.asarray(labels, dtype=np.int64),
+        classes=list(SENTIMENT_CLASSES),
+        titles=ids,
+        descriptions=ratings,
+    )
