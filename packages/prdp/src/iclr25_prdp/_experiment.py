@@ -93,6 +93,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     device = ctx.jax_devices()[0]
     seeds = [cfg.seed + i for i in range(cfg.seeds)]
     rows, per_seed, summaries, metrics, timings = [], [], [], {}, {}
+    diagnostics: list[dict[str, Any]] = []
     with jax.default_device(device):
         for name in cfg.experiments:
             ctx.log.info(f"{name}:")
@@ -110,6 +111,8 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             per_seed += seed_rows
             summaries += summary_rows(name, extra)
             metrics[name] = extra
+            if "timing diagnostic" in extra:
+                diagnostics.append({"experiment": name, **extra["timing diagnostic"]})
             timings.update({f"{name}/{label}": r.wall_time for label, r in arms.items()})
             save_plots(ctx, name, arms, extra["metric"])
     return Result(
@@ -118,6 +121,9 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             "equal accuracy (mean, SD, 95 % t-interval over seeds)": summaries,
             "equal accuracy per seed": per_seed,
             f"whole runs, seed {seeds[0]}": rows,
+            "timing diagnostic (navier-stokes: share of a converged epoch spent in the pressure solves)": (
+                diagnostics
+            ),
         },
         timings=timings,
         notes=[

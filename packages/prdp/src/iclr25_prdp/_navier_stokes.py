@@ -306,22 +306,25 @@ class NavierStokesEmulator:
     def spec(self):
         from iclr25_prdp._problems import ExperimentSpec
 
-        # K_eps: the smallest K whose pressure solve reaches a relative residual of 1e-3 on this flow (measured:
-        # CG 40, Jacobi about 300); beyond it the one-step error equals the exact solve's to 3 digits.
+        # K_eps: the smallest K whose pressure solve reaches a relative residual of 1e-3 on this flow at n = 32
+        # (measured: CG 40, Jacobi 300); beyond it the one-step error equals the exact solve's to 3 digits.
+        # Controller: the paper's NS arguments (K0 = dK = 1, tau_step = 0.95) refined CG only to K = 3 in 30 epochs
+        # in a calibration run (seed 0); K0 = dK = 4 with tau_step = 0.9 (the paper's 2-D heat value) let it reach
+        # K_eps within the budget. For Jacobi a calibration run (seed 0, 40 epochs) compared K0 = dK = 20 (reached
+        # only K = 160 and the converged arm's accuracy only in the last epoch) and 50 (reached K_eps = 300 at
+        # epoch 33); 50 is the default.
         cg = self.method == "conjugate_gradient"
         converged = 40 if cg else 300
-        # The paper's NS arguments (K0 = dK = 1, tau_step = 0.95) refined CG only to K = 3 in 30 epochs in a
-        # calibration run (seed 0); K0 = dK = 4 (Jacobi: 20) with tau_step = 0.9 (the paper's 2-D heat value) let
-        # the controller reach K_eps within the budget.
+        first = 4 if cg else 50
         return ExperimentSpec(
             name="navier-stokes",
             metric_name=f"{self.rollout}-step val nMSE of the hybrid",
             epochs=40,
             converged_iterations=converged,
-            coarse_iterations=4 if cg else 20,
+            coarse_iterations=first,
             controller=dict(
-                initial_iterations=4 if cg else 20,
-                step=4 if cg else 20,
+                initial_iterations=first,
+                step=first,
                 max_iterations=converged,
                 plateau_threshold=0.9,
                 stop_threshold=0.9,
