@@ -50,14 +50,21 @@ WORKER = (
             result[kind] = {"error": str(exc)}
             continue
         losses = []
+        sent = []  # bytes of every all_reduce during the steps (not the replica check at construction)
+        real_all_reduce = dist.all_reduce
+        def counting_all_reduce(tensor, *a, **k):
+            sent.append(tensor.numel() * tensor.element_size())
+            return real_all_reduce(tensor, *a, **k)
+        dist.all_reduce = counting_all_reduce
         for step in range(__STEPS__):
             def closure():
                 if step == __SKIP__ and rank == 1:
                     return float("inf")
                 return ((model(x[shard]) - y[shard]) ** 2).mean()
             losses.append(float(opt.step(closure)))
+        dist.all_reduce = real_all_reduce
         state = {k: v.clone() for k, v in model.state_dict().items()}
-        result[kind] = {"state": state, "skipped": opt.skipped_steps, "losses": losses}
+        result[kind] = {"state": state, "skipped": opt.skipped_steps, "losses": losses, "sent": sent}
     torch.save(result, f"{out}/rank{rank}.pt")
     dist.barrier()  # every rank has saved before any tears down (torch 2.4's gloo hangs in teardown otherwise)
     dist.destroy_process_group()
@@ -120,6 +127,14 @@ def test_two_ranks_stay_identical_and_equal_the_single_process_run_on_the_concat
         torch.testing.assert_close(a, ref, rtol=1e-12, atol=1e-13)
     assert r0["losses"] == r1["losses"]
     assert all(torch.isfinite(torch.tensor(r0["losses"][:SKIP_STEP])))
+
+
+@pytest.mark.parametrize("kind", ["lozo", "mezo"])
+def test_each_step_all_reduces_two_float64_losses_and_nothing_else(ranks: list[dict], kind: str) -> None:
+    for rank in ranks:
+        assert (
+            rank[kind]["sent"] == [16] * STEPS
+        )  # one all-reduce of 2 x 8 bytes per step, skipped step included
 
 
 def test_ranks_with_different_seeds_refuse_to_start(ranks: list[dict]) -> None:

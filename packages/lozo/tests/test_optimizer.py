@@ -679,3 +679,23 @@ def test_restore_option_is_checked_and_in_place_low_precision_warns():
         LOZO(model.parameters(), restore="exact")
     with pytest.warns(RuntimeWarning, match="drift"):
         LOZO(model.parameters())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("block", [1 << 20, 7])  # one block, and many blocks with a ragged last one
+def test_low_precision_low_rank_add_rounds_once_from_float32(monkeypatch, dtype, block):
+    """X <- round(X + L V^T) with the product in float32, block by block, on CPU (no bf16 addmm_, which is
+    ~30x slower on CPUs without bf16 matrix units and rounds L and V to bf16 first)."""
+    from iclr25_lozo import _optimizer
+
+    monkeypatch.setattr(_optimizer, "_LOW_PRECISION_BLOCK", block)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(23, 5, 3, generator=gen).to(dtype)  # viewed as 23 x 15
+    left = torch.randn(23, 2, generator=gen) * 1e-2
+    v = torch.randn(15, 2, generator=gen)
+    expected = (x.float().view(23, 15) + left.double().matmul(v.double().T).float()).to(dtype).view_as(x)
+    got = x.clone()
+    LOZO._add_low_rank(got, left, v)
+    assert torch.equal(got, expected)
+    bf16_factors = x.clone().view(23, 15).addmm_(left.to(dtype), v.T.to(dtype)).view_as(x)
+    assert not torch.equal(bf16_factors, expected)  # the two roundings differ: the test can tell them apart

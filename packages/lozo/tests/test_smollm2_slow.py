@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from iclr25_lozo import LOZO
-from iclr25_lozo._task import WIKI_LABEL_WORDS, LabelWordTask, balanced_split
+from iclr25_lozo._task import SENTIMENT_LABEL_WORDS, WIKI_LABEL_WORDS, LabelWordTask, balanced_split
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +23,7 @@ def smollm2():
 
 
 def test_label_words_are_single_smollm2_tokens(smollm2):
-    for word in WIKI_LABEL_WORDS.values():
+    for word in [*WIKI_LABEL_WORDS.values(), *SENTIMENT_LABEL_WORDS.values()]:
         assert len(smollm2.tokenizer(word, add_special_tokens=False).input_ids) == 1, word
 
 
@@ -43,3 +43,19 @@ def test_lozo_steps_on_smollm2_are_finite_nonzero_and_restore(smollm2):
         assert torch.isfinite(loss) and loss > 0
     assert opt.last_projected_grad != 0.0
     torch.testing.assert_close(model.model.layers[0].self_attn.q_proj.weight, before, rtol=0, atol=1e-6)
+
+
+def test_bench_distributed_counts_two_floats_for_lozo_and_the_gradient_for_ddp(tmp_path):
+    import json
+
+    from iclr25_lozo.cli import main
+
+    argv = ["bench", "--model", "tiny", "--methods", "lozo", "--repeats", "1", "--batch-size", "2"]
+    argv += ["--seq-len", "8", "--distributed", "--processes", "1", "2", "--quiet", "--out", str(tmp_path)]
+    assert main(argv) == 0
+    tables = json.loads((tmp_path / "results.json").read_text())["tables"]
+    rows = tables["data parallel: LOZO (2 scalars per step) vs DDP + Adam (the gradient)"]
+    assert [r["processes"] for r in rows] == [1, 2] and [r["per_rank_batch"] for r in rows] == [2, 1]
+    for r in rows:
+        assert (r["lozo_bytes_per_step"], r["lozo_all_reduces_per_step"]) == (16, 1)
+        assert r["ddp_adam_bytes_per_step"] == 4 * r["parameters"]  # every fp32 gradient, once

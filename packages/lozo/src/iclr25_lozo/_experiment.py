@@ -717,6 +717,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     """Run the ``bench`` subcommand; see :class:`~iclr25_lozo.cli.BenchConfig`."""
     log = ctx.log.info
     rows = []
+    r: dict[str, Any] = {}
     for method in progress(cfg.methods, total=len(cfg.methods), desc="bench", quiet=cfg.quiet):
         args = {
             "method": method,
@@ -748,11 +749,64 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 "inference_seconds": r["inference_seconds"],
             }
         )
-    device = r["device"]
+    device = r["device"] if rows else cfg.device
     ctx.device_label = device
-    log(
-        f"{cfg.model} ({cfg.dtype}), batch {cfg.batch_size} x {cfg.seq_len} tokens, device {device}; memory is "
-        f"{'CUDA allocated' if device.startswith('cuda') else 'process RSS above the pre-load baseline'} "
-        "(model weights included)"
-    )
-    return Result(tables={"ratios to one inference forward pass": rows})
+    if rows:
+        log(
+            f"{cfg.model} ({cfg.dtype}), batch {cfg.batch_size} x {cfg.seq_len} tokens, device {device}; memory "
+            f"is {'CUDA allocated' if device.startswith('cuda') else 'process RSS above the pre-load baseline'} "
+            "(model weights included)"
+        )
+    tables: dict[str, Any] = {"ratios to one inference forward pass": rows}
+    if cfg.distributed:
+        tables["data parallel: LOZO (2 scalars per step) vs DDP + Adam (the gradient)"] = _bench_distributed(
+            cfg
+        )
+    return Result(tables=tables)
+
+
+def _bench_distributed(cfg: BenchConfig) -> list[dict[str, Any]]:
+    """Data-parallel LOZO vs DDP + Adam at each process count in ``cfg.processes`` (same global batch)."""
+    import tempfile
+
+    rows = []
+    for world in cfg.processes:
+        args = {
+            "model": cfg.model,
+            "batch_size": cfg.batch_size,
+            "seq_len": cfg.seq_len,
+            "repeats": cfg.repeats,
+            "device": cfg.device,
+            "threads": max(1, cfg.threads),
+            "dtype": cfg.dtype,
+        }
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "result.json"
+            cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc_per_node",
+                str(world),
+            ]
+            cmd += ["-m", "iclr25_lozo._dist_bench_worker", json.dumps(args), str(out)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if proc.returncode != 0 or not out.is_file():
+                lines = proc.stderr.strip().splitlines()
+                tail = [x for x in lines if "Error" in x and "elastic" not in x][-2:] or lines[-3:]
+                raise RuntimeError(f"distributed bench at {world} process(es) failed: {tail}")
+            r = json.loads(out.read_text())
+        rows.append(
+            {
+                "processes": world,
+                "per_rank_batch": r["per_rank_batch"],
+                "lozo_bytes_per_step": r["lozo_bytes_per_step"],
+                "lozo_all_reduces_per_step": r["lozo_all_reduces_per_step"],
+                "ddp_adam_bytes_per_step": r["ddp_adam_bytes_per_step"],
+                "lozo_step_seconds": r["lozo_step_seconds"],
+                "ddp_adam_step_seconds": r["ddp_adam_step_seconds"],
+                "parameters": r["parameters"],
+            }
+        )
+    return rows

@@ -207,13 +207,24 @@ class BenchConfig(CommonOptions):
     """Which optimizers to measure."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     """Model weights' dtype (float16/bfloat16 use the exact per-module perturb-and-restore)."""
+    distributed: bool = False
+    """Also time data-parallel LOZO against DDP + Adam under torch.distributed.run (gloo on CPU) and count the
+    bytes each all-reduces per step, at every process count in --processes (same global batch)."""
+    processes: tuple[int, ...] = (1, 2)
+    """Process counts for --distributed (each must divide --batch-size)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("batch_size", self.batch_size, low=1)
         check_int("seq_len", self.seq_len, low=2)
         check_int("repeats", self.repeats, low=1)
-        if not self.methods:
+        for n in self.processes:
+            check_int("processes", n, low=1, high=64)
+            if self.batch_size % n:
+                raise ValueError(f"processes: {n} does not divide batch_size={self.batch_size}")
+        if self.distributed and not self.processes:
+            raise ValueError("processes must hold at least one process count with --distributed")
+        if not self.methods and not self.distributed:
             raise ValueError(f"methods must name at least one of {', '.join(OPTIMIZERS)}")
         for m in self.methods:
             check_choice("methods", m, OPTIMIZERS)
