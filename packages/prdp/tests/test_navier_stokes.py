@@ -175,3 +175,36 @@ def test_interleaved_arms_equal_separate_runs_and_the_timing_diagnostic_runs():
     assert timing["solve share"] == 1 - timing["epoch s at K=0"] / timing["epoch s at K_eps"]
     with pytest.raises(ValueError, match="iterations"):
         emulator.epoch_seconds(data, -1)
+
+
+def test_converged_iterations_follow_the_solvers_convergence_rates_across_grids():
+    # measured at n = 32 (relative residual 1e-3: CG 40, Jacobi 300); elsewhere CG ~ n, Jacobi ~ n^2
+    def spec(n, method):
+        return NavierStokesEmulator(flow=KolmogorovFlow(n=n), method=method).spec
+
+    assert spec(32, "conjugate_gradient").converged_iterations == 40
+    assert spec(32, "jacobi").converged_iterations == 300
+    assert spec(64, "conjugate_gradient").converged_iterations == 80
+    assert spec(64, "jacobi").converged_iterations == 1200
+    assert spec(64, "jacobi").controller["step"] == 200
+    small = spec(8, "jacobi")
+    assert 1 <= small.controller["initial_iterations"] <= small.converged_iterations
+
+
+def test_converged_iterations_reach_the_residual_target_at_32():
+    # the K_eps claim behind the spec, on a state of the Kolmogorov flow (float32, as trained)
+    flow = KolmogorovFlow(n=32)
+    u, v = (a.astype(jnp.float32) for a in flow.random_state(jax.random.key(7)))
+    for _ in range(5):
+        u, v = flow.exact_step(u, v)
+    du, dv = flow.tendency(u, v)
+    rhs = flow.pressure_rhs(u + flow.dt * du, v + flow.dt * dv)
+    op = flow.pressure_operator(jnp.float32)
+    for method in ("conjugate_gradient", "jacobi"):
+        k = NavierStokesEmulator(flow=flow, method=method).spec.converged_iterations
+        p = solve(op, rhs, method=method, iterations=k, diff="implicit")
+        rel = float(jnp.linalg.norm(rhs - op.mv(p)) / jnp.linalg.norm(rhs))
+        assert rel < 2e-3, (method, rel)
+        p_half = solve(op, rhs, method=method, iterations=k // 2, diff="implicit")
+        rel_half = float(jnp.linalg.norm(rhs - op.mv(p_half)) / jnp.linalg.norm(rhs))
+        assert rel_half > 2 * rel, (method, rel_half, rel)  # K_eps is not far past convergence
