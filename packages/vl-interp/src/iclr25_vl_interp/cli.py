@@ -72,16 +72,25 @@ class EditConfig(LensConfig):
 
 @dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(CommonOptions):
-    """The paper's claims on a composed offline VLM (not yet available: exits 2 with the reason)."""
+    """The paper's claims on a VLM composed offline (EfficientNet-Lite0 -> trained projector -> SmolLM2, first
+    --lm-layers layers kept) captioning Fashion-MNIST composites: c_o AUROC per layer, localisation, ProjectAway."""
 
-    size: Literal["quick", "full"] = "quick"
-    """quick (minutes on 2 CPU cores) or full."""
+    size: Literal["tiny", "quick", "full"] = "quick"
+    """tiny (a smoke run, ~1 min), quick (minutes on 2 CPU cores) or full."""
     seeds: int = 3
-    """Independent seeds (>= 3 for an interval)."""
+    """Held-out composite sets (seeds of the composites; the projector is trained once, --train-seed), >= 1."""
+    train_seed: int = 0
+    """Seed of the training composites and of the projector initialisation."""
+    cache: Path | None = None
+    """Folder for the EfficientNet features and the trained projector (default: the iclr25 user cache)."""
+    data_root: Path | None = None
+    """Folder holding the Fashion-MNIST IDX .gz files (default: Debian's /usr/share/datasets/fashion-mnist or the
+    iclr25 cache, fetched with `apt-get download dataset-fashion-mnist` when missing)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int("seeds", self.seeds, low=1)
+        check_int("seeds", self.seeds, low=1, high=100)
+        check_int("train_seed", self.train_seed, low=0)
 
 
 @dataclass(frozen=True, kw_only=True)
