@@ -160,7 +160,11 @@ def classifier_accuracy(
 
 
 def _save_plot(
-    ctx: RunContext, name: str, budgets: Sequence[float], curves: dict[str, tuple[np.ndarray, np.ndarray]]
+    ctx: RunContext,
+    name: str,
+    budgets: Sequence[float],
+    curves: dict[str, tuple[np.ndarray, np.ndarray]],
+    full: float | None = None,
 ) -> None:
     import matplotlib
 
@@ -170,6 +174,8 @@ def _save_plot(
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for method, (mean, sd) in curves.items():
         ax.errorbar(np.asarray(budgets) * 100, mean * 100, yerr=sd * 100, marker="o", capsize=3, label=method)
+    if full is not None:
+        ax.axhline(full * 100, color="0.4", linestyle="--", linewidth=1, label="full pool")
     ax.set_xlabel("kept (% of the training pool)")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title("Fashion-MNIST data pruning")
@@ -452,7 +458,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                     **_redundancy_diagnostics(gidx, scores, K, a, top[c]),
                 }
             )
-    _save_plot(ctx, "accuracy_vs_budget.png", cfg.budgets, curves)
+    _save_plot(ctx, "accuracy_vs_budget.png", cfg.budgets, curves, full=full_mu)
     metrics = {
         "num_pool": int(n),
         "num_val": len(y_val),
