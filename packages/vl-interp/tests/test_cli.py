@@ -65,7 +65,8 @@ def test_edit_runs_and_reports_before_and_after(tmp_path):
             ["lens", "--model", "/nonexistent/folder", "--image", "x.png"],
             "model must be a local Hugging Face",
         ),
-        (["reproduce"], "reproduce is not implemented yet"),
+        (["reproduce", "--data-root", "/nonexistent/fmnist"], "data_root must be an existing folder"),
+        (["reproduce", "--seeds", "0"], "seeds"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):

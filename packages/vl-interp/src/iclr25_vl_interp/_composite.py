@@ -91,7 +91,8 @@ def make_composites(
 
     Per composite: draw ``k`` uniform in ``[min_items, max_items]`` and ``k`` distinct classes uniformly; then, with
     probability ``bias`` for each drawn trigger class whose partner is absent, replace a non-trigger drawn class by the
-    partner (so ``k`` stays the same). Each class gets a random item of that class and a distinct random cell; the
+    partner (so ``k`` stays the same; a trigger keeps no partner when every other drawn class is a trigger or a
+    partner already needed). Each class gets a random item of that class and a distinct random cell; the
     item is centred in its ``cell x cell`` cell.
 
     Raises:

@@ -70,7 +70,14 @@ SIZES = {
         alphas=(1.0,),
     ),
     "quick": Setting(
-        n_train=2400, steps=250, batch=16, n_tune=100, n_eval=150, tune_max_edit=24, text_layers=(0, 4)
+        n_train=2400,
+        steps=200,
+        batch=16,
+        n_tune=80,
+        n_eval=100,
+        tune_max_edit=16,
+        image_layers=(1, 2),
+        text_layers=(0, 4),
     ),
     "full": Setting(n_train=6000, steps=1000, batch=16, n_tune=300, n_eval=500, tune_max_edit=100),
 }
@@ -86,6 +93,15 @@ class _Model:
         self.prompt = list(tok("\n", add_special_tokens=False)["input_ids"])
         comma = tok(",", add_special_tokens=False)["input_ids"]
         self.vocab = sorted({t for ids in self.word_ids for t in ids} | set(comma) | {self.eos})
+        self._directions: dict[tuple[str, int], torch.Tensor] = {}
+
+    def direction(self, word: str, layer: int) -> torch.Tensor:
+        """Text direction of a class word at hidden-state ``layer`` (library :func:`text_direction`), memoised."""
+        key = (word, layer)
+        if key not in self._directions:
+            ids = torch.tensor([self.word_ids[CLASS_WORDS.index(word)]])
+            self._directions[key] = text_direction(self.vlm, ids, layer=layer)
+        return self._directions[key]
 
     def captions(self, feats: torch.Tensor, batch: int = 64) -> tuple[list[list[int]], list[list[float]]]:
         toks: list[list[int]] = []
@@ -242,8 +258,7 @@ def _edit_captions(
         else:
             dirs = []
             for w in sorted(words):
-                ids = torch.tensor([m.word_ids[CLASS_WORDS.index(w)]])
-                t = text_direction(m.vlm, ids, layer=text_layer)
+                t = m.direction(w, text_layer)
                 if gen is not None:
                     r = torch.randn(t.shape, generator=gen)
                     t = r * (t.norm() / r.norm())
