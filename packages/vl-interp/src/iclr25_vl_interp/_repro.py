@@ -88,6 +88,7 @@ class _Model:
 
     def __init__(self, vlm: Any, tok: Any, setting: Setting) -> None:
         self.vlm, self.tok, self.setting = vlm, tok, setting
+        self.device = vlm.lm.lm_head.weight.device
         self.word_ids = [list(tok(" " + w, add_special_tokens=False)["input_ids"]) for w in CLASS_WORDS]
         self.eos = int(tok.convert_tokens_to_ids("<|im_end|>"))
         self.prompt = list(tok("\n", add_special_tokens=False)["input_ids"])
@@ -99,7 +100,7 @@ class _Model:
         """Text direction of a class word at hidden-state ``layer`` (library :func:`text_direction`), memoised."""
         key = (word, layer)
         if key not in self._directions:
-            ids = torch.tensor([self.word_ids[CLASS_WORDS.index(word)]])
+            ids = torch.tensor([self.word_ids[CLASS_WORDS.index(word)]], device=self.device)
             self._directions[key] = text_direction(self.vlm, ids, layer=layer)
         return self._directions[key]
 
@@ -150,7 +151,10 @@ def _evaluate_split(m: _Model, comp: Composites, feats: torch.Tensor) -> dict[st
     grids = np.zeros((n, len(CLASS_WORDS), comp.classes.shape[1]), np.float32)
     texts, said = [], []
     for k in range(n):
-        inputs = {"input_ids": _prompt_ids(m, feats.shape[1]), "image_features": feats[k : k + 1]}
+        inputs = {
+            "input_ids": _prompt_ids(m, feats.shape[1]),
+            "image_features": feats[k : k + 1].to(m.device),
+        }
         _, maps = internal_confidence(m.vlm, inputs, m.word_ids)  # (objects, L+1, n_image)
         conf_layer[k] = maps.amax(dim=2).numpy()
         grids[k] = localization_map(maps, m.setting.grid).reshape(len(CLASS_WORDS), -1).numpy()
@@ -168,7 +172,7 @@ def _evaluate_split(m: _Model, comp: Composites, feats: torch.Tensor) -> dict[st
 
 
 def _prompt_ids(m: _Model, n_image: int) -> torch.Tensor:
-    return torch.tensor([[IMAGE_TOKEN_ID] * n_image + m.prompt])
+    return torch.tensor([[IMAGE_TOKEN_ID] * n_image + m.prompt], device=m.device)
 
 
 def _diagnostics(comp: Composites, ev: dict[str, Any]) -> dict[str, Any]:
@@ -260,7 +264,7 @@ def _edit_captions(
             for w in sorted(words):
                 t = m.direction(w, text_layer)
                 if gen is not None:
-                    r = torch.randn(t.shape, generator=gen)
+                    r = torch.randn(t.shape, generator=gen).to(t.device)
                     t = r * (t.norm() / r.norm())
                 dirs.append(t)
             with ProjectAway(m.vlm, dirs, layer=layer, alpha=alpha):
@@ -287,7 +291,7 @@ def run_reproduction(
     train_seed: int,
     data_root: Path | None,
     log: Any,
-    progress: Any = None,
+    device: Any = "cpu",
 ) -> dict[str, Any]:
     """Run everything; returns metrics, tables and arrays for the figures (see module docstring)."""
     from iclr25_shared.data import fashion_mnist
@@ -341,7 +345,7 @@ def run_reproduction(
     t1 = time.perf_counter()
     lm, tok = load_smollm2(setting.lm_layers)
     proj = Projector(f_train.shape[-1], lm.config.hidden_size, seed=train_seed, out_scale=0.1)
-    vlm = ComposedVLM(lm, proj, IMAGE_TOKEN_ID)
+    vlm = ComposedVLM(lm, proj, IMAGE_TOKEN_ID).to(device)
     m = _Model(vlm, tok, setting)
     train_key = {
         **base,
@@ -357,11 +361,11 @@ def run_reproduction(
     ppath = cache / f"projector-{cache_key(train_key)}.pt"
     losses: list[float] = []
     if ppath.is_file():
-        proj.load_state_dict(torch.load(ppath, weights_only=True))
+        proj.load_state_dict(torch.load(ppath, weights_only=True, map_location=device))
         log.info(f"projector loaded from {ppath}")
         timings["train_s"] = 0.0
     else:
-        proj.fit_standardisation(f_train)
+        proj.fit_standardisation(f_train.to(device))
         targets = encode_captions(tok, train.captions, m.eos)
         losses = train_projector(
             vlm,
@@ -375,7 +379,7 @@ def run_reproduction(
             vocab=m.vocab,
             log=lambda s, loss: log.info(f"step {s} loss {loss:.3f}") if s % 25 == 0 else None,
         )
-        atomic_save(proj.state_dict(), ppath)
+        atomic_save({k: v.cpu() for k, v in proj.state_dict().items()}, ppath)
         timings["train_s"] = time.perf_counter() - t1
         timings["train_s_per_step"] = timings["train_s"] / setting.steps
     proj.eval()

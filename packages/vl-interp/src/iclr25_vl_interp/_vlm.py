@@ -255,18 +255,19 @@ def train_projector(
     remap = None
     if vocab is not None:
         remap = {int(t): j for j, t in enumerate(vocab)}
-        weight = weight[torch.tensor(list(vocab))]
+        weight = weight[torch.tensor(list(vocab), device=weight.device)]
+    dev = weight.device
     losses = []
     vlm.projector.train()
     for step in range(steps):
         idx = torch.randint(len(features), (batch,), generator=gen)
         caps = [targets[int(i)] for i in idx]
         width = max(len(c) for c in caps)
-        ids = torch.tensor([head + c + [0] * (width - len(c)) for c in caps])
+        ids = torch.tensor([head + c + [0] * (width - len(c)) for c in caps], device=dev)
         if remap is not None:
             caps = [[remap[int(t)] for t in c] for c in caps]
-        labels = torch.tensor([c + [-100] * (width - len(c)) for c in caps])
-        emb = vlm.embed(ids, features[idx])
+        labels = torch.tensor([c + [-100] * (width - len(c)) for c in caps], device=dev)
+        emb = vlm.embed(ids, features[idx].to(dev))
         hidden = vlm.lm.model(inputs_embeds=emb, use_cache=False).last_hidden_state
         logits = hidden[:, len(head) - 1 : -1] @ weight.T
         loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
@@ -303,9 +304,11 @@ def greedy_captions(
         ``(tokens, probs)``: per example the generated ids up to (not including) EOS, and the softmax probability the
         model gave each of them when it was chosen.
     """
-    keep = torch.tensor(list(allowed)) if allowed is not None else None
+    dev = vlm.lm.lm_head.weight.device
+    features = features.to(dev)
+    keep = torch.tensor(list(allowed), device=dev) if allowed is not None else None
     n = features.shape[0]
-    ids = torch.tensor([[vlm.config.image_token_id] * features.shape[1] + list(prompt)] * n)
+    ids = torch.tensor([[vlm.config.image_token_id] * features.shape[1] + list(prompt)] * n, device=dev)
     out = vlm(input_ids=ids, image_features=features, use_cache=True)
     tokens: list[list[int]] = [[] for _ in range(n)]
     probs: list[list[float]] = [[] for _ in range(n)]
