@@ -210,6 +210,7 @@ def test_reproduce_optimizers_take_eps_rank_interval_and_beta_from_the_config():
     assert cfg.lr_grid("lozo-m") == [(lr, b) for b in cfg.betas for lr in cfg.lozo_m_lrs]
 
 
+@pytest.mark.slow  # two fresh worker processes (~40 s on 2 cores)
 def test_cli_bench_on_tiny(tmp_path, capsys):
     assert (
         main(
