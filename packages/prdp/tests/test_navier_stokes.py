@@ -208,3 +208,32 @@ def test_converged_iterations_reach_the_residual_target_at_32():
         p_half = solve(op, rhs, method=method, iterations=k // 2, diff="implicit")
         rel_half = float(jnp.linalg.norm(rhs - op.mv(p_half)) / jnp.linalg.norm(rhs))
         assert rel_half > 2 * rel, (method, rel_half, rel)  # K_eps is not far past convergence
+
+
+@pytest.mark.slow
+def test_navier_stokes_prdp_saves_iterations_at_equal_accuracy_over_three_seeds():
+    # a 16x16 version of the README's Jacobi row (K_eps = 75, K0 = dK = 12 by the n^2 extrapolation), arms
+    # interleaved as in `reproduce`; iterations only (wall time is not asserted in tests)
+    from iclr25_prdp._problems import controller_for
+    from iclr25_prdp._reproduce import equal_accuracy, interleave, mean_interval
+
+    emulator = NavierStokesEmulator(
+        flow=KolmogorovFlow(n=16), method="jacobi", train_samples=32, val_samples=8
+    )
+    spec = emulator.spec
+    data = emulator.data()
+    rows = []
+    for seed in (1, 2, 3):
+        plan = [
+            ("converged", {"iterations": spec.converged_iterations}),
+            ("PRDP", {"controller": controller_for(spec)}),
+        ]
+        pair = interleave(emulator, plan, epochs=30, key=jax.random.key(seed), data=data)
+        row = equal_accuracy(pair["converged"], pair["PRDP"])
+        assert pair["PRDP"].final_metric < 1.2 * pair["converged"].final_metric
+        assert pair["PRDP"].log.iterations[1] == spec.controller["initial_iterations"]
+        assert pair["PRDP"].final_iterations > spec.controller["initial_iterations"]  # it did refine
+        rows.append(row)
+    saved = mean_interval([r["iterations saved"] for r in rows])
+    assert all(r["iterations saved"] > 0.3 for r in rows), rows
+    assert saved["ci_low"] > 0.3, saved
