@@ -30,6 +30,7 @@ _LAZY = {
     "jacobi": "_solvers",
     "solve": "_solvers",
     "steepest_descent": "_solvers",
+    "PRDPRun": "_training",
     "TrainingLog": "_training",
     "train_with_prdp": "_training",
 }
@@ -39,6 +40,7 @@ __all__ = [
     "METHODS",
     "Decision",
     "Operator",
+    "PRDPRun",
     "RefinementController",
     "TrainingLog",
     "__version__",
@@ -67,6 +69,6 @@ if TYPE_CHECKING:
         solve,
         steepest_descent,
     )
-    from iclr25_prdp._training import TrainingLog, train_with_prdp
+    from iclr25_prdp._training import PRDPRun, TrainingLog, train_with_prdp
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)
