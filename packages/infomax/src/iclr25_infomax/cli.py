@@ -103,7 +103,7 @@ class ReproduceConfig(_Options):
     """Classifier seeds per (method, budget), paired across methods; also seeds the random / CCS selections."""
     methods: tuple[str, ...] = ("random", "hard_first", "ccs", "kcenter", "infomax")
     """Selectors to compare (``greedy`` trains too when listed; its objective is always reported)."""
-    alphas: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0, 10.0)
+    alphas: tuple[float, ...] = (0.1, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
     """α grid of InfoMax and greedy, chosen per budget on the held-out split."""
     ccs_betas: tuple[float, ...] = (0.0, 0.1, 0.3)
     """Hard-pruning rates of CCS, chosen per budget on the held-out split."""
