@@ -239,9 +239,20 @@ def test_bad_files_exit_2(files, tmp_path, capsys):
     assert "finite" in capsys.readouterr().err
 
 
-def test_reproduce_rejects_bad_budgets(capsys):
-    assert main(["reproduce", "--budgets", "0.1", "1.5"]) == 2
-    assert "budgets" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        (["--budgets", "0.1", "1.5"], "budgets"),
+        (["--schedule", "cosine"], "schedule"),
+        (["--alphas", "1", "-3"], "alphas"),
+        (["--methods", "random", "d2"], "methods"),
+    ],
+)
+def test_reproduce_rejects_bad_options_before_any_work(extra, match, capsys):
+    assert main(["reproduce", "--quiet", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert match in err
 
 
 @pytest.mark.parametrize("which", ["features", "scores", "labels"])

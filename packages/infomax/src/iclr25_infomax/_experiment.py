@@ -117,8 +117,13 @@ def classifier_accuracy(
         x_test, y_test: the evaluation split, same layout.
         steps: Adam steps, whatever ``n`` (mini-batches of ``min(batch_size, n)`` drawn with replacement).
         hidden: width of the hidden layer.
-        lr: the peak learning rate; ``schedule="onecycle"`` warms up over the first 20 % of the steps and
-            anneals (cosine) to ``lr / 10⁴`` (``torch.optim.lr_scheduler.OneCycleLR``); ``"constant"`` keeps it.
+        lr: the peak learning rate; ``schedule="onecycle"`` (``torch.optim.lr_scheduler.OneCycleLR``) starts at
+            ``lr / 25``, rises to ``lr`` over the first 20 % of the steps and anneals (cosine) to
+            ``lr / (25·10⁴)``; ``"constant"`` keeps ``lr``.
+        schedule: ``"onecycle"`` or ``"constant"``.
+
+    Raises:
+        ValueError: ``schedule`` not one of those.
         seed: initialisation and batch order (paired across coresets when equal).
 
     Returns:
@@ -298,7 +303,11 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     trained: dict[tuple[bytes, str, int], float] = {}  # identical coresets (e.g. two α, same set) train once
 
     def accuracy(idx: np.ndarray | None, split: str, seed: int) -> float:
-        key = (b"full" if idx is None else hashlib.sha1(np.sort(idx).tobytes()).digest(), split, seed)
+        key = (
+            b"full" if idx is None else hashlib.sha1(np.sort(idx).tobytes(), usedforsecurity=False).digest(),
+            split,
+            seed,
+        )
         if key not in trained:
             xs, ys = (x_pool, y_pool) if idx is None else (x_pool[idx], y_pool[idx])
             xe, ye = (x_val, y_val) if split == "val" else (x_test, y_test)
