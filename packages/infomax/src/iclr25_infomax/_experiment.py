@@ -322,7 +322,12 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         log(f"full pool ({n}), seed {s}: test accuracy {100 * full[-1]:.2f} %")
     timings["full_pool_training"] = time.perf_counter() - t0
     counts = [resolve_budget(b, n) for b in cfg.budgets]
-    grids: dict[str, tuple[float, ...]] = {"infomax": cfg.alphas, "greedy": cfg.alphas, "ccs": cfg.ccs_betas}
+    grids: dict[str, tuple[float, ...]] = {
+        "infomax": cfg.alphas,
+        "infomax_hp": cfg.alphas,
+        "greedy": cfg.alphas,
+        "ccs": cfg.ccs_betas,
+    }
     cache: dict[tuple[str, int, float, int], np.ndarray] = {}
     select_time: dict[str, float] = {}
 
@@ -434,7 +439,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     for c, b in zip(counts, cfg.budgets):
         for m in cfg.methods:
             idx = pick(m, c, chosen[(m, c)], 0)
-            if m in ("infomax", "greedy"):
+            if m in ("infomax", "greedy", "infomax_hp"):
                 a = chosen[(m, c)]
                 diagnostics.append(
                     {
