@@ -130,3 +130,23 @@ def test_milp_refuses_large_instances():
     _, scores, K = random_instance(7, 50)
     with pytest.raises(ValueError, match="max_n"):
         im.milp_select(scores, K, 5, max_n=40)
+
+
+def test_infomax_after_hard_pruning_never_keeps_the_hardest_tenth_and_solves_the_rest():
+    from iclr25_infomax._experiment import select_by
+
+    feats, scores, K = random_instance(31, 60)
+    Ks = sp.csr_matrix(K)
+    hardest = set(np.argsort(-scores, kind="stable")[:6].tolist())  # 10 % of 60
+    for p in (5, 20, 54):
+        idx = select_by("infomax_hp", p, scores=scores, similarity=Ks, features=feats, alpha=1.0, seed=0)
+        assert idx.size == p == np.unique(idx).size
+        assert not hardest & set(idx.tolist()), f"p={p}: a pruned (hardest 10 %) sample was kept"
+        rest = np.setdiff1d(np.arange(60), sorted(hardest))
+        direct = im.solve(scores[rest], K[np.ix_(rest, rest)], p, alpha=1.0).indices
+        assert dense_objective(idx, scores, K, 1.0) == pytest.approx(
+            dense_objective(rest[direct], scores, K, 1.0)
+        )
+    # past 90 % of the pool the pruned samples come back (only as many as the budget needs)
+    idx = select_by("infomax_hp", 57, scores=scores, similarity=Ks, features=feats, alpha=1.0, seed=0)
+    assert idx.size == 57 and len(hardest & set(idx.tolist())) == 3
