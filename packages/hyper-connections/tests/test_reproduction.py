@@ -94,6 +94,25 @@ def test_reproduce_tunes_each_variant_and_resumes_from_the_cache(
     assert main([*args, "--out", str(tmp_path / "b")]) == 0
     second = json.loads((tmp_path / "b" / "results.json").read_text())
     assert second["tables"] == first["tables"]
+    # a subset of the variants reuses every run too: a run is keyed by its own variant and rate, not the comparison
+    subset = [a for a in args if a != "shc2"]
+    assert main([*subset, "--out", str(tmp_path / "c")]) == 0
+
+    # widening the grid trains only the new rate's tuning runs, plus the seeds of a variant whose choice moved
+    monkeypatch.undo()
+    real_train = _experiment.train_lm
+    trained: list[float] = []
+
+    def counting(*a: object, **k: object) -> object:
+        trained.append(float(k["lr"]))  # type: ignore[arg-type]
+        return real_train(*a, **k)
+
+    monkeypatch.setattr(_experiment, "train_lm", counting)
+    widened = [*args[: args.index("--lrs") + 3], "1e-2", *args[args.index("--lrs") + 3 :]]
+    assert main([*widened, "--out", str(tmp_path / "d")]) == 0
+    third = json.loads((tmp_path / "d" / "results.json").read_text())
+    moved = sum(row["chosen"] == 1e-2 for row in third["tables"]["lr grid"])
+    assert trained.count(1e-2) == 2 + 2 * moved and len(trained) == 2 + 2 * moved
 
 
 @pytest.mark.parametrize(

@@ -100,8 +100,8 @@ class ReproduceConfig(CommonOptions):
     representation-collapse probe over every sub-layer. Options left unset take the --size preset."""
 
     size: Literal["quick", "full"] = "quick"
-    """quick (residual vs DHCx4, d=32, 80 steps, 2 learning rates) or full (residual, DHCx1, DHCx2, SHCx4,
-    DHCx4; d=64, 600 steps, 3 learning rates)."""
+    """quick (residual vs DHCx4, d=32, 80 steps, 2 learning rates) or full (residual, SHCx4, DHCx4; d=32,
+    160 steps, 2 learning rates; DHCx1/x2 through --variants)."""
     variants: tuple[str, ...] | None = None
     """Variants to compare (the first one is the reference for the differences); default: the size preset."""
     num_seeds: int = 5
@@ -113,7 +113,7 @@ class ReproduceConfig(CommonOptions):
     tokenizer: Literal["bytes", "smollm2"] = "bytes"
     """Tokenise the Wikipedia summaries as UTF-8 bytes (vocab 256) or with SmolLM2's tokenizer (vocab 49 152)."""
     dim: int | None = None
-    """Hidden size d (preset: 32 quick, 64 full)."""
+    """Hidden size d (preset: 32)."""
     num_layers: int | None = None
     """Decoder blocks (preset: 12; each has an attention and an FFN sub-layer)."""
     num_heads: int | None = None
@@ -121,7 +121,7 @@ class ReproduceConfig(CommonOptions):
     context: int | None = None
     """Tokens per training window (preset: 64)."""
     steps: int | None = None
-    """Optimizer steps per run (preset: 80 quick, 600 full)."""
+    """Optimizer steps per run (preset: 80 quick, 160 full)."""
     batch_size: int | None = None
     """Windows per step (preset: 16)."""
     warmup: int | None = None
