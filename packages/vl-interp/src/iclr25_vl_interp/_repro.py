@@ -79,7 +79,16 @@ SIZES = {
         image_layers=(1, 2),
         text_layers=(0, 4),
     ),
-    "full": Setting(n_train=6000, steps=1000, batch=16, n_tune=300, n_eval=500, tune_max_edit=100),
+    "full": Setting(
+        n_train=6000,
+        steps=1000,
+        batch=16,
+        n_tune=60,
+        n_eval=70,
+        tune_max_edit=12,
+        image_layers=(1, 2, 3),
+        text_layers=(0, 1, 2, 3, 4),
+    ),
 }
 
 
