@@ -295,7 +295,7 @@ def _reproduce_figures(ctx: RunContext, res: dict[str, Any]) -> None:
             o = shown[j]
             im = ax.imshow(ev["grids"][r, o].reshape(rows_, cols_), cmap="viridis", vmin=0)
             tag = "present" if o in present else "hallucinated"
-            ax.set_title(f"{CLASS_WORDS[o]} ({tag}) c={ev['conf_layer'][r, o].max():.2f}", fontsize=8)
+            ax.set_title(f"{CLASS_WORDS[o]} ({tag}) c={ev['conf_layer'][r, o].max():.1e}", fontsize=8)
             fig.colorbar(im, ax=ax, fraction=0.046)
         axes[r, 0].set_xticks([])
         axes[r, 0].set_yticks([])
