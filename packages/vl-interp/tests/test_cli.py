@@ -67,6 +67,8 @@ def test_edit_runs_and_reports_before_and_after(tmp_path):
         ),
         (["reproduce", "--data-root", "/nonexistent/fmnist"], "data_root must be an existing folder"),
         (["reproduce", "--seeds", "0"], "seeds"),
+        (["reproduce", "--lm-layers", "31"], "lm_layers"),
+        (["reproduce", "--steps", "0"], "steps"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):

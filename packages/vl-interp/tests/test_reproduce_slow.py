@@ -38,3 +38,13 @@ def test_reproduce_tiny_runs_and_reruns_from_the_cache(tmp_path):
     second = json.loads((tmp_path / "b" / "results.json").read_text())
     assert second["timings"]["train_s"] == 0.0  # the cached projector was used
     assert second["tables"]["per_seed"] == rows
+
+
+def test_reproduce_overrides_layers_steps_and_vocabulary(tmp_path):
+    out = tmp_path / "o"
+    argv = ["reproduce", "--size", "tiny", "--seeds", "1", "--lm-layers", "1", "--steps", "2", "--full-vocab"]
+    assert main([*argv, "--cache", str(tmp_path / "c"), "--quiet", "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    assert res["metrics"]["lm_layers_kept"] == 1 and res["metrics"]["caption_vocab_softmax"] is False
+    assert len(res["tables"]["auroc_per_layer"]) == 2  # hidden states 0..1
+    assert {r["image_layer"] for r in res["tables"]["tune_grid"]} <= {1}

@@ -219,7 +219,16 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         raise UsageError(f"cache must be a folder, got the file {str(cache)!r}")
     cache.mkdir(parents=True, exist_ok=True)
     res = run_reproduction(
-        cfg.size, cfg.seeds, cache, train_seed=cfg.train_seed, data_root=cfg.data_root, log=ctx.log
+        cfg.size,
+        cfg.seeds,
+        cache,
+        train_seed=cfg.train_seed,
+        data_root=cfg.data_root,
+        log=ctx.log,
+        device=ctx.torch_device(),
+        lm_layers=cfg.lm_layers,
+        steps=cfg.steps,
+        full_vocab=cfg.full_vocab,
     )
     _reproduce_figures(ctx, res)
     rows = [
@@ -246,6 +255,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             "tune_diagnostics": res["tune_diagnostics"],
             "final_train_loss": float(np.mean(res["losses"][-20:])) if res["losses"] else None,
             "lm_layers_kept": st.lm_layers,
+            "caption_vocab_softmax": st.caption_vocab,
         },
         tables={
             "per_seed": rows,

@@ -13,6 +13,7 @@ and :func:`chair` run unchanged on :class:`~iclr25_vl_interp._vlm.ComposedVLM`.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +55,8 @@ class Setting:
     alphas: tuple[float, ...] = (1.0, 2.0)
     image_layers: tuple[int, ...] = (1, 2, 3)
     text_layers: tuple[int, ...] = (0, 2, 4)
+    caption_vocab: bool = True
+    """Softmax of the training loss and of greedy decoding over the caption tokens only (False: full vocabulary)."""
 
 
 SIZES = {
@@ -127,7 +130,12 @@ def _greedy(m: _Model, feats: torch.Tensor) -> tuple[list[list[int]], list[list[
     from iclr25_vl_interp._vlm import greedy_captions
 
     return greedy_captions(
-        m.vlm, feats, m.prompt, eos=m.eos, max_new_tokens=m.setting.max_new_tokens, allowed=m.vocab
+        m.vlm,
+        feats,
+        m.prompt,
+        eos=m.eos,
+        max_new_tokens=m.setting.max_new_tokens,
+        allowed=m.vocab if m.setting.caption_vocab else None,
     )
 
 
@@ -301,8 +309,14 @@ def run_reproduction(
     data_root: Path | None,
     log: Any,
     device: Any = "cpu",
+    lm_layers: int | None = None,
+    steps: int | None = None,
+    full_vocab: bool = False,
 ) -> dict[str, Any]:
-    """Run everything; returns metrics, tables and arrays for the figures (see module docstring)."""
+    """Run everything; returns metrics, tables and arrays for the figures (see module docstring).
+
+    ``lm_layers`` / ``steps`` / ``full_vocab`` override the preset ``size`` (the edit's layer grid is clipped to the
+    kept layers)."""
     from iclr25_shared.data import fashion_mnist
     from iclr25_shared.metrics import paired_t_interval
     from iclr25_vl_interp._vlm import (
@@ -317,6 +331,17 @@ def run_reproduction(
     )
 
     setting = SIZES[size]
+    if lm_layers is not None:
+        setting = dataclasses.replace(
+            setting,
+            lm_layers=lm_layers,
+            image_layers=tuple(v for v in setting.image_layers if v < lm_layers) or (1,),
+            text_layers=tuple(sorted({v for v in setting.text_layers if v <= lm_layers} | {lm_layers})),
+        )
+    if steps is not None:
+        setting = dataclasses.replace(setting, steps=steps)
+    if full_vocab:
+        setting = dataclasses.replace(setting, caption_vocab=False)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     xtr, ytr = fashion_mnist("train", root=data_root)
@@ -366,6 +391,7 @@ def run_reproduction(
         "lr": setting.lr,
         "lm_layers": setting.lm_layers,
         "version": 1,
+        **({} if setting.caption_vocab else {"caption_vocab": False}),
     }
     ppath = cache / f"projector-{cache_key(train_key)}.pt"
     losses: list[float] = []
@@ -385,7 +411,7 @@ def run_reproduction(
             batch=setting.batch,
             lr=setting.lr,
             seed=train_seed,
-            vocab=m.vocab,
+            vocab=m.vocab if setting.caption_vocab else None,
             log=lambda s, loss: log.info(f"step {s} loss {loss:.3f}") if s % 25 == 0 else None,
         )
         atomic_save({k: v.cpu() for k, v in proj.state_dict().items()}, ppath)

@@ -86,11 +86,21 @@ class ReproduceConfig(CommonOptions):
     data_root: Path | None = None
     """Folder holding the Fashion-MNIST IDX .gz files (default: Debian's /usr/share/datasets/fashion-mnist or the
     iclr25 cache, fetched with `apt-get download dataset-fashion-mnist` when missing)."""
+    lm_layers: int | None = None
+    """Override the preset's number of SmolLM2 decoder layers kept (1..30; quick: 4)."""
+    steps: int | None = None
+    """Override the preset's projector training steps (>= 1)."""
+    full_vocab: bool = False
+    """Train and decode with the softmax over the full vocabulary (default: over the caption tokens only)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("seeds", self.seeds, low=1, high=100)
         check_int("train_seed", self.train_seed, low=0)
+        if self.lm_layers is not None:
+            check_int("lm_layers", self.lm_layers, low=1, high=30)
+        if self.steps is not None:
+            check_int("steps", self.steps, low=1)
 
 
 @dataclass(frozen=True, kw_only=True)
