@@ -242,3 +242,33 @@ def test_the_real_file():
     assert len(set(data.texts)) == len(data)
     assert data.texts[0].startswith("The Rock is destined to be the 21st Century's new")
     assert len(movie_review_sentiment(neutral_margin=0.0)) == 10566
+
+
+def test_each_reproduce_run_starts_from_the_initial_weights(sdist):
+    """Runs share one model: every run must start from (and leave behind) the initial weights, with no gradients."""
+    import torch
+
+    from iclr25_lozo._experiment import _label_task, _lm_run, _load_data, _load_lm
+    from iclr25_lozo.cli import ReproduceConfig
+
+    cfg = ReproduceConfig(
+        model="tiny", data_path=str(sdist), lm_steps=3, shots=4, val_per_class=2, test_per_class=2
+    )
+    data = _load_data("sentiment", str(sdist))
+    lm = _load_lm("tiny", "sentiment", data, torch.device("cpu"), "float32", 0)
+    task = _label_task("sentiment", lm.tokenizer, data.classes, 8)
+    splits = {
+        0: tuple(
+            task.encode(data.subset(i))
+            for i in kshot_split(data.labels, shots=4, val_per_class=2, test_per_class=2, seed=0)
+        )
+    }
+    initial = {n: p.detach().clone() for n, p in lm.model.named_parameters()}
+    shared = {"model": lm.model, "task": task, "splits": splits, "initial": initial}
+    first = _lm_run(cfg, "adam", 1e-2, 0.0, 0, shared)
+    for name, p in lm.model.named_parameters():
+        assert torch.equal(p, initial[name]) and p.grad is None, name
+    _lm_run(cfg, "lozo", 1e-2, 0.0, 0, shared)
+    again = _lm_run(cfg, "adam", 1e-2, 0.0, 0, shared)  # same run after another method: same numbers
+    assert again["test_loss"] == first["test_loss"] and again["curve"] == first["curve"]
+    assert first["forward_passes"] == 6  # Adam: 2 steps x 3 forward-equivalents = the ZO budget of 3 steps
