@@ -225,6 +225,7 @@ def test_cli_reproduce_tunes_each_method_and_pairs_the_seeds(sdist, tmp_path):
         (["--methods", "sgd"], "methods must be one of"),
         (["--skip-lm"], "leaves nothing to run"),
         (["--neutral-margin", "-1"], "neutral_margin must be in [0.0, inf)"),
+        (["--lm-task", "wiki"], "data_path is read by the sentiment task only; the task is 'wiki'"),
     ],
 )
 def test_reproduce_bad_grids_exit_2(sdist, argv, message, capsys):

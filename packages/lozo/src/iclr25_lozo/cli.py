@@ -27,6 +27,8 @@ Task = Literal["wiki", "sentiment"]
 def _check_task_data(task: str, data_path: str, neutral_margin: float) -> None:
     """Fail before any long work when the sentiment data are missing (exit 2 with the fetch command)."""
     check_float("neutral_margin", neutral_margin, low=0.0)
+    if data_path and task != "sentiment":
+        raise ValueError(f"data_path is read by the sentiment task only; the task is {task!r}")
     if task == "sentiment":
         from iclr25_lozo._data import check_sentiment_path
 
