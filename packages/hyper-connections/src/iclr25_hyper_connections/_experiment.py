@@ -563,7 +563,7 @@ class _Setting:
 
 _SIZES = {
     "quick": {"variants": ("residual", "dhc4"), "lrs": (3e-3, 1e-2), "dim": 32, "steps": 80},
-    "full": {"variants": ("residual", "shc4", "dhc4"), "lrs": (3e-3, 1e-2), "dim": 32, "steps": 160},
+    "full": {"variants": ("residual", "shc4", "dhc4"), "lrs": (3e-3, 1e-2, 3e-2), "dim": 32, "steps": 160},
 }
 
 

@@ -101,7 +101,7 @@ class ReproduceConfig(CommonOptions):
 
     size: Literal["quick", "full"] = "quick"
     """quick (residual vs DHCx4, d=32, 80 steps, 2 learning rates) or full (residual, SHCx4, DHCx4; d=32,
-    160 steps, 2 learning rates; DHCx1/x2 through --variants)."""
+    160 steps, 3 learning rates; DHCx1/x2 through --variants)."""
     variants: tuple[str, ...] | None = None
     """Variants to compare (the first one is the reference for the differences); default: the size preset."""
     num_seeds: int = 5
