@@ -51,6 +51,7 @@ def test_run_fixed_iterations_matches_the_closed_form_bias(tmp_path):
         ["run", "--device", "cuda:7"],
         ["bench", "--repeats", "0"],
         ["reproduce", "--epochs", "0"],
+        ["reproduce", "--ns-method", "steepest_descent"],
         ["frobnicate"],
     ],
 )

@@ -121,7 +121,9 @@ def reproduce_experiment(
     grid: int | None = None,
 ) -> tuple[dict[str, ArmResult], dict[str, Any], list[dict[str, Any]]]:
     """Train ``name`` with the converged fixed ``K_eps`` and with PRDP for every seed; the first seed also with a
-    coarse fixed ``K`` (and a direct solve for 1-D heat and Navier-Stokes).
+    coarse fixed ``K`` (and a direct solve for 1-D heat and Navier-Stokes). For Navier-Stokes the two compared arms
+    run interleaved epoch by epoch (:func:`interleave`), and the timing diagnostic (:func:`solve_share`) is measured
+    first and returned in the summary under ``"timing diagnostic"``.
 
     Returns ``(arms of the first seed, summary, per-seed equal-accuracy rows)``.
     """
