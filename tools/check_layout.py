@@ -11,6 +11,10 @@ Rules:
   most 3 statements; no other functions, no loops / with / try / calls at top level, and no module-level import of
   ``_experiment`` (commands are named as ``"module:function"`` strings; light private modules holding constants a
   config validates against may be imported — the contract tests check that importing cli.py loads nothing heavy);
+- a member that calls a shared function needing an optional stack declares it: ``iclr25-shared[<extra>]`` (or
+  the stack itself) in its dependencies or one of its extras (``paired_t_interval`` and ``cluster_accuracy`` need ``metrics``, i.e.
+  scipy; the function imports it lazily, so a missing declaration fails only at run time, after a user's
+  experiment has run);
 - no "brief §" references (a document users cannot open).
 """
 
@@ -25,6 +29,35 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 MAX_MAIN_STATEMENTS = 3
 _BRIEF = re.compile(r"brief\s*§")
+# shared function -> (extra of iclr25-shared, the distribution that extra brings)
+NEEDS_EXTRA = {
+    "paired_t_interval": ("metrics", "scipy"),
+    "cluster_accuracy": ("metrics", "scipy"),
+}
+_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:\[([^\]]*)\])?")
+
+
+def extra_problems(folder: Path, dist: str, dependencies: list[str]) -> list[str]:
+    """Shared functions used in ``src/`` whose optional stack the member does not declare."""
+    declared_extras: set[str] = set()
+    declared: set[str] = set()
+    for requirement in dependencies:
+        match = _REQUIREMENT.match(requirement)
+        if match is None:
+            continue
+        name = match.group(1).lower().replace("_", "-")
+        declared.add(name)
+        if name == "iclr25-shared" and match.group(2):
+            declared_extras |= {e.strip() for e in match.group(2).split(",")}
+    source = "\n".join(path.read_text() for path in sorted(folder.glob("src/**/*.py")))
+    problems = []
+    for function, (extra, stack) in NEEDS_EXTRA.items():
+        if re.search(rf"\b{function}\b", source) and extra not in declared_extras and stack not in declared:
+            problems.append(
+                f"{dist}: uses iclr25_shared {function}, which needs {stack}; "
+                f"declare 'iclr25-shared[{extra}]' (or {stack}) in its dependencies or an extra"
+            )
+    return problems
 
 
 def _cli_problems(path: Path, import_name: str) -> list[str]:
@@ -112,6 +145,8 @@ def member_problems(folder: Path, *, is_shared: bool = False) -> list[str]:
         problems.append(f"{dist}: console script must be 'iclr25-{slug} = \"{want}\"', found {scripts}")
     if not (folder / "tests" / "test_contract.py").is_file():
         problems.append(f"{dist}: no tests/test_contract.py (subclass iclr25_shared.testing.ContractTests)")
+    optional = [r for group in meta.get("optional-dependencies", {}).values() for r in group]
+    problems += extra_problems(folder, dist, [*meta.get("dependencies", []), *optional])
     cli = folder / "src" / import_name / "cli.py"
     if cli.is_file():
         problems += _cli_problems(cli, import_name)

@@ -146,3 +146,19 @@ def movie_review_sentiment(
         titles=ids,
         descriptions=ratings,
     )
+
+
+def check_task_data(task: str, data_path: str, neutral_margin: float) -> None:
+    """Validate the data options of a command before any long work (the CLI exits 2 with the fetch command).
+
+    Raises:
+        ValueError: ``neutral_margin`` < 0 or not finite, or ``data_path`` given for a task that does not read it.
+        DatasetUnavailable: the sentiment task's sdist is missing.
+    """
+    from iclr25_shared.checks import check_float
+
+    check_float("neutral_margin", neutral_margin, low=0.0)
+    if data_path and task != "sentiment":
+        raise ValueError(f"data_path is read by the sentiment task only; the task is {task!r}")
+    if task == "sentiment":
+        check_sentiment_path(data_path)

@@ -24,17 +24,6 @@ OPTIMIZERS = ("lozo", "lozo-m", "mezo", "adam")
 Task = Literal["wiki", "sentiment"]
 
 
-def _check_task_data(task: str, data_path: str, neutral_margin: float) -> None:
-    """Fail before any long work when the sentiment data are missing (exit 2 with the fetch command)."""
-    check_float("neutral_margin", neutral_margin, low=0.0)
-    if data_path and task != "sentiment":
-        raise ValueError(f"data_path is read by the sentiment task only; the task is {task!r}")
-    if task == "sentiment":
-        from iclr25_lozo._data import check_sentiment_path
-
-        check_sentiment_path(data_path)
-
-
 @dataclass(frozen=True, kw_only=True)
 class FinetuneConfig(CommonOptions):
     """Fine-tune a causal LM with LOZO (forward passes only) on Wikipedia topic classification (or movie-review
@@ -97,7 +86,9 @@ class FinetuneConfig(CommonOptions):
         check_int("lora_rank", self.lora_rank, low=1)
         if self.model.startswith((".", "/", "~")) and not Path(self.model).expanduser().exists():
             raise ValueError(f"model: path {self.model!r} does not exist")
-        _check_task_data(self.task, self.data_path, self.neutral_margin)
+        from iclr25_lozo._data import check_task_data
+
+        check_task_data(self.task, self.data_path, self.neutral_margin)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,7 +174,9 @@ class ReproduceConfig(CommonOptions):
         if self.skip_lm and not self.digits:
             raise ValueError("skip_lm with digits off leaves nothing to run; drop --skip-lm or add --digits")
         if not self.skip_lm:
-            _check_task_data(self.lm_task, self.data_path, self.neutral_margin)
+            from iclr25_lozo._data import check_task_data
+
+            check_task_data(self.lm_task, self.data_path, self.neutral_margin)
 
     def lr_grid(self, method: str) -> list[tuple[float, float]]:
         """``(lr, beta)`` pairs tried for ``method`` (beta is 0 except for lozo-m)."""
