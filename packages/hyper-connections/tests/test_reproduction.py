@@ -114,6 +114,15 @@ def test_reproduce_tunes_each_variant_and_resumes_from_the_cache(
     moved = sum(row["chosen"] == 1e-2 for row in third["tables"]["lr grid"])
     assert trained.count(1e-2) == 2 + 2 * moved and len(trained) == 2 + 2 * moved
 
+    # a second tuning seed trains each (variant, rate) once more; the choice is the argmin of the two-seed mean
+    trained.clear()
+    assert main([*args, "--tuning-seeds", "2", "--out", str(tmp_path / "e")]) == 0
+    fourth = json.loads((tmp_path / "e" / "results.json").read_text())["tables"]["lr grid"]
+    changed = sum(a["chosen"] != b["chosen"] for a, b in zip(grid, fourth, strict=True))
+    assert len(trained) == 2 * 2 + 2 * changed
+    for row in fourth:
+        assert row["chosen"] == min((1e-3, 3e-2), key=lambda lr: row[f"lr {lr:g}"])
+
 
 @pytest.mark.parametrize(
     ("argv", "message"),

@@ -559,11 +559,24 @@ class _Setting:
     batch_size: int
     warmup: int
     eval_every: int
+    tuning_seeds: int
 
 
 _SIZES = {
-    "quick": {"variants": ("residual", "dhc4"), "lrs": (3e-3, 1e-2), "dim": 32, "steps": 80},
-    "full": {"variants": ("residual", "shc4", "dhc4"), "lrs": (3e-3, 1e-2, 3e-2), "dim": 32, "steps": 160},
+    "quick": {
+        "variants": ("residual", "dhc4"),
+        "lrs": (3e-3, 1e-2),
+        "dim": 32,
+        "steps": 80,
+        "tuning_seeds": 1,
+    },
+    "full": {
+        "variants": ("residual", "shc4", "dhc4"),
+        "lrs": (3e-3, 1e-2, 3e-2),
+        "dim": 32,
+        "steps": 160,
+        "tuning_seeds": 2,
+    },
 }
 
 
@@ -586,6 +599,7 @@ def _setting(cfg: ReproduceConfig) -> _Setting:
         batch_size=pick("batch_size", 16),
         warmup=pick("warmup", max(1, steps // 10)),
         eval_every=pick("eval_every", max(1, steps // 10)),
+        tuning_seeds=pick("tuning_seeds", preset["tuning_seeds"]),
     )
 
 
@@ -639,7 +653,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     corpus = load_corpus(cfg.tokenizer, max_docs=cfg.max_docs)
     spec = ModelSpec(dim=st.dim, num_layers=st.num_layers, num_heads=st.num_heads, context=st.context)
     seeds = [cfg.seed + i for i in range(cfg.num_seeds)]
-    tune_seed = cfg.seed + 1000
+    tune_seeds = [cfg.seed + 1000 + i for i in range(st.tuning_seeds)]
     tokens_per_step = st.batch_size * st.context
     checkpoints = sorted(
         {max(1, round(st.steps * (i + 1) / cfg.checkpoints)) for i in range(cfg.checkpoints)}
@@ -660,7 +674,8 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     )
     key = {
         # a run depends on its own variant and learning rate, not on which others are compared or the grid
-        "setting": dataclasses.asdict(st) | {"variants": None, "lrs": None},
+        "setting": {k: v for k, v in dataclasses.asdict(st).items() if k != "tuning_seeds"}
+        | {"variants": None, "lrs": None},
         "tokenizer": cfg.tokenizer,
         "weight_decay": cfg.weight_decay,
         "eval_batches": cfg.eval_batches,
@@ -676,22 +691,29 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             continue
         losses = {}
         for lr in st.lrs:
-            res = _cached(
-                cfg.cache,
-                {**key, "role": "tune", "variant": variant.name, "seed": tune_seed, "lr": lr},
-                lambda variant=variant, lr=lr: train_lm(
-                    corpus,
-                    spec,
-                    variant,
-                    lr=lr,
-                    seed=tune_seed,
-                    val_seed=2_000_003,  # tuning windows differ from the reported evaluation windows
-                    progress=lambda it: ctx.progress(it, total=st.steps, desc=f"{variant.name} lr {lr:g}"),
-                    **common,
-                ),
+            per_seed = []
+            for tune_seed in tune_seeds:
+                res = _cached(
+                    cfg.cache,
+                    {**key, "role": "tune", "variant": variant.name, "seed": tune_seed, "lr": lr},
+                    lambda variant=variant, lr=lr, tune_seed=tune_seed: train_lm(
+                        corpus,
+                        spec,
+                        variant,
+                        lr=lr,
+                        seed=tune_seed,
+                        val_seed=2_000_003,  # tuning windows differ from the reported evaluation windows
+                        progress=lambda it: ctx.progress(
+                            it, total=st.steps, desc=f"{variant.name} lr {lr:g}"
+                        ),
+                        **common,
+                    ),
+                )
+                per_seed.append(res.final_val_loss)
+            losses[lr] = float(np.mean(per_seed))
+            ctx.log.info(
+                f"  tune {variant.name:>10} lr {lr:g}: val loss {losses[lr]:.4f} (mean of {len(per_seed)})"
             )
-            losses[lr] = res.final_val_loss
-            ctx.log.info(f"  tune {variant.name:>10} lr {lr:g}: val loss {res.final_val_loss:.4f}")
         chosen[variant.name] = min(losses, key=losses.__getitem__)
         grid_rows.append(
             {
@@ -764,8 +786,11 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     notes += [
         "Same seed = same initial attention/FFN/embedding weights and the same batches for every variant; "
         "differences are paired per seed; equal budget = equal steps and tokens.",
-        f"Learning rate per variant: best final validation loss on tuning seed {tune_seed} (other validation "
-        "windows) over the grid " + ", ".join(f"{lr:g}" for lr in st.lrs) + ".",
+        "Learning rate per variant: best final validation loss, averaged over tuning seed(s) "
+        + ", ".join(str(t) for t in tune_seeds)
+        + " (other validation windows), over the grid "
+        + ", ".join(f"{lr:g}" for lr in st.lrs)
+        + ".",
         "consecutive sub-layer cos: median over held-out tokens of cos(h0^j, h0^(j+1)) between the inputs of "
         "consecutive sub-layers (attention and FFN), averaged over pairs and seeds (the paper's Fig. 3 probe; "
         "lower = less representation collapse).",

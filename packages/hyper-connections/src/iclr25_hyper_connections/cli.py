@@ -100,14 +100,17 @@ class ReproduceConfig(CommonOptions):
     representation-collapse probe over every sub-layer. Options left unset take the --size preset."""
 
     size: Literal["quick", "full"] = "quick"
-    """quick (residual vs DHCx4, d=32, 80 steps, 2 learning rates) or full (residual, SHCx4, DHCx4; d=32,
-    160 steps, 3 learning rates; DHCx1/x2 through --variants)."""
+    """quick (residual vs DHCx4, d=32, 80 steps, 2 learning rates, 1 tuning seed) or full (residual, SHCx4, DHCx4;
+    d=32, 160 steps, 3 learning rates, 2 tuning seeds; DHCx1/x2 through --variants)."""
     variants: tuple[str, ...] | None = None
     """Variants to compare (the first one is the reference for the differences); default: the size preset."""
     num_seeds: int = 5
     """Reported seeds seed, seed+1, ...; each gives every variant the same initial weights and batches."""
     lrs: tuple[float, ...] | None = None
     """Learning-rate grid tried for every variant on the tuning seed (one value: no tuning)."""
+    tuning_seeds: int | None = None
+    """Seeds (seed+1000, seed+1001, ...) each learning rate is trained on for tuning; the rate with the lowest mean
+    validation loss is kept (preset: 1 quick, 2 full; one seed misranked close rates, package README)."""
     checkpoints: int = 3
     """Token counts at which the paired differences are reported (evenly spaced; the last is the end)."""
     tokenizer: Literal["bytes", "smollm2"] = "bytes"
@@ -142,6 +145,8 @@ class ReproduceConfig(CommonOptions):
         super().__post_init__()
         check_int("num_seeds", self.num_seeds, low=1)
         check_int("checkpoints", self.checkpoints, low=1)
+        if self.tuning_seeds is not None:
+            check_int("tuning_seeds", self.tuning_seeds, low=1)
         check_int("eval_batches", self.eval_batches, low=1)
         check_float("weight_decay", self.weight_decay, low=0.0)
         for name in ("dim", "num_layers", "num_heads", "context", "steps", "batch_size", "eval_every"):
