@@ -90,6 +90,7 @@ def test_reproduce_poisson_tiny(tmp_path, capsys):
         assert r["target metric"] == max(r["converged: final metric"], r["PRDP: final metric"])
 
 
+@pytest.mark.slow  # 8 s of JIT compiles; the bench is a measurement, its CLI path is exercised here
 def test_bench_heat_emulator_tiny(tmp_path, capsys):
     out = tmp_path / "bench"
     assert (
