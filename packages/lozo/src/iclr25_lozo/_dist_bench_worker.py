@@ -32,10 +32,8 @@ def _median_step_seconds(step: Any, repeats: int) -> float:
 def main(args: dict[str, Any], out: str) -> None:
     from torch.nn.parallel import DistributedDataParallel
 
-    from iclr25_lozo._experiment import WIKI_LABEL_WORDS
-    from iclr25_lozo._models import load_model
+    from iclr25_lozo._models import bench_model_and_batch
     from iclr25_lozo._optimizer import LOZO
-    from iclr25_shared.data import wiki_summaries
 
     torch.set_num_threads(max(1, int(args.get("threads", 1))))
     use_cuda = torch.cuda.is_available() and args.get("device", "auto") != "cpu"
@@ -47,18 +45,9 @@ def main(args: dict[str, Any], out: str) -> None:
     batch, seq = int(args["batch_size"]), int(args["seq_len"])
     if batch % world:
         raise ValueError(f"batch_size={batch} must be divisible by the number of processes ({world})")
-    texts = wiki_summaries().texts[:500] if args["model"] == "tiny" else []
-    lm = load_model(
-        args["model"],
-        texts=texts,
-        label_words=list(WIKI_LABEL_WORDS.values()),
-        device=device,
-        dtype=args.get("dtype", "float32"),
-        seed=0,
+    model, ids = bench_model_and_batch(
+        args["model"], device=device, dtype=args.get("dtype", "float32"), batch_size=batch, seq_len=seq
     )
-    model = lm.model
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, model.config.vocab_size, (batch, seq), generator=gen)
     shard = ids[rank * batch // world : (rank + 1) * batch // world].to(device)
     result: dict[str, Any] = {"processes": world, "per_rank_batch": len(shard), "device": str(device)}
     result["parameters"] = sum(p.numel() for p in model.parameters())

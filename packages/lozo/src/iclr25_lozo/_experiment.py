@@ -656,23 +656,16 @@ def _bench_worker(args: dict[str, Any]) -> dict[str, Any]:
     """Measure one method in this (fresh) process: inference forward, then optimizer steps."""
     device = resolve_device(args["device"])
     baseline = current_rss_bytes() if device.type != "cuda" else 0
-    from iclr25_lozo._models import load_model
-    from iclr25_shared.data import wiki_summaries
+    from iclr25_lozo._models import bench_model_and_batch
 
-    texts = wiki_summaries().texts[:500] if args["model"] == "tiny" else []
-    lm = load_model(
+    model, ids = bench_model_and_batch(
         args["model"],
-        texts=texts,
-        label_words=list(WIKI_LABEL_WORDS.values()),
         device=device,
         dtype=args.get("dtype", "float32"),
-        seed=0,
+        batch_size=args["batch_size"],
+        seq_len=args["seq_len"],
     )
-    model = lm.model
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, model.config.vocab_size, (args["batch_size"], args["seq_len"]), generator=gen).to(
-        device
-    )
+    ids = ids.to(device)
 
     def loss_fn(_: Any = None) -> torch.Tensor:
         return model(input_ids=ids, labels=ids).loss.float()

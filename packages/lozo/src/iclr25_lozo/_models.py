@@ -13,7 +13,7 @@ import torch
 
 from iclr25_shared.models import CausalLM, load_causal_lm
 
-__all__ = ["TINY", "load_model", "tiny_llama"]
+__all__ = ["TINY", "bench_model_and_batch", "load_model", "tiny_llama"]
 
 TINY = "tiny"
 
@@ -73,3 +73,29 @@ def load_model(
         lm.model.to(device=device, dtype=dtypes[dtype])
         return lm
     return load_causal_lm(name, device=device, dtype=dtype)
+
+
+def bench_model_and_batch(
+    model: str, *, device: torch.device, dtype: str, batch_size: int, seq_len: int
+) -> tuple[torch.nn.Module, torch.Tensor]:
+    """The model and the fixed random batch that ``bench`` measures every method on.
+
+    Args:
+        model: as ``load_model``; ``"tiny"`` builds its word-level tokenizer from 500 Wikipedia summaries.
+        device, dtype: where and in which precision the weights live.
+        batch_size, seq_len: shape of the batch of token ids (int64, on the CPU; drawn with seed 0, so every
+            process and every method sees the same tokens).
+
+    Returns:
+        ``(model, ids)`` with ``ids`` of shape (batch_size, seq_len).
+    """
+    from iclr25_lozo._task import WIKI_LABEL_WORDS
+    from iclr25_shared.data import wiki_summaries
+
+    texts = wiki_summaries().texts[:500] if model == "tiny" else []
+    lm = load_model(
+        model, texts=texts, label_words=list(WIKI_LABEL_WORDS.values()), device=device, dtype=dtype, seed=0
+    )
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, lm.model.config.vocab_size, (batch_size, seq_len), generator=gen)
+    return lm.model, ids
