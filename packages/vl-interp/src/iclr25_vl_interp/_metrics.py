@@ -14,7 +14,7 @@ def auroc(positive: Sequence[float] | np.ndarray, negative: Sequence[float] | np
     """Area under the ROC curve of scores that should be higher for ``positive`` than for ``negative``.
 
     Equals ``P(s_pos > s_neg) + P(s_pos = s_neg) / 2`` over all pairs (the Mann-Whitney statistic), computed with
-    average ranks in ``O(n log n)``.
+    average ranks (``scipy.stats.rankdata``) in ``O(n log n)``.
 
     Raises:
         ValueError: an empty group or a non-finite score.
@@ -27,17 +27,9 @@ def auroc(positive: Sequence[float] | np.ndarray, negative: Sequence[float] | np
         )
     if not (np.isfinite(pos).all() and np.isfinite(neg).all()):
         raise ValueError("auroc scores must be finite")
-    scores = np.concatenate([pos, neg])
-    order = np.argsort(scores, kind="mergesort")
-    ranks = np.empty(scores.size, np.float64)
-    sorted_s = scores[order]
-    i = 0
-    while i < scores.size:  # average ranks over ties
-        j = i
-        while j + 1 < scores.size and sorted_s[j + 1] == sorted_s[i]:
-            j += 1
-        ranks[order[i : j + 1]] = 0.5 * (i + j) + 1.0
-        i = j + 1
+    from scipy.stats import rankdata
+
+    ranks = rankdata(np.concatenate([pos, neg]), method="average")
     u = ranks[: pos.size].sum() - pos.size * (pos.size + 1) / 2
     return float(u / (pos.size * neg.size))
 
