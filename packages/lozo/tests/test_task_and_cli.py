@@ -244,6 +244,8 @@ def test_cli_bench_on_tiny(tmp_path, capsys):
     ("argv", "message"),
     [
         (["--rank", "0"], "rank must be an integer in [1, inf), got 0"),
+        # a newcomer's --steps 0 ran a minute and printed zero-shot accuracy as "fine-tuned"
+        (["--steps", "0"], "steps must be an integer in [1, inf), got 0"),
         (["--eps", "0"], "eps must be in (0.0, inf)"),
         (["--eps", "inf"], "eps must be a finite number"),
         (["--lr", "inf"], "lr must be a finite number"),

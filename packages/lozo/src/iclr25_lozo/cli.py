@@ -72,7 +72,7 @@ class FinetuneConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int("steps", self.steps, low=0)
+        check_int("steps", self.steps, low=1)
         check_float("lr", self.lr, low=0.0)
         check_float("eps", self.eps, low=0.0, low_inclusive=False)
         check_int("rank", self.rank, low=1)
