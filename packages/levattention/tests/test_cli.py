@@ -90,10 +90,14 @@ def test_bad_options_exit_2_with_one_line(qk_files, capsys, args, needle):
     ("q", "k", "needle"),
     [
         (np.ones((4, 3)), np.ones((6, 5)), "must share d"),
-        (np.ones((4, 5)), np.full((6, 5), np.nan), "K must be finite; 30 of 30 entries are NaN or inf"),
+        (
+            np.ones((4, 5)),
+            np.full((6, 5), np.nan),
+            "holds non-finite values: 30 of 30 entries are NaN or inf",
+        ),
         (np.ones((4, 5)), np.zeros((0, 5)), "K must have at least one row"),
-        (np.ones((4, 5)), np.ones(6), "K must be a 2-D array"),
-        (np.array([[1, np.inf]]), np.ones((6, 2)), "Q must be finite; 1 of 2 entries are NaN or inf"),
+        (np.ones((4, 5)), np.ones(6), "has shape (6,); expected a .npy array with 2 axes"),
+        (np.array([[1, np.inf]]), np.ones((6, 2)), "holds non-finite values: 1 of 2 entries are NaN or inf"),
     ],
 )
 def test_bad_arrays_exit_2_with_one_line(tmp_path, capsys, q, k, needle):
@@ -106,9 +110,9 @@ def test_bad_arrays_exit_2_with_one_line(tmp_path, capsys, q, k, needle):
 @pytest.mark.parametrize(
     ("content", "needle"),
     [
-        (b"", "is not a plain .npy array"),
-        (b"\x93NUMPY\x01", "is not a plain .npy array"),
-        (b"hello", "not a plain"),
+        (b"", "is empty (0 bytes)"),
+        (b"\x93NUMPY\x01", "is not a .npy array"),
+        (b"hello", "is not a .npy array"),
     ],
 )
 def test_empty_truncated_or_foreign_npy_exits_2(tmp_path, capsys, content, needle):

@@ -34,8 +34,17 @@ modules. :func:`run` adds, for every package:
   with exit 2 unless ``--overwrite``; the run writes into a temporary sibling folder that replaces ``DIR`` only when
   the command succeeds, so an interrupted or failed run leaves the old results untouched;
 - the returned :class:`Result` becomes ``results.json`` / ``results.md`` / ``config.json`` and is printed;
-- exit codes: 0 done; 2 bad usage or bad input (one line on stderr, no traceback); 1 a failure during the run;
-  130 interrupted. ``ICLR25_DEBUG=1`` prints the traceback as well.
+- every user file the config declares (``INPUTS``, :mod:`iclr25_shared.inputs`) checked before the command is
+  imported, so a bad file never waits for a model to load;
+- exit codes by meaning, not by Python class: 0 done; 2 bad usage or bad input (one line on stderr, no traceback:
+  any error while parsing or validating the config, :class:`~iclr25_shared.errors.InputError` or
+  :class:`~iclr25_shared.errors.SourceUnavailable` from anywhere); 1 anything else that fails while the method
+  runs (a plain ``ValueError`` from a diverging run included); 130 Ctrl-C at any moment, with nothing written —
+  also when a library swallowed the ``KeyboardInterrupt`` (the runner's own SIGINT handler records it);
+- every file of the results folder gets ordinary permissions (``0o666`` less the umask; folders ``0o777``), whoever
+  wrote it; temporary folders of killed runs beside ``--out`` are removed by the next run;
+- ``--quiet`` also silences transformers / diffusers / huggingface_hub progress bars and warnings.
+  ``ICLR25_DEBUG=1`` prints the traceback as well.
 """
 
 from __future__ import annotations
@@ -50,6 +59,8 @@ import logging
 import os
 import re
 import shutil
+import signal
+import socket
 import sys
 import tempfile
 import traceback
@@ -60,7 +71,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from iclr25_shared.checks import check_choice, check_int, check_range
-from iclr25_shared.errors import SourceUnavailable
+from iclr25_shared.errors import InputError, SourceUnavailable
 
 __all__ = [
     "DEFAULT_THREADS",
@@ -70,6 +81,7 @@ __all__ = [
     "UsageError",
     "apply_threads",
     "check_choice",
+    "check_interrupted",
     "check_range",
     "parse",
     "progress",
@@ -86,8 +98,8 @@ DEFAULT_THREADS = 1
 _THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")
 
 
-class UsageError(ValueError):
-    """Bad input from the user; the CLI prints the message as one line and exits 2."""
+class UsageError(InputError):
+    """Bad usage (an option, a subcommand, ``--out``); an :class:`InputError`, so the CLI exits 2 with one line."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -186,11 +198,70 @@ def progress(
     iterable: Iterable[T], *, total: int | None = None, desc: str = "", quiet: bool = False
 ) -> Iterable[T]:
     """A tqdm progress bar on stderr (plain iteration when ``quiet``)."""
-    if quiet:
-        return iterable
-    from tqdm.auto import tqdm
+    if not quiet:
+        from tqdm.auto import tqdm
 
-    return tqdm(iterable, total=total, desc=desc, leave=False, dynamic_ncols=True)
+        iterable = tqdm(iterable, total=total, desc=desc, leave=False, dynamic_ncols=True)
+    return _Interruptible(iterable)
+
+
+class _Interruptible:
+    """Iterates ``inner``, raising ``KeyboardInterrupt`` at the next item once the runner saw a Ctrl-C (which a
+    library such as JAX may have swallowed); every other attribute (``update``, ``close``, ...) is the inner bar's."""
+
+    def __init__(self, inner: Iterable[Any]) -> None:
+        self._inner = inner
+
+    def __iter__(self) -> Any:
+        for item in self._inner:
+            check_interrupted()
+            yield item
+
+    def __len__(self) -> int:
+        return len(self._inner)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _Interrupt:
+    """The runner's SIGINT handler: records the Ctrl-C, then raises ``KeyboardInterrupt`` as Python's own does."""
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._previous: Any = None
+        self._installed = False
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        self.fired = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> _Interrupt:
+        self.fired = False
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handler)
+            self._installed = True
+        except ValueError:  # not the main thread: Python's own handling stays
+            self._installed = False
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+            self._installed = False
+
+
+_INTERRUPT = _Interrupt()
+
+
+def check_interrupted() -> None:
+    """Raise ``KeyboardInterrupt`` if a Ctrl-C reached the runner during this command, even one a library swallowed.
+
+    :meth:`RunContext.progress` calls it at every item; a command with its own loop (or a library callback) may call
+    it too. A no-op outside :func:`run`.
+    """
+    if _INTERRUPT.fired:
+        raise KeyboardInterrupt
 
 
 def _logger(name: str, quiet: bool) -> logging.Logger:
@@ -448,26 +519,119 @@ def _check_out(out: Path, overwrite: bool) -> None:
         raise UsageError(f"--out: {str(out)!r} cannot be created: no write permission in {str(parent)!r}")
 
 
+_OWNER = ".iclr25-owner.json"
+"""Written into every temporary results folder: the host, pid and start time of the process writing it."""
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def _process_started(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), or ``None`` when it does not exist."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except (psutil.NoSuchProcess, psutil.AccessDenied, ValueError):
+        return None
+
+
+def _is_orphan(folder: Path) -> bool:
+    """A temporary results folder whose writing process no longer exists (on this host)."""
+    try:
+        owner = json.loads((folder / _OWNER).read_text())
+        host, pid, started = owner["host"], int(owner["pid"]), float(owner["started"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # no owner record (yet): maybe a run that has just created it; never touch it
+    if host != socket.gethostname():
+        return False
+    alive = _process_started(pid)
+    return alive is None or abs(alive - started) > 1.0
+
+
+def _remove_orphans(parent: Path, name: str) -> None:
+    """Remove ``.NAME.partial-*`` / ``.NAME.old-*`` folders left in ``parent`` by killed runs (SIGKILL, power loss);
+    a concurrent run's folders (its process alive) are kept."""
+    for folder in [*parent.glob(f".{name}.partial-*"), *parent.glob(f".{name}.old-*")]:
+        if folder.is_dir() and _is_orphan(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 def _staging_dir(out: Path) -> Path:
     parent = out.resolve().parent
     parent.mkdir(parents=True, exist_ok=True)
+    _remove_orphans(parent, out.name)
     staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.partial-"))
-    umask = os.umask(0)
-    os.umask(umask)
-    staging.chmod(0o777 & ~umask)
+    staging.chmod(0o777 & ~_umask())
+    _write_owner(staging)
     return staging
 
 
+def _write_owner(folder: Path) -> None:
+    started = _process_started(os.getpid()) or 0.0
+    owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": started}
+    (folder / _OWNER).write_text(json.dumps(owner))
+
+
+def _ordinary_modes(root: Path) -> None:
+    """Give every file under ``root`` the permissions of a new file (``0o666`` less the umask; ``0o777`` for
+    executables and folders), whichever library wrote it (safetensors and ``mkstemp`` write ``0o600``)."""
+    umask = _umask()
+    root.chmod(0o777 & ~umask)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for d in dirnames:
+            path = Path(dirpath, d)
+            if not path.is_symlink():
+                path.chmod(0o777 & ~umask)
+        for f in filenames:
+            path = Path(dirpath, f)
+            if path.is_symlink():
+                continue
+            executable = path.stat().st_mode & 0o100
+            path.chmod((0o777 if executable else 0o666) & ~umask)
+
+
 def _commit(staging: Path, out: Path) -> None:
-    """Make ``staging`` the results folder ``out`` in one rename (the old ``out`` is removed afterwards)."""
+    """Make ``staging`` the results folder ``out`` in one rename (the old ``out`` is removed afterwards).
+
+    The last Ctrl-C that stops the run is one before the renames; while they run SIGINT is blocked, and one that
+    arrives then is dropped (the run has finished), so no Ctrl-C can leave the old results half-moved.
+    """
     out = out.resolve()
-    if out.exists() or out.is_symlink():
-        old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
-        os.replace(out, old / "previous")
-        os.replace(staging, out)
-        shutil.rmtree(old, ignore_errors=True)
+    (staging / _OWNER).unlink(missing_ok=True)
+    _ordinary_modes(staging)
+    check_interrupted()
+    with _sigint_blocked():
+        if out.exists() or out.is_symlink():
+            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+            os.replace(out, old / "previous")
+            os.replace(staging, out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(staging, out)
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Any:
+    if _main_thread() and hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            yield
+        finally:
+            handler = signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a Ctrl-C that arrived meanwhile
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            signal.signal(signal.SIGINT, handler)
     else:
-        os.replace(staging, out)
+        yield
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
 
 
 def _resolve(fn: Callable[..., Any] | str) -> Callable[..., Any]:
@@ -568,6 +732,25 @@ def run(
         The process exit code (0, 1, 2 or 130).
     """
     args = list(sys.argv[1:] if argv is None else argv)
+    label = f"{prog} {args[0]}" if args and args[0] in commands else prog
+    debug = bool(os.environ.get("ICLR25_DEBUG"))
+    with _INTERRUPT:
+        try:
+            return _run(prog, commands, args, default, description, version, debug)
+        except KeyboardInterrupt:
+            print(f"{label}: interrupted; no results were written", file=sys.stderr)
+            return 130
+
+
+def _run(
+    prog: str,
+    commands: Mapping[str, Command],
+    args: list[str],
+    default: str,
+    description: str,
+    version: str | None,
+    debug: bool,
+) -> int:
     if args and args[0] in ("-h", "--help"):
         print(_top_help(prog, description, commands, default))
         return 0
@@ -578,50 +761,106 @@ def run(
             version = distribution_version(prog)
         print(f"{prog} {version}")
         return 0
-    debug = bool(os.environ.get("ICLR25_DEBUG"))
     label = f"{prog} {args[0]}" if args and args[0] in commands else prog
+    # 1. The config and the user's files: any error here is bad input (exit 2).
     try:
         name, cfg = parse(prog, commands, args, default=default)
+        label = f"{prog} {name}"
+        from iclr25_shared.inputs import check_inputs
+
+        check_inputs(cfg)
     except SystemExit as exc:
         return int(exc.code or 0)
     except (ValueError, TypeError, SourceUnavailable, FileNotFoundError) as exc:
-        if debug:
-            traceback.print_exc()
-        return _error(label, str(exc))
-    label = f"{prog} {name}"
+        return _fail(label, exc, debug, code=2)
+    check_interrupted()
+    # 2. The method: InputError / SourceUnavailable are still the user's (exit 2); anything else is a failure (1).
     apply_threads(getattr(cfg, "threads", 0))
     out = getattr(cfg, "out", None)
     staging: Path | None = None
     try:
-        fn = _resolve(commands[name][1])
-        if _takes_context(fn):
-            staging = _staging_dir(Path(out)) if out is not None else None
-            ctx = RunContext(label, cfg, staging=staging)
-            result = fn(cfg, ctx)
-            code = _finish(label, cfg, ctx, result, staging, out)
-            staging = None
-        else:  # a command that writes its own files (the pre-v2 form)
-            code = int(fn(cfg) or 0)
+        with _quiet_libraries(bool(getattr(cfg, "quiet", False))):
+            fn = _resolve(commands[name][1])
+            if _takes_context(fn):
+                staging = _staging_dir(Path(out)) if out is not None else None
+                ctx = RunContext(label, cfg, staging=staging)
+                result = fn(cfg, ctx)
+                check_interrupted()
+                code = _finish(label, cfg, ctx, result, staging, out)
+                staging = None
+            else:  # a command that writes its own files (the pre-v2 form)
+                code = int(fn(cfg) or 0)
+                check_interrupted()
     except KeyboardInterrupt:
-        print(f"{label}: interrupted; no partial results were written", file=sys.stderr)
-        return 130
-    except (UsageError, SourceUnavailable, FileNotFoundError, ValueError, TypeError) as exc:
-        # Validation errors raised by library code on user-supplied values are bad input, not crashes.
-        if debug:
-            traceback.print_exc()
-        return _error(label, str(exc))
-    except Exception as exc:
-        if debug:
-            traceback.print_exc()
-        print(
-            f"{label}: failed: {type(exc).__name__}: {exc} (set ICLR25_DEBUG=1 for the traceback)",
-            file=sys.stderr,
-        )
-        return 1
+        raise
+    except BaseException as exc:
+        if _INTERRUPT.fired:  # a Ctrl-C surfaced as another error (e.g. a half-imported module): still Ctrl-C
+            raise KeyboardInterrupt from None
+        if isinstance(exc, (InputError, SourceUnavailable)):
+            return _fail(label, exc, debug, code=2)
+        if isinstance(exc, SystemExit):
+            raise
+        return _fail(label, exc, debug, code=1)
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
     return code
+
+
+def _fail(label: str, exc: BaseException, debug: bool, *, code: int) -> int:
+    """Print one line for ``exc`` (the traceback too under ``ICLR25_DEBUG=1``) and return ``code``."""
+    if debug:
+        traceback.print_exception(exc)
+    if code == 2:
+        return _error(label, str(exc))
+    message = " ".join(f"{type(exc).__name__}: {exc}".split())
+    print(f"{label}: failed: {message} (set ICLR25_DEBUG=1 for the traceback)", file=sys.stderr)
+    return code
+
+
+_QUIET_ENV = {
+    "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+    "TRANSFORMERS_VERBOSITY": "error",
+    "DIFFUSERS_VERBOSITY": "error",
+    "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1",
+    "TQDM_DISABLE": "1",
+}
+
+
+@contextlib.contextmanager
+def _quiet_libraries(quiet: bool) -> Any:
+    """Under ``--quiet``: no progress bars or info/warning logs from transformers, diffusers, huggingface_hub or
+    tqdm, whether they are imported during the run (environment) or already were (their own switches)."""
+    if not quiet:
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in _QUIET_ENV}
+    os.environ.update(_QUIET_ENV)
+    restore: list[Callable[[], Any]] = []
+    for module, off, on in (
+        ("transformers", "disable_progress_bar", "enable_progress_bar"),
+        ("diffusers", "disable_progress_bar", "enable_progress_bar"),
+    ):
+        if module in sys.modules:
+            logging_module = importlib.import_module(f"{module}.utils.logging")
+            level = logging_module.get_verbosity()
+            logging_module.set_verbosity_error()
+            getattr(logging_module, off)()
+            restore.append(lambda m=logging_module, lv=level, f=on: (m.set_verbosity(lv), getattr(m, f)()))
+    if "huggingface_hub" in sys.modules:
+        hub = importlib.import_module("huggingface_hub.utils")
+        hub.disable_progress_bars()
+        restore.append(hub.enable_progress_bars)
+    try:
+        yield
+    finally:
+        for undo in restore:
+            undo()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def _finish(

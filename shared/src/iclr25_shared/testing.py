@@ -12,6 +12,14 @@ by subclassing :class:`ContractTests` in ``tests/test_contract.py``::
 The package's ``cli.py`` must define ``PROG``, ``COMMANDS`` (name → (config class, "module:function")),
 ``DEFAULT`` and ``main(argv)``. The tests replace the command functions by a stub, so no real work runs.
 
+The boundary between the user and the method (docs/package-contract.md) is proven here once, for every package,
+with no per-package code: every config field typed as a path is declared (``INPUTS`` or ``NOT_INPUTS``), and every
+declared input fed a missing path, an empty file, a junk file, a folder where a file is expected and a file where a
+folder is expected exits 2 with one line naming the path, writes nothing and leaves an existing ``--out`` as it was;
+Ctrl-C while parsing, and one a library swallows, exit 130 with nothing written; ``--help`` and ``--version`` import
+no heavy library; the files of a run are ``0o644`` under umask 022 whoever wrote them; a failure during the run
+exits 1 and an :class:`~iclr25_shared.errors.InputError` 2; every default config builds with an empty cache.
+
 This module imports pytest: use it from tests only.
 """
 
@@ -21,8 +29,10 @@ import dataclasses
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -87,6 +97,41 @@ def _stub_result() -> Any:
     return Result(metrics={"stub": 1.0}, tables={"rows": [{"a": 1, "b": 2.5}]})
 
 
+_JUNK = b"\x89\x00junk: not what this option reads \xff\xfe\n"
+
+
+def _bad_paths(root: Path, spec: Any) -> list[tuple[str, Path]]:
+    """The bad values the contract feeds one declared input: (case name, path)."""
+    root.mkdir(parents=True, exist_ok=True)
+    suffix = {
+        "torch_checkpoint": ".pt",
+        "npz": ".npz",
+        "npy": ".npy",
+        "image": ".png",
+        "video": ".mp4",
+        "table": ".json",
+        "json": ".json",
+        "text": ".txt",
+    }.get(spec.kind, ".bin")
+    missing = root / f"missing{suffix}"
+    empty = root / f"empty{suffix}"
+    empty.write_bytes(b"")
+    junk = root / f"junk{suffix}"
+    junk.write_bytes(_JUNK)
+    a_folder = root / f"folder{suffix}"
+    a_folder.mkdir()
+    if spec.may_be_name:  # a model name or path: only values that look like paths are paths
+        return [
+            ("missing", Path(f"{missing}")),
+            ("empty file", empty),
+            ("junk file", junk),
+            ("empty folder", a_folder),
+        ]
+    if spec.is_folder:
+        return [("missing", missing), ("empty file where a folder is expected", empty), ("junk file", junk)]
+    return [("missing", missing), ("empty file", empty), ("junk file", junk), ("folder", a_folder)]
+
+
 class ContractTests:
     """The package contract, as pytest tests. Subclass it and set :attr:`package`.
 
@@ -98,6 +143,9 @@ class ContractTests:
 
     package: ClassVar[str] = ""
     heavy_allowed: ClassVar[frozenset[str]] = frozenset()
+    input_args: ClassVar[dict[str, tuple[str, ...]]] = {}
+    """Extra arguments a bad-file case needs besides the bad option (e.g. ``{"evaluate.images": ("--pairs",
+    "x.csv")}``), keyed by ``"command.field"`` or ``"field"``; they may not make the case pass."""
 
     # -- helpers --------------------------------------------------------------------------------------------
     @property
@@ -196,6 +244,169 @@ class ContractTests:
         assert self.cli.main([self.cli.DEFAULT, "--out", str(out), "--overwrite"]) == 0
         assert sorted(p.name for p in out.iterdir()) == ["config.json", "results.json", "results.md"]
         assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary folders left behind"
+
+    def extra_input_args(self, command: str, field: str, folder: Path) -> tuple[str, ...]:
+        """Arguments a bad-file case of ``command``'s ``field`` needs besides the bad option (default:
+        :attr:`input_args`). Override to write valid companion files into ``folder`` (created on demand)."""
+        return tuple(self.input_args.get(f"{command}.{field}", self.input_args.get(field, ())))
+
+    # -- the boundary (Template v3) -----------------------------------------------------------------------
+    def test_every_path_option_is_declared_as_an_input_or_opted_out(self) -> None:
+        from iclr25_shared.inputs import declared_inputs, path_fields
+
+        for name, (cls, _) in self.cli.COMMANDS.items():
+            declared = declared_inputs(cls)
+            opted_out = dict(getattr(cls, "NOT_INPUTS", {}) or {})
+            fields = {f.name for f in dataclasses.fields(cls)}
+            assert set(declared) <= fields, f"{name}: INPUTS names unknown fields {set(declared) - fields}"
+            assert set(opted_out) <= fields, (
+                f"{name}: NOT_INPUTS names unknown fields {set(opted_out) - fields}"
+            )
+            assert all(isinstance(r, str) and len(r) > 10 for r in opted_out.values()), "state each reason"
+            undeclared = set(path_fields(cls)) - set(declared) - set(opted_out)
+            assert not undeclared, (
+                f"{name}: path options {sorted(undeclared)} are in neither INPUTS nor NOT_INPUTS"
+            )
+
+    def test_bad_files_exit_2_naming_the_path_and_write_nothing(
+        self, tmp_path: Path, stubbed: list, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        from iclr25_shared.inputs import declared_inputs, option
+
+        out = tmp_path / "previous-results"
+        out.mkdir()
+        (out / "results.json").write_text('{"kept": true}')
+        tried = 0
+        for name, (cls, _) in self.cli.COMMANDS.items():
+            for field, spec in declared_inputs(cls).items():
+                extra = self.extra_input_args(name, field, tmp_path / "valid")
+                for case, path in _bad_paths(tmp_path / f"{name}-{field}", spec):
+                    code = self.cli.main(
+                        [name, option(field), str(path), *extra, "--out", str(out), "--overwrite"]
+                    )
+                    err = capsys.readouterr().err.strip()
+                    where = f"{name} {option(field)} {case}"
+                    assert code == 2, f"{where}: exit {code}, stderr {err!r}"
+                    assert len(err.splitlines()) == 1 and "Traceback" not in err, f"{where}: {err!r}"
+                    assert str(path) in err or repr(str(path)) in err, (
+                        f"{where}: the message names no path: {err!r}"
+                    )
+                    tried += 1
+        assert not stubbed, "a command ran although its input was bad"
+        assert (out / "results.json").read_text() == '{"kept": true}'
+        assert sorted(p.name for p in out.iterdir()) == ["results.json"]
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary folders left behind"
+        if not tried:
+            pytest.skip("no command of this package reads a user file")
+
+    def test_ctrl_c_while_parsing_exits_130_and_writes_nothing(
+        self, tmp_path: Path, stubbed: list, monkeypatch: pytest.MonkeyPatch, capsys: Any
+    ) -> None:
+        import tyro
+
+        def interrupted_parse(*args: Any, **kwargs: Any) -> Any:
+            os.kill(os.getpid(), signal.SIGINT)  # a real SIGINT, handled by the runner's handler
+            time.sleep(5)
+            raise AssertionError("SIGINT was not delivered")
+
+        monkeypatch.setattr(tyro, "cli", interrupted_parse)
+        out = tmp_path / "run"
+        assert self.cli.main([self.cli.DEFAULT, "--out", str(out)]) == 130
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "interrupted" in err, err
+        assert not stubbed and not out.exists() and not list(tmp_path.iterdir())
+
+    def test_a_ctrl_c_that_a_library_swallows_still_stops_the_run(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+    ) -> None:
+        def swallowing(cfg: Any, ctx: Any) -> Any:
+            try:  # what JAX's GC callback does with a KeyboardInterrupt ("Exception ignored in ...")
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(5)
+            except KeyboardInterrupt:
+                pass
+            ctx.save_text("partial.txt", "should never be committed")
+            return _stub_result()
+
+        monkeypatch.setitem(
+            self.cli.COMMANDS, self.cli.DEFAULT, (self.cli.COMMANDS[self.cli.DEFAULT][0], swallowing)
+        )
+        out = tmp_path / "run"
+        assert self.cli.main([self.cli.DEFAULT, "--out", str(out)]) == 130
+        assert "interrupted" in capsys.readouterr().err
+        assert not out.exists() and not list(tmp_path.iterdir()), list(tmp_path.iterdir())
+
+    def test_files_a_run_writes_are_ordinary_whoever_wrote_them(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        def writes_private_files(cfg: Any, ctx: Any) -> Any:
+            weights = ctx.path("unet/diffusion_pytorch_model.safetensors")  # safetensors writes 0600
+            weights.write_bytes(b"\0" * 8)
+            weights.chmod(0o600)
+            weights.parent.chmod(0o700)
+            video = ctx.path("videos/clip.mp4")  # mkstemp-then-rename writers leave 0600
+            video.write_bytes(b"\0")
+            video.chmod(0o600)
+            return _stub_result()
+
+        monkeypatch.setitem(
+            self.cli.COMMANDS,
+            self.cli.DEFAULT,
+            (self.cli.COMMANDS[self.cli.DEFAULT][0], writes_private_files),
+        )
+        out = tmp_path / "run"
+        previous = os.umask(0o022)
+        try:
+            assert self.cli.main([self.cli.DEFAULT, "--out", str(out), "--quiet"]) == 0
+        finally:
+            os.umask(previous)
+        modes = {str(p.relative_to(out)): p.stat().st_mode & 0o777 for p in out.rglob("*")}
+        expected = {k: (0o755 if (out / k).is_dir() else 0o644) for k in modes}
+        assert modes == expected, {k: oct(v) for k, v in modes.items()}
+
+    def test_a_failure_during_the_run_exits_1_and_bad_input_exits_2(
+        self, monkeypatch: pytest.MonkeyPatch, capsys: Any
+    ) -> None:
+        from iclr25_shared.errors import InputError
+
+        cls = self.cli.COMMANDS[self.cli.DEFAULT][0]
+        for error, code in (
+            (ValueError("loss is non-finite at step 3"), 1),  # divergence is not the user's input
+            (FloatingPointError("overflow"), 1),
+            (InputError("--data: 'x.npz' has no array 'y'"), 2),
+        ):
+
+            def fails(cfg: Any, ctx: Any, _e: Exception = error) -> Any:
+                raise _e
+
+            monkeypatch.setitem(self.cli.COMMANDS, self.cli.DEFAULT, (cls, fails))
+            assert self.cli.main([self.cli.DEFAULT, "--quiet"]) == code, error
+            err = capsys.readouterr().err.strip()
+            assert len(err.splitlines()) == 1 and str(error) in err, err
+
+    def test_default_configs_build_with_an_empty_cache(
+        self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Constructing a config touches no data (issue: defaults that checked the user cache failed CI)."""
+        monkeypatch.setenv("ICLR25_CACHE", str(tmp_path / "empty-cache"))
+        monkeypatch.setenv("ICLR25_NO_FETCH", "1")
+        for _name, (cls, _) in self.cli.COMMANDS.items():
+            cls()
+
+    def test_help_and_version_import_no_heavy_library(self) -> None:
+        commands = list(self.cli.COMMANDS)
+        code = (
+            "import sys, contextlib, io\n"
+            f"from {self.package}.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    assert main(['--help']) == 0 and main(['--version']) == 0\n"
+            f"    for name in {commands!r}:\n"
+            "        assert main([name, '--help']) == 0\n"
+            f"print(' '.join(sorted(m for m in {sorted(HEAVY_MODULES)!r} if m in sys.modules)))\n"
+        )
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        assert not done.stdout.split(), f"--help imports {done.stdout.split()}"
 
     def test_import_loads_no_heavy_module_it_does_not_need(self) -> None:
         code = (

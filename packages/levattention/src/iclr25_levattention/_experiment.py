@@ -17,13 +17,14 @@ import contextlib
 import math
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from iclr25_levattention._checks import as_matrix
 from iclr25_levattention._heavy import brute_force_heavy_entries, heavy_entries
 from iclr25_shared.cli import Result, RunContext
+from iclr25_shared.inputs import read_npy, validating
 
 if TYPE_CHECKING:
     from iclr25_levattention.cli import BenchConfig, FindConfig, ReproduceConfig
@@ -634,15 +635,6 @@ def plot_vit(rows: list[dict]):
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def _load_npy(flag: str, path: Path) -> np.ndarray:
-    if not path.is_file():
-        raise FileNotFoundError(f"{flag}: file {str(path)!r} does not exist")
-    try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, EOFError, OSError) as exc:  # not .npy, truncated, 0 bytes, pickled objects
-        raise ValueError(f"{flag}: {path} is not a plain .npy array ({exc or type(exc).__name__})") from None
-
-
 def _digits_pca(d: int = 8) -> np.ndarray:
     from sklearn.decomposition import PCA
 
@@ -660,8 +652,11 @@ def find(cfg: FindConfig, ctx: RunContext) -> Result:
         K = _digits_pca()
         Q, source = K, "sklearn digits, PCA to d = 8 (queries = keys)"
     else:
-        K = _load_npy("--k", cfg.k)
-        Q = K if cfg.q is None else _load_npy("--q", cfg.q)
+        K = read_npy(cfg.k, label="--k", ndim=2, finite=False)
+        Q = K if cfg.q is None else read_npy(cfg.q, label="--q", ndim=2, finite=False)
+        with validating("--q/--k"):  # the library's own checks name Q and K (shape, d, finiteness)
+            K = as_matrix("K", K)
+            Q = as_matrix("Q", Q, d=K.shape[1])
         source = f"q={cfg.q or cfg.k}, k={cfg.k}"
     start = time.perf_counter()
     result = heavy_entries(Q, K, cfg.eps, cfg.p, chunk_size=cfg.chunk_size)

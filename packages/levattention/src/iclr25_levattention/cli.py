@@ -9,10 +9,12 @@ iclr25-levattention bench --out runs/levattention-bench
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
@@ -25,6 +27,8 @@ DEFAULT = "find"
 @dataclass(frozen=True, kw_only=True)
 class FindConfig(CommonOptions):
     """Every attention weight >= eps of rownormalise(|Q K^T|^p), via the universal set of keys."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"q": inputs.npy(ndim=2), "k": inputs.npy(ndim=2)}
 
     q: Path | None = None
     """Queries: a .npy file of shape (n_q, d). Omitted: the same as --k."""
