@@ -165,7 +165,9 @@ def test_wiki_summaries_missing_source_names_the_install_command(monkeypatch, tm
     monkeypatch.delenv("ICLR25_NO_FETCH")
     with pytest.raises(DatasetUnavailable, match="fetching is off"):
         data.wiki_summaries(download=False)
-    with pytest.raises(InputError, match="nope.json' does not exist"):  # the user's own path: bad input, exit 2
+    with pytest.raises(
+        InputError, match="nope.json' does not exist"
+    ):  # the user's own path: bad input, exit 2
         data.wiki_summaries(path=tmp_path / "nope.json")
     with pytest.raises(ValueError, match="language must be one of"):
         data.wiki_summaries("de")

@@ -20,8 +20,9 @@ A config declares which of its fields name user files, and what each must be::
 
 The CLI runner calls :func:`check_inputs` on the parsed config before the command function is imported, so a bad
 file exits 2 in well under a second instead of after a model has loaded; the package's own loading code calls the
-same readers (``inputs.read_torch(path, label="--checkpoint")``), so library users get the same errors. Every field
-typed as a path must be in ``INPUTS`` or ``NOT_INPUTS`` (with the reason); the contract tests
+same readers (``inputs.read_torch(path, label="--checkpoint")``), so library users get the same errors. Folders a command
+writes besides ``--out`` (a cache) are declared in ``OUTPUTS`` with :func:`output_folder`. Every field typed as a
+path must be in ``INPUTS``, ``OUTPUTS`` or ``NOT_INPUTS`` (with the reason); the contract tests
 (:class:`iclr25_shared.testing.ContractTests`) feed every declared input a missing path, an empty file, a junk
 file, a folder where a file is expected and a file where a folder is expected.
 """
@@ -52,6 +53,7 @@ __all__ = [
     "check_video_folder",
     "custom",
     "declared_inputs",
+    "declared_outputs",
     "folder",
     "hf_model",
     "image",
@@ -61,6 +63,7 @@ __all__ = [
     "npy",
     "npz",
     "option",
+    "output_folder",
     "path_fields",
     "read_image",
     "read_json",
@@ -740,13 +743,38 @@ def option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def output_folder() -> Input:
+    """A folder the command writes into besides ``--out`` (a cache, generated videos): it may be missing (it is
+    created), but not an existing file, and its nearest existing parent must be a writable folder."""
+
+    def check(p: Path, label: str) -> None:
+        p = Path(p).expanduser()
+        if p.exists() and not p.is_dir():
+            raise InputError(f"{_name(p, label)} is a file; expected a folder to write into")
+        parent = p if p.exists() else p.parent
+        while not parent.exists():
+            parent = parent.parent
+        if not parent.is_dir():
+            raise InputError(f"{_name(p, label)} cannot be created: {str(parent)!r} is a file")
+        if not os.access(parent, os.W_OK | os.X_OK):
+            raise InputError(f"{_name(p, label)} cannot be written (no permission in {str(parent)!r})")
+
+    return Input("output_folder", True, check)
+
+
+def declared_outputs(cls: type) -> Mapping[str, Input]:
+    """The config class's ``OUTPUTS`` (field name → :func:`output_folder`)."""
+    return dict(getattr(cls, "OUTPUTS", {}) or {})
+
+
 def check_inputs(cfg: Any) -> None:
-    """Run every declared input's check on the value the user gave (``None``, ``""`` and ``()`` are skipped).
+    """Run every declared input's (and output folder's) check on the value the user gave (``None``, ``""`` and
+    ``()`` are skipped).
 
     Raises:
         InputError: the first bad file, naming the option and the path.
     """
-    for name, spec in declared_inputs(type(cfg)).items():
+    for name, spec in {**declared_inputs(type(cfg)), **declared_outputs(type(cfg))}.items():
         value = getattr(cfg, name)
         values = value if isinstance(value, (tuple, list)) else (value,)
         for v in values:

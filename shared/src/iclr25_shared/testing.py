@@ -252,10 +252,10 @@ class ContractTests:
 
     # -- the boundary (Template v3) -----------------------------------------------------------------------
     def test_every_path_option_is_declared_as_an_input_or_opted_out(self) -> None:
-        from iclr25_shared.inputs import declared_inputs, path_fields
+        from iclr25_shared.inputs import declared_inputs, declared_outputs, path_fields
 
         for name, (cls, _) in self.cli.COMMANDS.items():
-            declared = declared_inputs(cls)
+            declared = {**declared_inputs(cls), **declared_outputs(cls)}
             opted_out = dict(getattr(cls, "NOT_INPUTS", {}) or {})
             fields = {f.name for f in dataclasses.fields(cls)}
             assert set(declared) <= fields, f"{name}: INPUTS names unknown fields {set(declared) - fields}"
@@ -265,22 +265,25 @@ class ContractTests:
             assert all(isinstance(r, str) and len(r) > 10 for r in opted_out.values()), "state each reason"
             undeclared = set(path_fields(cls)) - set(declared) - set(opted_out)
             assert not undeclared, (
-                f"{name}: path options {sorted(undeclared)} are in neither INPUTS nor NOT_INPUTS"
+                f"{name}: path options {sorted(undeclared)} are in none of INPUTS, OUTPUTS, NOT_INPUTS"
             )
 
     def test_bad_files_exit_2_naming_the_path_and_write_nothing(
         self, tmp_path: Path, stubbed: list, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        from iclr25_shared.inputs import declared_inputs, option
+        from iclr25_shared.inputs import declared_inputs, declared_outputs, option
 
         out = tmp_path / "previous-results"
         out.mkdir()
         (out / "results.json").write_text('{"kept": true}')
         tried = 0
         for name, (cls, _) in self.cli.COMMANDS.items():
-            for field, spec in declared_inputs(cls).items():
+            for field, spec in {**declared_inputs(cls), **declared_outputs(cls)}.items():
                 extra = self.extra_input_args(name, field, tmp_path / "valid")
-                for case, path in _bad_paths(tmp_path / f"{name}-{field}", spec):
+                cases = _bad_paths(tmp_path / f"{name}-{field}", spec)
+                if field in declared_outputs(cls):
+                    cases = [c for c in cases if c[0] != "missing"]  # a missing output folder is created
+                for case, path in cases:
                     code = self.cli.main(
                         [name, option(field), str(path), *extra, "--out", str(out), "--overwrite"]
                     )
