@@ -255,15 +255,15 @@ def read_npz(
     expected = "an .npz archive" + (f" with arrays {', '.join(keys)}" if keys else "")
     p = check_file(path, label=label, expected=expected)
     try:
-        with np.load(p, allow_pickle=False) as archive:
-            if not hasattr(archive, "files"):
-                raise InputError(f"{_name(path, label)} holds a single array (.npy); expected {expected}")
-            arrays = {k: archive[k] for k in archive.files}
-    except InputError:
-        raise
-    except AttributeError:  # np.load returned a bare ndarray, which has no context manager
-        raise InputError(f"{_name(path, label)} holds a single array (.npy); expected {expected}") from None
+        loaded = np.load(p, allow_pickle=False)
     except Exception as exc:
+        raise InputError(f"{_name(path, label)} is not {expected} ({_numpy_reason(exc)})") from None
+    if not hasattr(loaded, "files"):
+        raise InputError(f"{_name(path, label)} holds a single array (.npy); expected {expected}")
+    try:
+        with loaded:
+            arrays = {k: loaded[k] for k in loaded.files}
+    except Exception as exc:  # a member that is truncated or holds objects
         raise InputError(f"{_name(path, label)} is not {expected} ({_numpy_reason(exc)})") from None
     missing = [k for k in keys if k not in arrays]
     if missing:

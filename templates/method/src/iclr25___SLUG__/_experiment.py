@@ -16,7 +16,11 @@ if TYPE_CHECKING:
 
 
 def __VERB__(cfg: __VERB_CLASS__Config, ctx: RunContext) -> Result:
-    """Run the method on the embedded real default (or the user's input)."""
+    """Run the method on the embedded real default (or the user's input).
+
+    User files are read with :mod:`iclr25_shared.inputs` (``read_npz(cfg.data, label="--data", keys=("x",))``):
+    their problems raise ``InputError`` (exit 2). Anything else that fails here is a failure (exit 1).
+    """
     ctx.log.info("loading ...")
     raise NotImplementedError
 

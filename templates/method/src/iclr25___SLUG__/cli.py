@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
@@ -20,6 +22,11 @@ class __VERB_CLASS__Config(CommonOptions):
     """One sentence: what the verb does (first sentence is the --help summary).
 
     More detail: the default input (real, offline) and what is printed."""
+
+    # Every path option is checked by the core before the command is imported (docs/package-contract.md): a bad
+    # file exits 2 naming it, before any model loads. Folders the command writes go in OUTPUTS; anything else
+    # typed as a path goes in NOT_INPUTS with the reason.
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"data": inputs.npz(keys=("x",))}
 
     data: Path | None = None
     """Input file (default: the embedded real example)."""
