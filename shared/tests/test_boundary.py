@@ -409,7 +409,7 @@ def test_ctrl_c_in_a_real_process_while_parsing_exits_130_with_one_line(tmp_path
         "from iclr25_shared.cli import CommonOptions, Result, run\n"
         "real = tyro.cli\n"
         "def slow(*a, **k):\n"
-        "    print('parsing', flush=True); time.sleep(30); return real(*a, **k)\n"
+        "    print('parsing', file=sys.__stdout__, flush=True); time.sleep(30); return real(*a, **k)\n"
         "tyro.cli = slow\n"
         f"sys.exit(run('iclr25-toy', {{'go': (CommonOptions, lambda c, x: Result())}}, ['go', '--out', {str(tmp_path / 'o')!r}], default='go'))\n"
     )

@@ -159,3 +159,114 @@ def test_bench_at_matched_quality_picks_the_row_closest_to_sd_quality(tmp_path):
 def test_bench_match_quality_without_models_exits_2(capsys):
     assert main(["bench", "--match-quality", "--quiet"]) == 2
     assert "match_quality needs --models" in capsys.readouterr().err
+
+
+# -- the boundary: a user's models folder and data folder (issue 37) -----------------------------------------------
+
+
+def _one_line(capsys):
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("content", [b"\x89junk, not a checkpoint\n", b"PK\x03\x04truncated zip"])
+def test_a_corrupt_models_pt_exits_2_naming_it_without_unsafe_advice(tmp_path, capsys, content):
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "models.pt").write_bytes(content)
+    out = tmp_path / "out"
+    for command in ("generate", "bench"):
+        assert main([command, "--models", str(models), "--out", str(out), "--quiet"]) == 2
+        err = _one_line(capsys)
+        assert "models.pt" in err and "weights_only=False" not in err, err
+    assert not out.exists()
+
+
+def test_a_nan_weight_models_pt_exits_2_naming_the_file_and_the_tensor(tmp_path, capsys):
+    models = tmp_path / "models"
+    _write_tiny_models(models)
+    blob = torch.load(models / "models.pt", weights_only=True)
+    blob["target"]["head.weight"][0, 0] = float("nan")
+    torch.save(blob, models / "models.pt")
+    assert main(["generate", "--models", str(models), "--samples", "1", "--quiet"]) == 2
+    err = _one_line(capsys)
+    assert "models.pt" in err and "target.head.weight" in err and "NaN or inf" in err, err
+
+
+@pytest.mark.parametrize(
+    ("edit", "needle"),
+    [
+        (lambda b: b.pop("drafter"), "no 'drafter'"),
+        (lambda b: b.__setitem__("target_cfg", {"vocab": 3}), "target_cfg"),
+        (lambda b: b["clf"].pop("out.weight"), "clf"),
+        (lambda b: b.__setitem__("vq_shape", (16, 5)), "vq"),
+        (lambda b: b.clear() or b.update({"weights": torch.zeros(2)}), "no 'vq'"),
+    ],
+)
+def test_a_models_pt_of_the_wrong_layout_exits_2(tmp_path, capsys, edit, needle):
+    models = tmp_path / "models"
+    _write_tiny_models(models)
+    blob = torch.load(models / "models.pt", weights_only=True)
+    edit(blob)
+    torch.save(blob, models / "models.pt")
+    assert main(["generate", "--models", str(models), "--samples", "1", "--quiet"]) == 2
+    err = _one_line(capsys)
+    assert "models.pt" in err and needle in err, err
+
+
+def test_models_pt_as_saved_by_reproduce_loads_with_weights_only(tmp_path):
+    """The saved format is state dicts plus plain numbers, tuples and dicts: weights_only=True loads it."""
+    from iclr25_lantern._experiment import _load_models, _save_models
+    from iclr25_lantern._models import VQVAE, FeatureCNN, TokenTransformer, TransformerConfig
+    from iclr25_shared.cli import RunContext
+
+    models = {
+        "vq": VQVAE(16, 4),
+        "target": TokenTransformer(TransformerConfig(16, dim=16, layers=1, heads=2)),
+        "drafter": TokenTransformer(TransformerConfig(16, dim=8, layers=1, heads=2)),
+        "clf": FeatureCNN(),
+    }
+    staging = tmp_path / "staging"
+    staging.mkdir()
+    _save_models(models, RunContext("iclr25-lantern reproduce", None, staging=staging))
+    blob = torch.load(staging / "models.pt", map_location="cpu", weights_only=True)
+    assert blob["vq_shape"] == (16, 4) and blob["target_cfg"]["dim"] == 16
+    loaded = _load_models(staging)
+    assert loaded["drafter"].cfg == models["drafter"].cfg
+    assert torch.equal(loaded["vq"].codebook, models["vq"].codebook)
+
+
+def test_match_quality_with_a_broken_results_json_exits_2(tmp_path, capsys):
+    models = tmp_path / "models"
+    _write_tiny_models(models)
+    for text in ("{not json", '{"tables": {}}', json.dumps({"tables": {"sweep": [{"method": "SD"}]}})):
+        (models / "results.json").write_text(text)
+        assert main(["bench", "--models", str(models), "--match-quality", "--images", "1", "--quiet"]) == 2
+        err = _one_line(capsys)
+        assert "results.json" in err and "--models" in err, err
+    (models / "results.json").unlink()
+    assert main(["bench", "--models", str(models), "--match-quality", "--images", "1", "--quiet"]) == 2
+    assert "results.json" in _one_line(capsys)
+
+
+@pytest.mark.parametrize("command", ["generate", "reproduce", "bench"])
+def test_a_data_folder_without_fashion_mnist_exits_2_before_training(tmp_path, capsys, command):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "notes.txt").write_text("no IDX files here")
+    assert main([command, "--data", str(data), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = _one_line(capsys)
+    assert str(data) in err and "train-images-idx3-ubyte.gz" in err, err
+    for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                 "t10k-labels-idx1-ubyte.gz"):  # fmt: skip
+        (data / name).write_bytes(b"junk, not gzip")
+    assert main([command, "--data", str(data), "--out", str(tmp_path / "o"), "--quiet"]) == 2
+    err = _one_line(capsys)
+    assert "idx" in err and "gzip" in err, err
+    assert not (tmp_path / "o").exists()
+
+
+def test_reproduce_refuses_a_codebook_smaller_than_its_largest_k_before_training(capsys):
+    assert main(["reproduce", "--codebook-size", "32", "--quiet"]) == 2
+    assert "V - 1 = 31" in _one_line(capsys)

@@ -190,17 +190,13 @@ def _save_model(ctx: RunContext, model: Any, name: str, meta: dict[str, Any]) ->
     return name
 
 
-def _load_model(path: Path, width: int, device: torch.device) -> Any:
-    import torch
+def _load_model(path: Path, size: int, label: str, device: torch.device) -> Any:
+    """The encoder in ``path`` (see :func:`iclr25_simhand._checkpoint.load_checkpoint`), refused with
+    :class:`InputError` when unreadable or when it was trained at another image size than ``size``."""
+    from iclr25_simhand._checkpoint import check_size, load_checkpoint
 
-    from iclr25_simhand._model import HandEncoder
-
-    if not Path(path).is_file():
-        raise UsageError(f"checkpoint must be an existing file, got {str(path)!r}")
-    blob = torch.load(path, map_location=device, weights_only=True)
-    width = int(blob.get("meta", {}).get("width", width))
-    model = HandEncoder(_backbone(width)).to(device)
-    model.load_state_dict(blob["state_dict"])
+    model, meta = load_checkpoint(path, label=label, device=device)
+    check_size(meta, size, path, label)
     return model
 
 
@@ -273,11 +269,8 @@ def _save_samples(path: Path, batch: Any, count: int) -> None:
 def finetune(cfg: FinetuneConfig, ctx: RunContext) -> Result:
     """Fine-tune (from ``--encoder`` or scratch) on rendered labelled hands; evaluate; save ``model.pt``."""
     device = ctx.torch_device()
-    if cfg.encoder is not None and not cfg.encoder.is_file():
-        raise UsageError(f"encoder must be an existing checkpoint file, got {str(cfg.encoder)!r}")
-    data = make_data(pool=2, train=cfg.train, test=cfg.test, size=cfg.size, seed=cfg.seed)
-    if cfg.encoder is not None:
-        model = _load_model(cfg.encoder, cfg.width, device)
+    if cfg.encoder is not None:  # the checkpoint and its size are checked before any rendering
+        model = _load_model(cfg.encoder, cfg.size, "--encoder", device)
     else:
         import torch
 
@@ -285,6 +278,7 @@ def finetune(cfg: FinetuneConfig, ctx: RunContext) -> Result:
 
         torch.manual_seed(cfg.seed)
         model = HandEncoder(_backbone(cfg.width)).to(device)
+    data = make_data(pool=2, train=cfg.train, test=cfg.test, size=cfg.size, seed=cfg.seed)
     t0 = time.perf_counter()
     finetune_encoder(model, data.train, fraction=cfg.fraction, steps=cfg.steps, batch_size=cfg.batch_size,
                      lr=cfg.lr, seed=cfg.seed, device=device)  # fmt: skip
@@ -298,7 +292,7 @@ def finetune(cfg: FinetuneConfig, ctx: RunContext) -> Result:
 def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
     """MPJPE / PA-MPJPE (mm) of a fine-tuned ``model.pt`` on rendered test hands (held-out photos)."""
     device = ctx.torch_device()
-    model = _load_model(cfg.checkpoint, 16, device)
+    model = _load_model(cfg.checkpoint, cfg.size, "--checkpoint", device)
     from iclr25_simhand._render import BACKGROUNDS, load_backgrounds, render_hands
 
     k = len(BACKGROUNDS)

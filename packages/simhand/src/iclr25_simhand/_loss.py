@@ -196,7 +196,9 @@ def pair_weights(
 
     Returns:
         ``(w_pos, w_neg)``: ``(n,)`` weights from ``d+_i = mean_k ||J1_ik - J2_ik||`` and ``(2n, 2n)`` weights from
-        the distances between all ``2n`` poses ``[J1; J2]``. Detached.
+        the distances between all ``2n`` poses ``[J1; J2]``. Detached, in the keypoints' floating dtype (float64
+        stays float64; half precision is computed in float32 and returned in its own dtype; integer keypoints give
+        the default float dtype), on their device.
 
     Raises:
         ValueError: bad shapes, NaN keypoints, unknown ``kind`` / ``apply_to``.
@@ -211,16 +213,20 @@ def pair_weights(
     check_finite("joints1", joints1)
     check_finite("joints2", joints2)
     check_choice("apply_to", apply_to, ("both", "pos", "neg"))
-    j1, j2 = joints1.detach().float(), joints2.detach().float()
+    dtype = torch.promote_types(joints1.dtype, joints2.dtype)
+    if not dtype.is_floating_point:  # integer pixel coordinates: the default float type
+        dtype = torch.get_default_dtype()
+    work = torch.promote_types(dtype, torch.float32)  # bf16 / fp16 distances are computed in float32
+    j1, j2 = joints1.detach().to(work), joints2.detach().to(work)
     n = sizes["n"]
     if apply_to in ("both", "pos"):
         d_pos = (j1 - j2).norm(dim=-1).mean(dim=-1)
         w_pos = adaptive_weights(d_pos, kind=kind, lam=lam_pos)
     else:
-        w_pos = torch.ones(n)
+        w_pos = torch.ones(n, dtype=work, device=j1.device)
     if apply_to in ("both", "neg"):
         allj = torch.cat([j1, j2], dim=0)
         w_neg = adaptive_weights(mpjpe_2d_matrix(allj), kind=kind, lam=lam_neg)
     else:
-        w_neg = torch.ones(2 * n, 2 * n)
-    return w_pos, w_neg
+        w_neg = torch.ones(2 * n, 2 * n, dtype=work, device=j1.device)
+    return w_pos.to(dtype), w_neg.to(dtype)

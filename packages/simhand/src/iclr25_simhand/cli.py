@@ -5,10 +5,12 @@ Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_float, check_int, check_probability
 from iclr25_shared.cli import CommonOptions, run
 
@@ -26,6 +28,16 @@ __all__ = [
 
 PROG = "iclr25-simhand"
 DEFAULT = "pretrain"
+
+
+def _check_checkpoint(path: Path, label: str) -> Any:
+    from iclr25_simhand._checkpoint import check_checkpoint  # torch loads only when a checkpoint is checked
+
+    return check_checkpoint(path, label)
+
+
+_CHECKPOINT = inputs.custom(_check_checkpoint, kind="torch_checkpoint")
+"""encoder.pt / model.pt: a safe torch checkpoint holding a SiMHand encoder (checked before any rendering)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +83,8 @@ class FinetuneConfig(CommonOptions):
 
     Writes model.pt to --out."""
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"encoder": _CHECKPOINT}
+
     encoder: Path | None = None
     """encoder.pt from `pretrain` (default: random initialisation)."""
     train: int = 512
@@ -80,7 +94,7 @@ class FinetuneConfig(CommonOptions):
     fraction: float = 1.0
     """Fraction of the labelled images used (0, 1]."""
     size: int = 32
-    """Image side in pixels (>= 8); must match the encoder's."""
+    """Image side in pixels (>= 8); must match the size the encoder records (else exit 2)."""
     steps: int = 100
     """Optimiser steps (>= 1)."""
     batch_size: int = 64
@@ -106,12 +120,14 @@ class FinetuneConfig(CommonOptions):
 class EvaluateConfig(CommonOptions):
     """MPJPE / PA-MPJPE (mm) of a fine-tuned model.pt on rendered test hands over held-out photos."""
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"checkpoint": _CHECKPOINT}
+
     checkpoint: Path = Path("model.pt")
-    """model.pt written by `finetune`."""
+    """model.pt written by `finetune` (default: model.pt in the current folder)."""
     test: int = 256
     """Rendered test images (>= 1)."""
     size: int = 32
-    """Image side in pixels (>= 8); must match the model's."""
+    """Image side in pixels (>= 8); must match the size the checkpoint records (else exit 2)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
