@@ -10,6 +10,7 @@ own venv, so an import a package forgot to declare fails here.
     uv run nox -s "reproduce(lozo)" # the paper's comparison at its quick size
     uv run nox -s "wheel(lozo)"     # build with --no-sources, pip-install the wheels in a clean venv, contract tests
     uv run nox -s lowest            # every member at its lowest direct dependency versions, fast tier
+    uv run nox -s docs              # every Python block of README.md, docs/*.md, packages/*/README.md, as written
 
 Data sources a test cannot get are skipped with the install command; with ICLR25_REQUIRE_DATA=1 (set by .ci/run)
 they fail instead, so CI never goes green by skipping.
@@ -24,7 +25,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["lint", "tests"]
+nox.options.sessions = ["lint", "tests"]  # + "docs" once every README block runs (issue 42)
 nox.options.error_on_external_run = False
 
 ROOT = Path(__file__).parent.resolve()
@@ -186,6 +187,22 @@ def wheel(session: nox.Session, package: str) -> None:
         env=_test_env(),
         external=True,
     )
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Every Python code block of the project's Markdown runs as written, in order per file, in one environment with
+    every member (tools/doc_blocks.py; a block that cannot run here carries `<!-- docs: skip REASON -->`)."""
+    session.run_install(
+        "uv",
+        "sync",
+        "--all-packages",
+        "--locked",
+        "--inexact",
+        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+        external=True,
+    )
+    session.run("python", str(ROOT / "tools" / "doc_blocks.py"), *session.posargs, env=_test_env())
 
 
 @nox.session(default=False)
