@@ -41,7 +41,7 @@ import pytest
 
 from iclr25_shared.errors import SourceUnavailable
 
-__all__ = ["HEAVY_MODULES", "ContractTests", "require", "require_data"]
+__all__ = ["HEAVY_MODULES", "ContractTests", "HFIntegrationContract", "require", "require_data"]
 
 HEAVY_MODULES = frozenset(
     {
@@ -421,3 +421,193 @@ class ContractTests:
         assert loaded <= set(self.heavy_allowed), (
             f"import {self.package} loads {sorted(loaded - self.heavy_allowed)}"
         )
+
+
+class HFIntegrationContract:
+    """The Hugging Face integration contract, as pytest tests, for a package that patches, converts or hooks a
+    transformers model (a user's own stack must keep working): subclass it in ``tests/test_hf_contract.py``.
+
+    The package provides tiny random models of every architecture it claims (:meth:`architectures`) and how it
+    patches one (:meth:`patch`); the tests prove, on each:
+
+    - a cast after patching (``bfloat16``, ``float16``, ``float64``) and a device move keep forward and backward
+      working; the float64 forward agrees with the float32 one;
+    - ``remove()`` (or the context's exit) restores the forward output bit for bit, every parameter's
+      ``requires_grad`` and every module's training mode;
+    - ``save_pretrained`` → :meth:`load_patched` either restores the patched model exactly (``roundtrip = "exact"``)
+      or refuses with a message that says what to do (``roundtrip = "refuse"``, matched by ``refuse_match``) — never
+      a model with silently re-initialised weights.
+
+    Attributes:
+        roundtrip: ``"exact"`` or ``"refuse"``.
+        refuse_match: regex the refusal's message matches (``roundtrip = "refuse"``).
+        removable: whether :meth:`patch` returns a handle with ``remove()`` (conversions that replace modules for
+            good set ``False``; the removal test is skipped with that reason).
+        cast_dtypes: the low-precision dtypes the package claims.
+    """
+
+    roundtrip: ClassVar[str] = "exact"
+    refuse_match: ClassVar[str] = ""
+    removable: ClassVar[bool] = True
+    cast_dtypes: ClassVar[tuple[str, ...]] = ("bfloat16", "float16")
+
+    # -- what the package provides ----------------------------------------------------------------------------
+    def architectures(self) -> dict[str, Callable[[], Any]]:
+        """name → a function returning a tiny random model of that architecture (float32, on CPU)."""
+        raise NotImplementedError
+
+    def patch(self, model: Any) -> Any:
+        """Patch ``model`` in place; return the handle (with ``remove()`` when :attr:`removable`)."""
+        raise NotImplementedError
+
+    def inputs(self, model: Any) -> dict[str, Any]:
+        """Forward keyword arguments for ``model`` (default: ``input_ids`` of shape (2, 8) from its vocabulary)."""
+        import torch
+
+        generator = torch.Generator().manual_seed(0)
+        vocab = int(getattr(model.config, "vocab_size", 32))
+        return {"input_ids": torch.randint(0, vocab, (2, 8), generator=generator)}
+
+    def output(self, model: Any, inputs: dict[str, Any]) -> Any:
+        """The tensor the tests compare (default: ``model(**inputs).logits``)."""
+        return model(**inputs).logits
+
+    def load_patched(self, path: Path) -> Any:
+        """Load what ``save_pretrained`` wrote (default: ``AutoModelForCausalLM.from_pretrained``)."""
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(path)
+
+    # -- helpers ----------------------------------------------------------------------------------------------
+    def _models(self) -> list[tuple[str, Any]]:
+        import torch
+
+        found = []
+        for name, make in self.architectures().items():
+            torch.manual_seed(0)
+            found.append((name, make()))
+        assert found, "architectures() returned none"
+        return found
+
+    @staticmethod
+    def _perturb(model: Any) -> None:
+        """Move every parameter off its initial value, so a silently re-initialised load cannot match."""
+        import torch
+
+        generator = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.01 * torch.randn(p.shape, generator=generator, dtype=torch.float32).to(p.dtype))
+
+    # -- the contract -------------------------------------------------------------------------------------------
+    def test_forward_and_backward_after_a_cast(self) -> None:
+        import torch
+
+        for name, model in self._models():
+            self.patch(model)
+            for dtype_name in (*self.cast_dtypes, "float64"):
+                dtype = getattr(torch, dtype_name)
+                model.to(dtype)
+                model.zero_grad(set_to_none=True)
+                out = self.output(model, self.inputs(model))
+                assert torch.isfinite(out.float()).all(), f"{name} in {dtype_name}: non-finite output"
+                out.float().square().mean().backward()
+                bad = [
+                    n
+                    for n, p in model.named_parameters()
+                    if p.requires_grad and p.grad is not None and not torch.isfinite(p.grad.float()).all()
+                ]
+                assert not bad, f"{name} in {dtype_name}: non-finite gradients in {bad[:3]}"
+                floats = {p.dtype for p in model.parameters() if p.is_floating_point()}
+                assert floats == {dtype}, f"{name}: .to({dtype_name}) left parameters in {floats}"
+            model.to(torch.float32)
+
+    def test_float64_after_patching_agrees_with_float32(self) -> None:
+        import torch
+
+        for name, model in self._models():
+            self.patch(model)
+            model.eval()
+            x = self.inputs(model)
+            with torch.no_grad():
+                single = self.output(model, x).double()
+                model.to(torch.float64)
+                double = self.output(model, x)
+            assert double.dtype == torch.float64, f"{name}: float64 model gave {double.dtype} output"
+            scale = double.abs().max().clamp_min(1.0)
+            assert (double - single).abs().max() <= 1e-4 * scale, f"{name}: float64 vs float32 differ"
+
+    def test_a_device_move_after_patching(self) -> None:
+        import torch
+
+        devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+        for name, model in self._models():
+            self.patch(model)
+            model.eval()
+            x = self.inputs(model)
+            with torch.no_grad():
+                reference = self.output(model, x).float()
+                for device in devices:
+                    model.to(device)
+                    moved = {k: v.to(device) if hasattr(v, "to") else v for k, v in x.items()}
+                    got = self.output(model, moved).float().cpu()
+                    tol = 0.0 if device == "cpu" else 1e-4 * float(reference.abs().max().clamp_min(1.0))
+                    assert (got - reference).abs().max() <= tol, f"{name} on {device}"
+                model.to("cpu")
+
+    def test_remove_restores_outputs_requires_grad_and_training_mode(self) -> None:
+        import torch
+
+        if not self.removable:
+            pytest.skip("this package's patch is a conversion with no remove() (documented in its README)")
+        for name, model in self._models():
+            params = list(model.named_parameters())
+            for i, (_, p) in enumerate(params):
+                p.requires_grad_(i % 3 != 0)  # a caller's own freezing pattern
+            model.train()
+            next(iter(model.children())).eval()  # and a submodule in eval mode
+            flags = {n: p.requires_grad for n, p in model.named_parameters()}
+            modes = {n: m.training for n, m in model.named_modules()}
+            x = self.inputs(model)
+            model.eval()
+            with torch.no_grad():
+                before = self.output(model, x).clone()
+            model.train()
+            next(iter(model.children())).eval()
+            handle = self.patch(model)
+            handle.remove()
+            assert {n: p.requires_grad for n, p in model.named_parameters()} == flags, (
+                f"{name}: requires_grad"
+            )
+            assert {n: m.training for n, m in model.named_modules()} == modes, f"{name}: training modes"
+            model.eval()
+            with torch.no_grad():
+                after = self.output(model, x)
+            assert torch.equal(before, after), f"{name}: outputs after remove() differ from before the patch"
+
+    def test_save_pretrained_round_trip_restores_the_patch_or_refuses(self, tmp_path: Path) -> None:
+        import torch
+
+        for name, model in self._models():
+            self.patch(model)
+            self._perturb(model)
+            model.eval()
+            x = self.inputs(model)
+            with torch.no_grad():
+                saved = self.output(model, x)
+            folder = tmp_path / name
+            if self.roundtrip == "refuse":
+
+                def save_and_load(m: Any = model, f: Path = folder) -> None:
+                    m.save_pretrained(f)
+                    self.load_patched(f)
+
+                with pytest.raises(Exception, match=self.refuse_match):
+                    save_and_load()
+                continue
+            model.save_pretrained(folder)
+            loaded = self.load_patched(folder)
+            loaded.eval()
+            with torch.no_grad():
+                got = self.output(loaded, x)
+            assert torch.equal(saved, got), f"{name}: the loaded model differs from the saved one"
