@@ -62,10 +62,10 @@ def test_evaluate_by_file_name_without_a_match_exits_2_naming_the_prompt(tmp_pat
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
-        (["evaluate", "--mapping", "/nonexistent/m.csv"], "mapping file"),
+        (["evaluate", "--mapping", "/nonexistent/m.csv"], "--mapping: '/nonexistent/m.csv' does not exist"),
         (["evaluate", "--pc", "labels"], "--labels"),
         (["evaluate", "--threshold", "2"], "threshold"),
-        (["leaderboard", "--labels", "/nonexistent.csv"], "labels file"),
+        (["leaderboard", "--labels", "/nonexistent.csv"], "--labels: '/nonexistent.csv' does not exist"),
         (["generate", "--pipeline", "/no/such/model", "--videos-dir", "x"], "pipeline"),
         (["generate", "--prompt", " ", "--videos-dir", "x"], "empty"),
         (["generate"], "videos-dir"),
@@ -137,3 +137,79 @@ def test_reproduce_tiny_and_bench_run_on_the_real_clips(tmp_path):
     assert (
         main(["bench", "--repeats", "1", "--num-frames", "4", "--out", str(tmp_path / "b"), "--quiet"]) == 0
     )
+
+
+def _fake_pipeline(calls):
+    """Stands in for the tiny random diffusers pipeline: records that it was built, returns 4 grey frames."""
+    from types import SimpleNamespace
+
+    def build(seed, device=None):
+        calls.append("built")
+
+        def pipe(prompt, *, num_frames, **kwargs):
+            return SimpleNamespace(frames=[np.full((num_frames, 16, 16, 3), 100, np.uint8)])
+
+        return pipe
+
+    return build
+
+
+def test_generate_videos_dir_at_an_existing_file_exits_2_before_building_the_pipeline(
+    tmp_path, capsys, monkeypatch
+):
+    # Regression: on main this built the pipeline, then exited 1 with two lines (mkdir on a file).
+    import iclr25_videophy._tiny
+
+    calls = []
+    monkeypatch.setattr(iclr25_videophy._tiny, "tiny_text_to_video_pipeline", _fake_pipeline(calls))
+    a_file = tmp_path / "videos.txt"
+    a_file.write_text("not a folder")
+    assert main(["generate", "--videos-dir", str(a_file), "--prompt", "a ball falls"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--videos-dir" in err[0] and str(a_file) in err[0], err
+    assert calls == [] and a_file.read_text() == "not a folder"
+
+
+def test_generated_videos_outside_out_get_ordinary_modes_under_umask_022(tmp_path, monkeypatch):
+    # Regression: write_video's mkstemp left every .mp4 in --videos-dir 0600 (the runner fixes modes only in --out).
+    import os
+
+    import iclr25_videophy._tiny
+
+    calls = []
+    monkeypatch.setattr(iclr25_videophy._tiny, "tiny_text_to_video_pipeline", _fake_pipeline(calls))
+    folder = tmp_path / "vids"
+    previous = os.umask(0o022)
+    try:
+        argv = ["generate", "--videos-dir", str(folder), "--prompt", "a ball falls", "--num-frames", "4"]
+        assert main([*argv, "--quiet"]) == 0
+    finally:
+        os.umask(previous)
+    assert calls == ["built"]
+    modes = {str(p.relative_to(folder)): p.stat().st_mode & 0o777 for p in folder.rglob("*")}
+    assert any(k.endswith(".mp4") for k in modes) and "mapping.csv" in modes, modes
+    expected = {k: (0o755 if (folder / k).is_dir() else 0o644) for k in modes}
+    assert modes == expected, {k: oct(v) for k, v in modes.items()}
+
+
+def test_user_file_problems_found_during_the_run_exit_2_naming_the_file(tmp_path, capsys):
+    entries = _videos(tmp_path)
+    mapping = tmp_path / "v" / "mapping.csv"
+    labels = tmp_path / "labels.csv"  # labels only the first video: the second has none
+    labels.write_text(f"videopath,caption,sa,pc\n{entries[0][0]},A ball falls,1,1\n")
+    five = tmp_path / "five.csv"  # 1..5 scores read in threshold mode
+    five.write_text("videopath,caption,sa,pc\na.mp4,A ball falls,4,5\n")
+    missing_video = tmp_path / "m.json"
+    missing_video.write_text(json.dumps({"A ball falls": "gone.mp4"}))
+    no_index = tmp_path / "pipe"
+    no_index.mkdir()
+    for argv, needle in (
+        (["evaluate", "--mapping", str(mapping), "--pc", "labels", "--labels", str(labels)], "no label"),
+        (["leaderboard", "--labels", str(five)], "videophy2"),
+        (["evaluate", "--mapping", str(missing_video)], "gone.mp4"),
+        (["generate", "--pipeline", str(no_index), "--videos-dir", str(tmp_path / "g")], "model_index.json"),
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and needle in err[0], err
+    assert not (tmp_path / "g").exists()

@@ -107,3 +107,17 @@ def test_a_wrong_container_frame_count_is_detected_and_corrected(numbered_video,
         np.testing.assert_array_equal(read_video(path, 8), right)
     levels = right.reshape(8, -1).mean(axis=1)
     np.testing.assert_allclose(levels, 8 * sample_frame_indices(30, 8), atol=3)
+
+
+def test_write_video_gives_the_file_ordinary_modes(tmp_path):
+    # Regression: the file came from mkstemp and kept its 0600.
+    import os
+
+    from iclr25_videophy import write_video
+
+    previous = os.umask(0o022)
+    try:
+        path = write_video(tmp_path / "clip.mp4", np.zeros((3, 8, 8, 3), np.uint8))
+    finally:
+        os.umask(previous)
+    assert path.stat().st_mode & 0o777 == 0o644

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from importlib.resources import files
@@ -11,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from iclr25_shared.cli import Result, RunContext
+from iclr25_shared.errors import InputError
+from iclr25_shared.inputs import validating
+from iclr25_videophy._checks import read_labels_input, read_mapping_input, read_prompts_input
 
 if TYPE_CHECKING:
     from iclr25_videophy.cli import (
@@ -62,14 +66,22 @@ def generate(cfg: GenerateConfig, ctx: RunContext) -> Result:
     """Run a diffusers pipeline (or the tiny random one) over the prompt set; write videos + mapping.csv."""
     from iclr25_videophy._generate import DiffusersGenerator
     from iclr25_videophy._generate import generate as run_generation
-    from iclr25_videophy._io import Prompt, read_prompts
+    from iclr25_videophy._io import Prompt
 
     if cfg.videos_dir is None and not ctx.writes:
-        raise ValueError("--videos-dir (or --out) is required: where to write the videos")
-    prompts = read_prompts(cfg.prompts) if cfg.prompts is not None else []
+        raise InputError("--videos-dir (or --out) is required: where to write the videos")
+    prompts = read_prompts_input(cfg.prompts) if cfg.prompts is not None else []
     prompts += [Prompt(p) for p in cfg.prompt]
     if cfg.prompts is None and not cfg.prompt:
         prompts = [Prompt(p) for p in DEFAULT_PROMPTS]
+    if (
+        cfg.videos_dir is not None
+    ):  # a previous run's mapping is the user's file: check it before the model loads
+        previous = Path(cfg.videos_dir) / "mapping.csv"
+        if previous.exists() and not cfg.resume:
+            raise InputError(f"--videos-dir: {str(previous)!r} exists; pass --resume to continue that run")
+        if previous.exists():
+            read_mapping_input(previous, label="--videos-dir", complete=False)
     device = ctx.torch_device()
     if cfg.pipeline == "tiny-random":
         from iclr25_videophy._tiny import tiny_text_to_video_pipeline
@@ -114,23 +126,41 @@ def generate(cfg: GenerateConfig, ctx: RunContext) -> Result:
 
 def _entries_for(cfg: EvaluateConfig) -> list[tuple[str, Any, str]]:
     from iclr25_videophy._clips import real_clips
-    from iclr25_videophy._io import Prompt, match_videos, read_mapping, read_prompts
+    from iclr25_videophy._io import Prompt, match_videos
 
     if cfg.mapping is not None:
-        return read_mapping(cfg.mapping)
+        return read_mapping_input(cfg.mapping)
     if cfg.videos is not None:
         assert cfg.prompts is not None
-        return match_videos(read_prompts(cfg.prompts), cfg.videos)
+        prompts = read_prompts_input(cfg.prompts)
+        with validating("--videos/--prompts"):  # a prompt no file name matches is the user's (named) problem
+            return match_videos(prompts, cfg.videos)
     return [(str(c.path), Prompt(c.caption), "real") for c in real_clips(opencv_folder=cfg.opencv_data)]
 
 
-def _evaluator(kind: str, cfg: Any) -> Any:
-    from iclr25_videophy._evaluators import HumanLabels, TemporalCoherence
+def _human_labels(cfg: EvaluateConfig, entries: list[tuple[str, Any, str]]) -> Any:
+    """The label file as an evaluator, checked against the videos before anything is scored: every video has a
+    label for each task it is used for, in [0, 1] (or 1..5), and no video has two different labels."""
+    from iclr25_videophy._evaluators import HumanLabels
+
+    with validating(f"--labels {str(cfg.labels)!r}"):
+        labels = HumanLabels(read_labels_input(cfg.labels))
+        videos = [e[0] for e in entries]
+        for task in sorted({t for t, kind in (("sa", cfg.sa), ("pc", cfg.pc)) if kind == "labels"}):
+            scores = labels.score(videos, [e[1].caption for e in entries], task)
+            for video, s in zip(videos, scores):
+                if not (0.0 <= s <= 5.0):  # also nan: an empty cell
+                    raise ValueError(f"video {video!r} has {task.upper()} label {s}; expected 0..1 or 1..5")
+    return labels
+
+
+def _evaluator(kind: str, cfg: Any, labels: Any) -> Any:
+    from iclr25_videophy._evaluators import TemporalCoherence
 
     if kind == "none":
         return None
     if kind == "labels":
-        return HumanLabels(cfg.labels)
+        return labels
     return TemporalCoherence(num_frames=cfg.num_frames)
 
 
@@ -141,15 +171,21 @@ def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
     from iclr25_videophy._io import write_labels
 
     entries = _entries_for(cfg)
+    labels = _human_labels(cfg, entries) if "labels" in (cfg.sa, cfg.pc) else None
     ctx.log.info(f"scoring {len(entries)} videos (SA: {cfg.sa}, PC: {cfg.pc})")
     t0 = time.perf_counter()
     judgements = evaluate_videos(
-        entries, sa=_evaluator(cfg.sa, cfg), pc=_evaluator(cfg.pc, cfg), source=cfg.source or None
+        entries,
+        sa=_evaluator(cfg.sa, cfg, labels),
+        pc=_evaluator(cfg.pc, cfg, labels),
+        source=cfg.source or None,
     )
     elapsed = time.perf_counter() - t0
     if ctx.writes:
         write_labels(ctx.path("labels.csv"), judgements, threshold=cfg.threshold)
-    rows = aggregate(judgements, mode=cfg.mode, threshold=cfg.threshold)
+    # labels from a file may not fit --mode (1..5 scores in threshold mode, a video labelled twice differently)
+    with validating("--labels/--mode") if labels is not None else contextlib.nullcontext():
+        rows = aggregate(judgements, mode=cfg.mode, threshold=cfg.threshold)
     per_video = [
         {
             "video": Path(j.videopath).name,
@@ -177,12 +213,14 @@ def leaderboard(cfg: LeaderboardConfig, ctx: RunContext) -> Result:
     """Leaderboard and breakdowns from a label file."""
     from iclr25_videophy._aggregate import aggregate, dedupe
     from iclr25_videophy._aggregate import leaderboard as rank
-    from iclr25_videophy._io import read_labels
 
     path = cfg.labels if cfg.labels is not None else _example_labels()
-    rows = read_labels(path)
-    unique, dropped = dedupe(rows)
-    tables = {"leaderboard": _round(rank(unique, mode=cfg.mode, threshold=cfg.threshold))}
+    rows = read_labels_input(path)
+    # the label file's rows checked against --mode: conflicting duplicates, missing or out-of-range scores
+    with validating(f"--labels {str(path)!r}"):
+        unique, dropped = dedupe(rows)
+        board = rank(unique, mode=cfg.mode, threshold=cfg.threshold)
+    tables = {"leaderboard": _round(board)}
     if cfg.breakdown:
         for key in ("states_of_matter", "complexity"):
             if any(getattr(j, key) not in ("", None) for j in unique):

@@ -16,12 +16,16 @@ from typing import Any
 import numpy as np
 
 from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.errors import InputError
 
 __all__ = ["VideoDecodeError", "count_frames", "read_video", "sample_frame_indices", "write_video"]
 
 
-class VideoDecodeError(ValueError):
-    """A file that is not a decodable video (the message names the file and the decoder's reason)."""
+class VideoDecodeError(InputError):
+    """A file that is not a decodable video (the message names the file and the decoder's reason).
+
+    A ``ValueError`` (through :class:`~iclr25_shared.errors.InputError`): the command line exits 2 naming the file,
+    whenever the video turns out to be undecodable."""
 
 
 def sample_frame_indices(num_total: int, num_frames: int = 32) -> np.ndarray:
@@ -219,11 +223,18 @@ def write_video(
                     container.mux(packet)
             for packet in stream.encode():
                 container.mux(packet)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp made it 0600; a video is an ordinary file
         os.replace(tmp, dest)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return dest
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _as_uint8_frames(frames: Any) -> np.ndarray:

