@@ -112,7 +112,7 @@ def test_bad_npz_contents_exit_2(tmp_path, capsys):
     missing = tmp_path / "missing.npz"
     np.savez(missing, pixels=np.zeros((4, 8, 8)))
     _fails_with_one_line(
-        ["discover", "--data", str(missing)], capsys, "missing array(s) ['images', 'labels']"
+        ["discover", "--data", str(missing)], capsys, "has no array 'images', 'labels'; it holds 'pixels'"
     )
 
 

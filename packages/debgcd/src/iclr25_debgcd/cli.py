@@ -5,10 +5,12 @@ Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_choice, check_float, check_int, check_probability
 from iclr25_shared.cli import CommonOptions, run
 
@@ -17,6 +19,24 @@ __all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "DiscoverConfig", "Repr
 PROG = "iclr25-debgcd"
 DEFAULT = "discover"
 _NAMED = ("fashion-mnist", "digits")
+
+
+def _check_data(value: Any, label: str) -> None:
+    from iclr25_debgcd._experiment import check_data
+
+    check_data(value, label)
+
+
+def _check_root(path: Path, label: str) -> None:
+    from iclr25_debgcd._experiment import check_root
+
+    check_root(path, label)
+
+
+_DATA = inputs.Input("npz", False, _check_data, may_be_name=True)
+"""--data: a data set's name, or an .npz path read safely (images, labels) before the command starts."""
+_ROOT = inputs.custom(_check_root, is_folder=True, kind="folder")
+"""--root: a folder holding the Fashion-MNIST training IDX files."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,11 +48,14 @@ class DiscoverConfig(CommonOptions):
     images (one Hungarian assignment) and the detector's known-vs-new AUROC. With --out, saves the predicted class
     of every unlabelled image (predictions.npy, ids in the data's original labels for Old classes)."""
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"data": _DATA, "root": _ROOT}
+
     data: str = "fashion-mnist"
     """fashion-mnist, digits, or a .npz file with `images` (n, H, W) or (n, C, H, W) in [0, 1] or uint8, and
     integer `labels` (n,)."""
     root: Path | None = None
-    """Folder with the Fashion-MNIST IDX .gz files (searched before Debian's dataset-fashion-mnist and the cache)."""
+    """Folder with the Fashion-MNIST IDX .gz files (used instead of Debian's dataset-fashion-mnist and the cache;
+    it must hold them)."""
     known_classes: tuple[int, ...] = (0, 1, 2, 3, 4)
     """Original ids of the Old (known) classes; each must occur in the labels."""
     labelled_fraction: float = 0.5
@@ -58,8 +81,6 @@ class DiscoverConfig(CommonOptions):
         super().__post_init__()
         if self.data not in _NAMED and not str(self.data).endswith(".npz"):
             raise ValueError(f"data must be one of {', '.join(_NAMED)} or a .npz file; got {self.data!r}")
-        if self.data not in _NAMED and not Path(self.data).is_file():
-            raise ValueError(f"data file {self.data} does not exist")
         if not self.known_classes:
             raise ValueError("known_classes must name at least one class")
         for c in self.known_classes:
@@ -92,6 +113,8 @@ class ReproduceConfig(CommonOptions):
     Equal budget: SimGCD and DebGCD get the same backbone, epochs, batches and augmentations (same seed).
     Reports All / Old / New, the detector's AUROC, paired DebGCD − SimGCD differences with 95% t-intervals, and
     accuracy-per-epoch curves (curves.png with --out)."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"root": _ROOT}
 
     size: Literal["tiny", "quick", "full"] = "quick"
     """tiny (seconds, a smoke test), quick (minutes on 2 CPU cores) or full."""
