@@ -170,11 +170,22 @@ def _one_line(capsys):
     return err
 
 
-@pytest.mark.parametrize("content", [b"\x89junk, not a checkpoint\n", b"PK\x03\x04truncated zip"])
+def _pickled_module(path):  # a whole nn.Module: only an unsafe load (weights_only=False) could read it
+    from iclr25_lantern._models import FeatureCNN
+
+    torch.save(FeatureCNN(), path)
+
+
+@pytest.mark.parametrize(
+    "content", [b"\x89junk, not a checkpoint\n", b"PK\x03\x04truncated zip", _pickled_module]
+)
 def test_a_corrupt_models_pt_exits_2_naming_it_without_unsafe_advice(tmp_path, capsys, content):
     models = tmp_path / "models"
     models.mkdir()
-    (models / "models.pt").write_bytes(content)
+    if callable(content):
+        content(models / "models.pt")
+    else:
+        (models / "models.pt").write_bytes(content)
     out = tmp_path / "out"
     for command in ("generate", "bench"):
         assert main([command, "--models", str(models), "--out", str(out), "--quiet"]) == 2
@@ -189,7 +200,7 @@ def test_a_nan_weight_models_pt_exits_2_naming_the_file_and_the_tensor(tmp_path,
     blob = torch.load(models / "models.pt", weights_only=True)
     blob["target"]["head.weight"][0, 0] = float("nan")
     torch.save(blob, models / "models.pt")
-    assert main(["generate", "--models", str(models), "--samples", "1", "--quiet"]) == 2
+    assert main(["generate", "--models", str(models), "--k", "4", "--samples", "1", "--quiet"]) == 2
     err = _one_line(capsys)
     assert "models.pt" in err and "target.head.weight" in err and "NaN or inf" in err, err
 
@@ -210,7 +221,7 @@ def test_a_models_pt_of_the_wrong_layout_exits_2(tmp_path, capsys, edit, needle)
     blob = torch.load(models / "models.pt", weights_only=True)
     edit(blob)
     torch.save(blob, models / "models.pt")
-    assert main(["generate", "--models", str(models), "--samples", "1", "--quiet"]) == 2
+    assert main(["generate", "--models", str(models), "--k", "4", "--samples", "1", "--quiet"]) == 2
     err = _one_line(capsys)
     assert "models.pt" in err and needle in err, err
 
@@ -270,3 +281,10 @@ def test_a_data_folder_without_fashion_mnist_exits_2_before_training(tmp_path, c
 def test_reproduce_refuses_a_codebook_smaller_than_its_largest_k_before_training(capsys):
     assert main(["reproduce", "--codebook-size", "32", "--quiet"]) == 2
     assert "V - 1 = 31" in _one_line(capsys)
+
+
+def test_the_config_knows_the_largest_k_of_each_reproduce_grid():
+    from iclr25_lantern._experiment import SIZES
+    from iclr25_lantern.cli import LARGEST_K
+
+    assert {name: max(k for k, _, _ in size.grid) for name, size in SIZES.items()} == LARGEST_K

