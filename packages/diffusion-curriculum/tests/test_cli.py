@@ -1,6 +1,7 @@
 """The CLI end to end on tiny inputs, and every bad input the issue names → exit 2 with one line."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -35,7 +36,7 @@ def test_help_lists_the_verbs(capsys):
         assert verb in out
 
 
-def test_train_end_to_end_on_digits_writes_model_samples_and_state(tmp_path, capsys):
+def test_train_end_to_end_on_digits_writes_model_samples_and_state_with_ordinary_modes(tmp_path, capsys):
     out = tmp_path / "run"
     argv = [
         "train",
@@ -57,7 +58,17 @@ def test_train_end_to_end_on_digits_writes_model_samples_and_state(tmp_path, cap
         str(out),
         *TINY,
     ]
-    assert main(argv) == 0
+    previous = os.umask(0o022)
+    try:
+        assert main(argv) == 0
+    finally:
+        os.umask(previous)
+    # Regression: safetensors wrote unet/diffusion_pytorch_model.safetensors 0600 (group/others could not read it)
+    modes = {str(p.relative_to(out)): p.stat().st_mode & 0o777 for p in out.rglob("*")}
+    assert "unet/diffusion_pytorch_model.safetensors" in modes, sorted(modes)
+    assert modes == {k: 0o755 if (out / k).is_dir() else 0o644 for k in modes}, {
+        k: oct(v) for k, v in modes.items()
+    }
     for name in (
         "unet",
         "scheduler",
@@ -136,7 +147,7 @@ def test_train_on_fashion_mnist_uniform_writes_the_difficulty_analysis(tmp_path,
         (["reproduce", "--methods", "uniform", "uniform"], "no duplicates"),
         (["reproduce", "--weight-ema", "1.0"], "weight_ema"),
         (["reproduce", "--sync-every", "0"], "sync_every"),
-        (["reproduce", "--combine", "/nonexistent/run"], "does not exist"),
+        (["reproduce", "--combine", "/nonexistent/run"], "--combine: '/nonexistent/run' does not exist"),
         (["bench", "--batch-size", "0"], "batch_size"),
         (["fly"], "unknown subcommand"),
     ],
@@ -268,3 +279,32 @@ def test_reproduce_tiny_end_to_end(tmp_path):
     args[args.index("--patience") + 1] = "2"
     assert main([*args, str(other), "--seed", "5", "--num-seeds", "1"]) == 0
     assert main(["reproduce", "--out", str(tmp_path / "bad"), "--combine", singles[0], str(other)]) == 2
+
+
+def test_combine_refuses_a_folder_that_is_not_a_reproduce_result_naming_it(tmp_path, capsys):
+    # Regression: --combine was undeclared; a folder without runs.json failed during the run (FileNotFoundError,
+    # exit 1), a corrupt runs.json with a JSONDecodeError traceback message.
+    no_runs = tmp_path / "train-run"  # a train result: results.json, no runs.json
+    no_runs.mkdir()
+    (no_runs / "results.json").write_text("{}")
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "runs.json").write_text('{"meta": {')
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "runs.json").write_text(
+        '{"meta": {"config": {}, "feature_net_test_accuracy": 1, "fid_real_vs_real": 0}}'
+    )
+    a_file = tmp_path / "runs.json"
+    a_file.write_text("{}")
+    out = tmp_path / "out"
+    for folder, needle in (
+        (corrupt, "is not valid JSON"),  # before: the JSON parser's message alone, after torch had loaded
+        (no_runs, "has no runs.json"),
+        (empty, "holds no per-seed runs"),
+        (a_file, "is a file"),
+    ):
+        assert main(["reproduce", "--combine", str(folder), "--out", str(out)]) == 2, folder
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "--combine" in err[0] and str(folder) in err[0] and needle in err[0], err
+    assert not out.exists()

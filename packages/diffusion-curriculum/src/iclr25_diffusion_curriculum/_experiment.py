@@ -25,6 +25,7 @@ from iclr25_diffusion_curriculum._training import (
 )
 from iclr25_shared.cli import Result, RunContext
 from iclr25_shared.device import seed_everything
+from iclr25_shared.inputs import validating
 from iclr25_shared.results import save_figure
 
 __all__ = [
@@ -293,7 +294,10 @@ def reproduce(cfg: Any, ctx: RunContext) -> Result:
         runs, meta = _load_runs(cfg)
         # the summary uses the settings the runs were made with, not this command line's
         saved = {k: tuple(v) if isinstance(v, list) else v for k, v in meta["config"].items()}
-        cfg = dataclasses.replace(cfg, **saved)
+        with validating(
+            "--combine"
+        ):  # settings from the user's runs.json: unknown or invalid ones are theirs
+            cfg = dataclasses.replace(cfg, **saved)
         grids: dict[str, torch.Tensor] = {}
         timings: dict[str, float] = {}
     else:
@@ -480,31 +484,51 @@ def _run_key(cfg: Any) -> dict[str, Any]:
 
 def _load_runs(cfg: Any) -> tuple[list, dict]:
     """Per-seed records from the ``runs.json`` of earlier runs (``--combine``); their settings must agree with
-    each other (the command line's own training settings are ignored)."""
-    import json
+    each other (the command line's own training settings are ignored).
+
+    Raises:
+        InputError: a folder without a readable ``runs.json``, folders run with different settings, the same
+            (method, seed) twice, or a method without the uniform run of each seed it pairs with.
+    """
+    from iclr25_diffusion_curriculum._runs import read_runs
+    from iclr25_shared.errors import InputError
 
     runs: list[dict[str, Any]] = []
     meta: dict[str, Any] | None = None
     for folder in cfg.combine:
-        path = Path(folder) / "runs.json"
-        if not path.is_file():
-            raise FileNotFoundError(f"--combine: {path} does not exist (run reproduce with --out first)")
-        record = json.loads(path.read_text())
-        if not isinstance(record, dict) or "runs" not in record or "meta" not in record:
-            raise ValueError(f"--combine: {path} holds no per-seed runs")
+        record = read_runs(folder, label="--combine")
         m = record["meta"]
         if meta is None:
             meta = m
         elif m["config"] != meta["config"]:
             diff = sorted(k for k in m["config"] if m["config"][k] != meta["config"].get(k))
-            raise ValueError(f"--combine: {path} was run with different settings ({', '.join(diff)})")
+            raise InputError(
+                f"--combine: {str(folder)!r} was run with different settings ({', '.join(diff)})"
+            )
         runs.extend(record["runs"])
     seen = [(r["method"], r["seed"]) for r in runs]
     dup = sorted({x for x in seen if seen.count(x) > 1})
     if dup:
-        raise ValueError(f"--combine: duplicate (method, seed) runs {dup}")
+        raise InputError(f"--combine: duplicate (method, seed) runs {dup}")
+    with validating("--combine"):
+        _check_pairs(runs)
     assert meta is not None
     return runs, meta
+
+
+def _check_pairs(runs: list[dict[str, Any]]) -> None:
+    """Every method has the uniform baseline's seeds (paired differences need both).
+
+    Raises:
+        ValueError: no uniform run, or a method whose seeds differ from uniform's.
+    """
+    by = _by_method(runs)
+    if "uniform" not in by:
+        raise ValueError("reproduce needs the uniform baseline among --methods")
+    seeds = sorted(by["uniform"])
+    for m in by:
+        if sorted(by[m]) != seeds:
+            raise ValueError(f"method {m} has seeds {sorted(by[m])}, uniform has {seeds}; pairs need both")
 
 
 def _by_method(runs: list[dict[str, Any]]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -530,14 +554,10 @@ def _verdict(lo: float, hi: float) -> str:
 def _summarise(cfg: Any, runs: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
     from iclr25_diffusion_curriculum._stats import paired_interval, required_seeds, steps_to_reach
 
+    _check_pairs(runs)
     by = _by_method(runs)
-    if "uniform" not in by:
-        raise ValueError("reproduce needs the uniform baseline among --methods")
     methods = [m for m in ("uniform", "curriculum", "reverse") if m in by]
     seeds = sorted(by["uniform"])
-    for m in methods:
-        if sorted(by[m]) != seeds:
-            raise ValueError(f"method {m} has seeds {sorted(by[m])}, uniform has {seeds}; pairs need both")
     steps = by["uniform"][seeds[0]]["steps"]
     metrics: dict[str, Any] = {
         "feature_net_test_accuracy": meta["feature_net_test_accuracy"],

@@ -6,10 +6,13 @@ in ``_experiment.py``."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from iclr25_diffusion_curriculum._runs import check_runs_folder
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
@@ -122,6 +125,12 @@ class ReproduceConfig(_CurriculumOptions):
     FID (classifier features) and held-out ε-MSE of the EMA weights; reported as paired differences to uniform with
     95 % t-intervals, plus "steps to reach uniform's final value" and the measured evaluation noise of both
     metrics. --full is the long setting; --combine summarises earlier runs (e.g. one seed each) without training."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "combine": inputs.folder(
+            expected="a results folder of `reproduce --out` (with runs.json)", check=check_runs_folder
+        )
+    }
 
     steps: int = 400
     """Training steps per run (equal for every method)."""
