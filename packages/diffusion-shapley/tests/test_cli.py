@@ -95,3 +95,40 @@ def test_reproduce_and_bench_end_to_end(fmnist, tmp_path):
         main(["bench", "--contributors", "0", "1", "--subsets", "1", *TINY, "--out", str(tmp_path / "b")])
         == 0
     )
+
+
+def test_data_root_must_hold_the_fashion_mnist_files_or_exit_2_naming_it(tmp_path, capsys, monkeypatch):
+    # Regression: --data-root was only checked to be a folder: one without the IDX files silently trained on the
+    # system's or the cache's copy instead, and a corrupt file failed in the middle of the run.
+    import gzip
+
+    from iclr25_diffusion_shapley import cli
+    from iclr25_shared import cache_dir
+
+    files = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz")
+    files += ("t10k-labels-idx1-ubyte.gz",)
+
+    calls = []
+    for name, (cls, _) in list(cli.COMMANDS.items()):
+        monkeypatch.setitem(cli.COMMANDS, name, (cls, lambda cfg, ctx: calls.append(cfg)))
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    for n in files:  # an IDX header that promises 5 labels, then 3 bytes
+        (truncated / n).write_bytes(gzip.compress(b"\0\0\x08\x01" + (5).to_bytes(4, "big") + b"abc"))
+    out = tmp_path / "out"
+    for folder, needle in (
+        (empty, "lacks train-images-idx3-ubyte.gz"),
+        (truncated, "train-images-idx3-ubyte.gz"),
+    ):
+        for command in cli.COMMANDS:
+            assert main([command, "--data-root", str(folder), "--out", str(out)]) == 2, (command, folder)
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and "--data-root" in err[0] and str(folder) in err[0] and needle in err[0], (
+                err
+            )
+    assert not calls and not out.exists()
+    real = cache_dir("fashion-mnist")
+    if all((real / n).is_file() for n in files):  # the real files pass
+        assert main(["attribute", "--data-root", str(real), "--quiet"]) == 0 and len(calls) == 1

@@ -6,11 +6,18 @@ on Fashion-MNIST with contributors = pairs of classes. Config dataclasses and ``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
-from iclr25_diffusion_shapley._checks import FIVE_PAIRS, PROPERTIES, check_contributors
+from iclr25_diffusion_shapley._checks import (
+    FIVE_PAIRS,
+    PROPERTIES,
+    check_contributors,
+    check_fashion_mnist_folder,
+)
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
@@ -24,13 +31,20 @@ DEFAULT = "attribute"
 class _Game(CommonOptions):
     """Options shared by every command: data, model, training and sampling."""
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "data_root": inputs.folder(
+            expected="a folder with the four Fashion-MNIST IDX .gz files", check=check_fashion_mnist_folder
+        )
+    }
+
     contributors: tuple[str, ...] = FIVE_PAIRS
     """Contributors as groups of Fashion-MNIST classes, one comma-separated group per contributor (>= 2 groups;
     classes 0..9, disjoint)."""
     per_class: int = 300
     """Training images per class (drawn with the seed)."""
     data_root: Path | None = None
-    """Folder with the Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist, else the user cache)."""
+    """Folder with the four Fashion-MNIST IDX .gz files, train and t10k (default: Debian's dataset-fashion-mnist,
+    else the user cache)."""
     prediction_type: Literal["sample", "epsilon"] = "sample"
     """What the network predicts: the clean image (sample; much better samples after a few hundred steps) or
     the noise (epsilon, the DDPM default)."""
@@ -80,8 +94,6 @@ class _Game(CommonOptions):
         check_int("sampling_steps", self.sampling_steps, low=1)
         check_int("kernel_samples", self.kernel_samples, low=1)
         check_int("classifier_images", self.classifier_images, low=20, high=10000)
-        if self.data_root is not None and not Path(self.data_root).is_dir():
-            raise ValueError(f"data_root must be an existing folder, got {str(self.data_root)!r}")
 
 
 @dataclass(frozen=True, kw_only=True)
