@@ -273,9 +273,9 @@ def test_bad_settings_exit_2_with_one_line(folders, capsys, extra, message):
     ("model", "extra", "message"),
     [
         ("dense", [], "has no MoE blocks"),
-        ("missing", [], "model must be 'wiki-moe' or a local Hugging Face model folder"),
+        ("missing", [], "does not exist; expected a Hugging Face model folder"),
         ("wiki-moe", [], "text can only be given with a --model folder"),
-        ("moe", ["--allocators", "nope.pt"], "allocators must be an allocators.pt file"),
+        ("moe", ["--allocators", "nope.pt"], "--allocators: 'nope.pt' does not exist"),
     ],
 )
 def test_bad_models_exit_2_with_one_line(folders, capsys, model, extra, message):
@@ -287,3 +287,105 @@ def test_bad_models_exit_2_with_one_line(folders, capsys, model, extra, message)
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]
+
+
+# -- the boundary: the user's model folder, allocators and text files (issue 37) --------------------------------
+
+
+def _one_line(capsys):
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def _evaluate(model, *extra):
+    return main(["evaluate", "--model", str(model), "--seq-len", "16", "--eval-blocks", "2", "--max-static-k", "1",
+                 "--quiet", *extra])  # fmt: skip
+
+
+def _copy_moe(folders, tmp_path, name="moe"):
+    import shutil
+
+    target = tmp_path / name
+    shutil.copytree(folders / "moe", target)
+    return target
+
+
+def test_a_config_only_model_folder_exits_2_naming_it(folders, tmp_path, capsys):
+    model = _copy_moe(folders, tmp_path)
+    for f in model.glob("*.safetensors"):
+        f.unlink()
+    assert _evaluate(model, "--text", str(folders / "text.txt")) == 2
+    err = _one_line(capsys)
+    assert "--model" in err and str(model) in err and "no weights" in err, err
+
+
+def test_a_model_folder_with_corrupt_weights_exits_2_naming_it(folders, tmp_path, capsys):
+    model = _copy_moe(folders, tmp_path)
+    (model / "model.safetensors").write_bytes(b"\x89junk, not safetensors")
+    assert _evaluate(model, "--text", str(folders / "text.txt")) == 2
+    err = _one_line(capsys)
+    assert "--model" in err and str(model) in err, err
+
+
+def test_a_nan_weight_model_exits_2_naming_the_folder_and_the_tensor(folders, tmp_path, capsys):
+    from transformers import MixtralForCausalLM
+
+    moe = MixtralForCausalLM.from_pretrained(folders / "moe")
+    with torch.no_grad():
+        moe.model.layers[1].self_attn.q_proj.weight[0, 0] = float("nan")
+    model = tmp_path / "nan-moe"
+    moe.save_pretrained(model)
+    _tokenizer().save_pretrained(model)
+    capsys.readouterr()  # the progress bars of the save above
+    assert _evaluate(model, "--text", str(folders / "text.txt")) == 2
+    err = _one_line(capsys)
+    assert str(model) in err and "model.layers.1.self_attn.q_proj.weight" in err and "NaN or inf" in err, err
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"\x89 garbage, not a checkpoint\n", "loads safely"),
+        ({"unrelated.weight": torch.zeros(2)}, "holds no allocator tensors"),
+        ({"model.layers.0.mlp.allocator.proj.weight": torch.zeros(3, 5)}, "do not fit this model"),
+        ({"model.layers.0.mlp.allocator.proj.weight": torch.full((6, 32), float("nan"))}, "NaN or inf"),
+        ([1, 2, 3], "expected a dict of allocator tensors"),
+    ],
+)
+def test_bad_allocators_exit_2_naming_the_file(folders, tmp_path, capsys, content, needle):
+    path = tmp_path / "allocators.pt"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        torch.save(content, path)
+    assert _evaluate(folders / "moe", "--text", str(folders / "text.txt"), "--allocators", str(path)) == 2
+    err = _one_line(capsys)
+    assert "--allocators" in err and str(path) in err and needle in err, err
+
+
+@pytest.mark.parametrize("model", ["moe", "wiki-moe"])
+def test_a_bad_wiki_path_exits_2_naming_the_option(folders, tmp_path, capsys, model):
+    wiki = tmp_path / "summaries.json"
+    wiki.write_text(json.dumps({"a": {"extract": "text without a topic"}}))
+    model = model if model == "wiki-moe" else str(folders / model)
+    assert _evaluate(model, "--wiki-path", str(wiki)) == 2
+    err = _one_line(capsys)
+    assert "--wiki-path" in err and str(wiki) in err and "topic" in err, err
+
+
+def test_text_with_the_packaged_model_exits_2_before_any_work(folders, capsys, monkeypatch):
+    import iclr25_adak._experiment as experiment
+
+    monkeypatch.setattr(experiment, "_load", lambda *a: pytest.fail("the model was loaded"))
+    assert main(["train", "--model", "wiki-moe", "--text", str(folders / "text.txt"), "--quiet"]) == 2
+    assert "text can only be given with a --model folder" in _one_line(capsys)
+
+
+@pytest.mark.parametrize("content", [b"", b"\xff\xfe\x00 not utf-8"])
+def test_an_empty_or_binary_text_file_exits_2(folders, tmp_path, capsys, content):
+    text = tmp_path / "corpus.txt"
+    text.write_bytes(content)
+    assert _evaluate(folders / "moe", "--text", str(text)) == 2
+    err = _one_line(capsys)
+    assert "--text" in err and str(text) in err, err

@@ -6,17 +6,16 @@ Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Resul
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from iclr25_adak.cli import WIKI_MOE
 from iclr25_shared.cli import Result, RunContext, UsageError
 
 if TYPE_CHECKING:
     from iclr25_adak.cli import BenchConfig, EvaluateConfig, ReproduceConfig, TrainConfig
 
-WIKI_MOE = "wiki-moe"
 QUICK_SPEC = {"steps": 200, "batch": 8, "docs": 3000, "layers": 6}
 FULL_SPEC = {"steps": 1500, "batch": 16, "docs": 9033, "layers": 6, "hidden": 192, "ffn": 384}
 
@@ -25,17 +24,6 @@ def _spec(size: str = "quick") -> Any:
     from iclr25_adak._zoo import MoESpec
 
     return MoESpec(**(QUICK_SPEC if size == "quick" else FULL_SPEC))
-
-
-def _read_text(path: Path) -> list[str]:
-    if not path.is_file():
-        raise UsageError(f"text must be an existing UTF-8 text file, got {str(path)!r}")
-    docs = [d.strip() for d in path.read_text(encoding="utf-8").split("\n\n") if d.strip()]
-    if len(docs) < 2:
-        raise UsageError(
-            f"text {str(path)!r} must hold at least 2 documents separated by blank lines, got {len(docs)}"
-        )
-    return docs
 
 
 def _text_blocks(tokenizer: Any, docs: list[str], seq_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -61,10 +49,6 @@ def _load(cfg: Any, ctx: RunContext) -> tuple[Any, np.ndarray, np.ndarray, list[
 
     device = ctx.torch_device()
     torch.manual_seed(cfg.seed)
-    if ctx.quiet:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
     if cfg.model == WIKI_MOE:
         from iclr25_adak._zoo import wiki_moe
 
@@ -73,34 +57,22 @@ def _load(cfg: Any, ctx: RunContext) -> tuple[Any, np.ndarray, np.ndarray, list[
         model, tokens = wiki_moe(
             _spec(),
             wiki_path=cfg.wiki_path,
+            label="--wiki-path",
             device=device,
             log=ctx.log,
             progress=lambda it: ctx.progress(it, desc="pre-train MoE"),
         )
         return model, tokens.train, tokens.val, tokens.pieces, device
-    path = Path(cfg.model)
-    if not (path / "config.json").is_file():
-        raise UsageError(
-            f"model must be 'wiki-moe' or a local Hugging Face model folder with config.json, got {cfg.model!r}"
-        )
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from iclr25_adak._inputs import load_model_folder, read_text
 
-    from iclr25_adak._routing import find_moe_blocks
-
-    with torch.device("meta"):  # the architecture check costs no weights
-        skeleton = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
-    try:
-        find_moe_blocks(skeleton)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).to(device).eval()
-    if cfg.text is None:
+    # the user's files first (fast), then the weights
+    docs = read_text(cfg.text, label="--text") if cfg.text is not None else None
+    model, tokenizer = load_model_folder(cfg.model, device=device, label="--model")
+    if docs is None:
         from iclr25_shared.data import wiki_summaries
 
-        docs = wiki_summaries("en", path=cfg.wiki_path).texts[:2000]
-    else:
-        docs = _read_text(cfg.text)
-    train, val = _text_blocks(AutoTokenizer.from_pretrained(path), docs, cfg.seq_len)
+        docs = wiki_summaries("en", path=cfg.wiki_path, label="--wiki-path").texts[:2000]
+    train, val = _text_blocks(tokenizer, docs, cfg.seq_len)
     return model, train, val, None, device
 
 
@@ -201,14 +173,11 @@ def train(cfg: TrainConfig, ctx: RunContext) -> Result:
 
 def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
     """Validation loss, mean k per layer, FLOPs reduction and tokens/s of Ada-K (trained allocators) and top-k."""
-    import torch
 
     from iclr25_adak._eval import evaluate_lm
+    from iclr25_adak._inputs import load_allocators, read_allocators
 
-    if cfg.allocators is not None and not cfg.allocators.is_file():
-        raise UsageError(
-            f"allocators must be an allocators.pt file written by `train --out`, got {str(cfg.allocators)!r}"
-        )
+    state = read_allocators(cfg.allocators, label="--allocators") if cfg.allocators is not None else None
     model, _, val_blocks, _, device = _load(cfg, ctx)
     patch = _patch(model, cfg)
     val = val_blocks[: cfg.eval_blocks]
@@ -225,13 +194,8 @@ def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
             }
         )
     metrics: dict[str, Any] = {"top_k": patch.host_top_k}
-    if cfg.allocators is not None:
-        try:
-            patch.load_allocator_state_dict(
-                torch.load(cfg.allocators, map_location=device, weights_only=True)
-            )
-        except (RuntimeError, KeyError) as exc:
-            raise UsageError(f"allocators {str(cfg.allocators)!r} do not fit this model: {exc}") from exc
+    if state is not None:
+        load_allocators(patch, state, cfg.allocators, label="--allocators")
         r = evaluate_lm(patch, val, mode="argmax", device=device)
         rows.append(
             {
@@ -300,6 +264,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     model, tokens = wiki_moe(
         _spec(cfg.size),
         wiki_path=cfg.wiki_path,
+        label="--wiki-path",
         device=device,
         log=ctx.log,
         progress=lambda it: ctx.progress(it, desc="pre-train MoE"),
@@ -392,7 +357,9 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     from iclr25_adak._zoo import wiki_moe
 
     device = ctx.torch_device()
-    model, tokens = wiki_moe(_spec(), wiki_path=cfg.wiki_path, device=device, log=ctx.log)
+    model, tokens = wiki_moe(
+        _spec(), wiki_path=cfg.wiki_path, label="--wiki-path", device=device, log=ctx.log
+    )
     patch = apply_adak(model, seed=cfg.seed)
     t0 = time.perf_counter()
     _train_once(patch, tokens.train, cfg, cfg.lam, cfg.seed, device, ctx)

@@ -189,6 +189,7 @@ def wiki_moe(
     spec: MoESpec,
     *,
     wiki_path: str | Path | None = None,
+    label: str | None = None,
     device: Any = "cpu",
     cache: bool = True,
     log: Any = None,
@@ -196,8 +197,13 @@ def wiki_moe(
 ) -> tuple[Any, WikiTokens]:
     """The reproduction's frozen MoE and its token blocks: from the cache, or tokenised and trained now.
 
+    Args:
+        wiki_path: a Wikipedia summaries JSON to train on instead of the installed copy (then nothing is cached).
+        label: the option that named ``wiki_path`` (e.g. ``"--wiki-path"``), for error messages.
+
     Raises:
         DatasetUnavailable / ModelUnavailable: the Wikipedia summaries or SmolLM2's tokenizer are missing.
+        InputError: ``wiki_path`` is not a summaries file, or holds too little text for one block per split.
     """
     import torch
     from transformers import MixtralForCausalLM
@@ -214,18 +220,22 @@ def wiki_moe(
         if log:
             log.info(f"loaded the cached MoE from {folder}")
         return model, tokens
-    corpus = wiki_summaries("en", path=wiki_path)
+    corpus = wiki_summaries("en", path=wiki_path, label=label)
     texts = corpus.texts
     order = np.random.default_rng(spec.seed).permutation(len(texts))[: spec.docs]
     if log:
         log.info(f"tokenising {len(order)} Wikipedia summaries with SmolLM2's tokenizer")
-    tokens = wiki_tokens(
-        [texts[i] for i in order],
-        load_smollm2_tokenizer(),
-        vocab=spec.vocab,
-        block_len=spec.block_len,
-        seed=spec.seed,
-    )
+    tokenizer = load_smollm2_tokenizer()
+    try:
+        tokens = wiki_tokens(
+            [texts[i] for i in order], tokenizer, vocab=spec.vocab, block_len=spec.block_len, seed=spec.seed
+        )
+    except ValueError as exc:  # too few documents or too little text in the user's file
+        if wiki_path is None:
+            raise
+        from iclr25_shared.errors import InputError
+
+        raise InputError(f"{label or 'wiki_path'}: {str(wiki_path)!r}: {exc}") from None
     if log:
         log.info(f"pre-training the MoE ({spec.steps} steps, {tokens.train.shape[0]} train blocks)")
     model = pretrain_moe(spec, tokens.train, device=device, progress=progress)

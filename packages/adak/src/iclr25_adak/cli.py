@@ -3,10 +3,12 @@ uses in a frozen Hugging Face MoE. Config dataclasses and ``main`` only; the wor
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
@@ -23,11 +25,34 @@ __all__ = [
 
 PROG = "iclr25-adak"
 DEFAULT = "train"
+WIKI_MOE = "wiki-moe"
+"""The packaged model name --model takes besides a local folder."""
+
+
+def _check_model(value: object, label: str) -> None:
+    """--model: the name 'wiki-moe', or a loadable Hugging Face model folder (config.json and weights)."""
+    if str(value) != WIKI_MOE:
+        inputs.check_hf_model_folder(str(value), label=label)
+
+
+def _check_allocators(path: Path, label: str) -> None:
+    from iclr25_adak._inputs import read_allocators
+
+    read_allocators(path, label=label)
+
+
+MODEL_INPUTS: Mapping[str, inputs.Input] = {
+    "model": inputs.Input("model_ref", True, _check_model, may_be_name=True),
+    "text": inputs.text_file(),
+    "wiki_path": inputs.wiki_summaries_file(),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
 class _ModelOptions(CommonOptions):
-    model: str = "wiki-moe"
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = MODEL_INPUTS
+
+    model: str = WIKI_MOE
     """'wiki-moe' (a small Mixtral pre-trained on Wikipedia summaries with SmolLM2's tokenizer, cached after the
     first run) or a local Hugging Face MoE folder (Mixtral, Qwen2-MoE, Qwen3-MoE, OLMoE, DeepSeek-V2/V3)."""
     text: Path | None = None
@@ -52,6 +77,8 @@ class _ModelOptions(CommonOptions):
         if self.k_max and self.k_max < self.k_min:
             raise ValueError(f"k_max must be 0 (= N) or >= k_min={self.k_min}, got {self.k_max}")
         check_int("eval_blocks", self.eval_blocks, low=1)
+        if self.model == WIKI_MOE and self.text is not None:
+            raise ValueError("text can only be given with a --model folder (wiki-moe has its own vocabulary)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +126,11 @@ class EvaluateConfig(_ModelOptions):
     """Validation loss, mean k per layer, FLOPs reduction and tokens/s of static top-k and (with --allocators)
     Ada-K."""
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        **MODEL_INPUTS,
+        "allocators": inputs.custom(_check_allocators, kind="torch_checkpoint"),
+    }
+
     allocators: Path | None = None
     """allocators.pt written by `train --out` (omit to evaluate static top-k only)."""
     max_static_k: int = 4
@@ -113,6 +145,8 @@ class EvaluateConfig(_ModelOptions):
 class ReproduceConfig(CommonOptions, _PPOOptions):
     """Ada-K against static top-k on a frozen MoE pre-trained on Wikipedia summaries: loss at equal mean k,
     lambda = 0 against top-K, k per layer and per token type, over seeds."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"wiki_path": inputs.wiki_summaries_file()}
 
     size: Literal["quick", "full"] = "quick"
     """quick (minutes on 2 CPU cores) or full (a larger MoE; hours on CPU)."""
@@ -145,6 +179,8 @@ class ReproduceConfig(CommonOptions, _PPOOptions):
 class BenchConfig(CommonOptions, _PPOOptions):
     """Tokens/s and routed-expert FLOPs of Ada-K (argmax) against static top-K on the same model, one run; plus
     one Mixtral MoE block at a wider size driven by the k distribution Ada-K chose."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"wiki_path": inputs.wiki_summaries_file()}
 
     lam: float = 0.01
     """Cost per activated expert of the benchmarked allocators (>= 0)."""
