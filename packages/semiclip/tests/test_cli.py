@@ -29,7 +29,7 @@ def user_data(tmp_path, n=12):
 TINY = ["--towers", "tiny", "--resolution", "16", "--stage1-steps", "3", "--stage2-steps", "2", "--quiet"]
 
 
-def test_train_on_user_pairs_and_images_writes_a_checkpoint(tmp_path):
+def test_train_on_user_pairs_and_images_writes_a_checkpoint(tmp_path, tiny):
     pairs, unl = user_data(tmp_path)
     out = tmp_path / "run"
     code = main(
@@ -55,7 +55,7 @@ def test_train_on_user_pairs_and_images_writes_a_checkpoint(tmp_path):
     assert (out / "model.pt").is_file()
 
 
-def test_train_then_evaluate_on_fashion_mnist_gives_the_same_numbers(tmp_path):
+def test_train_then_evaluate_on_fashion_mnist_gives_the_same_numbers(tmp_path, tiny):
     require(fashion_mnist, "test")
     out = tmp_path / "run"
     common = ["--test-size", "40"]
@@ -80,7 +80,7 @@ def test_train_then_evaluate_on_fashion_mnist_gives_the_same_numbers(tmp_path):
         (["reproduce", "--fractions", "0.5", "0"], "fractions must be in (0.0, 1.0]"),
         (
             ["evaluate", "--checkpoint", "/nonexistent/model.pt"],
-            "checkpoint: /nonexistent/model.pt is not a file",
+            "--checkpoint: '/nonexistent/model.pt' does not exist",
         ),
     ],
 )
@@ -115,7 +115,7 @@ def test_a_file_that_is_not_a_checkpoint_exits_2(tmp_path, capsys):
     assert "is not a model.pt written by" in capsys.readouterr().err
 
 
-def test_bench_reports_the_stage2_over_stage1_ratio(tmp_path):
+def test_bench_reports_the_stage2_over_stage1_ratio(tmp_path, tiny):
     require(fashion_mnist, "train")
     out = tmp_path / "bench"
     assert (
@@ -142,7 +142,7 @@ def test_bench_reports_the_stage2_over_stage1_ratio(tmp_path):
 
 
 @pytest.mark.slow
-def test_reproduce_runs_end_to_end_with_tiny_towers(tmp_path):
+def test_reproduce_runs_end_to_end_with_tiny_towers(tmp_path, tiny):
     require(fashion_mnist, "train")
     out = tmp_path / "repro"
     assert (

@@ -8,3 +8,17 @@ class TestContract(ContractTests):
     heavy_allowed = (
         frozenset()
     )  # torch, transformers and timm are imported only when a command or class needs them
+
+    def extra_input_args(self, command, field, folder):
+        """--pairs and --images go together: give the bad one a valid companion."""
+        if command != "train" or field not in ("pairs", "images"):
+            return ()
+        import numpy as np
+        from PIL import Image
+
+        (folder / "unl").mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(folder / "unl" / "a.png")
+        (folder / "pairs.tsv").write_text("unl/a.png\ta black square\n")
+        return (
+            ("--images", str(folder / "unl")) if field == "pairs" else ("--pairs", str(folder / "pairs.tsv"))
+        )

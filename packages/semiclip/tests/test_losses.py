@@ -53,7 +53,8 @@ def test_trapezoid_matches_the_pairwise_definition():
 def test_trapezoid_is_zero_for_perfectly_consistent_pairs():
     i = unit(9, 6)
     l_in, l_cross = trapezoidal_consistency_loss(i, i.clone())
-    assert l_in.item() == 0.0 and l_cross.item() == 0.0
+    # zero up to rounding: I Tᵀ and T Iᵀ come from two matmuls whose BLAS blocking may differ (3e-33 seen)
+    assert l_in.item() < 1e-24 and l_cross.item() < 1e-24
 
 
 def test_in_modal_term_vanishes_for_any_orthogonal_map_of_the_image_embeddings():

@@ -21,6 +21,8 @@ __all__ = [
     "emoji_pairs",
     "fashion_captions",
     "fashion_split",
+    "image_folder_files",
+    "pairs_images",
     "read_image_folder",
     "read_pairs",
 ]
@@ -90,56 +92,162 @@ def fashion_split(
     )
 
 
-def _read_image(path: Path, size: int) -> np.ndarray:
+def _pillow() -> None:
+    """Pillow reads every user image; without it, say how to install it (exit 2 in the CLI)."""
+    import importlib.util
+
+    if importlib.util.find_spec("PIL") is None:
+        from iclr25_shared.errors import SourceUnavailable
+
+        raise SourceUnavailable(
+            "reading images needs Pillow, which is not installed: pip install 'iclr25-semiclip[towers]'"
+        )
+
+
+def _read_image(path: Path, size: int, label: str | None = None) -> np.ndarray:
     from PIL import Image
 
-    with Image.open(path) as im:
-        return np.asarray(im.convert("RGB").resize((size, size), Image.BILINEAR), dtype=np.uint8)
+    from iclr25_shared.inputs import read_image
+
+    image = read_image(path, label=label, mode="RGB")  # InputError naming the file if it does not decode
+    return np.asarray(image.resize((size, size), Image.BILINEAR), dtype=np.uint8)
 
 
-def read_pairs(path: str | Path, *, size: int = 64) -> tuple[np.ndarray, list[str]]:
-    """Read ``image_path<TAB>caption`` lines → ``(N, 3, size, size)`` uint8 images and ``N`` captions.
+def _where(path: Path, label: str | None) -> str:
+    return f"{label}: {str(path)!r}" if label else repr(str(path))
+
+
+def pairs_images(path: str | Path, *, label: str | None = None) -> tuple[list[Path], list[str]]:
+    """Parse a pairs file (``image_path<TAB>caption`` per line, paths relative to it) without reading the images.
+
+    Returns:
+        The image paths (resolved, each an existing file) and the captions, in file order.
 
     Raises:
-        ValueError: the file is empty, a line has no tab or an empty caption, or an image is missing
-            (the message names the file and line).
+        InputError: the file is missing, empty or not UTF-8 text; a line has no tab or an empty caption; an image
+            does not exist; no pair at all (each message names the file, the line and the image).
     """
-    size = check_int("size", size, low=8)
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"pairs file {path} does not exist")
+    from iclr25_shared.errors import InputError
+    from iclr25_shared.inputs import check_file
+
+    path = check_file(path, label=label, expected="a pairs file ('image_path<TAB>caption' per line)")
+    where = _where(path, label)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{where} is not UTF-8 text; expected 'image_path<TAB>caption' lines") from None
     images, captions = [], []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         if "\t" not in line:
-            raise ValueError(f"{path}:{lineno}: expected 'image_path<TAB>caption', got {line[:60]!r}")
+            raise InputError(f"{where} line {lineno}: expected 'image_path<TAB>caption', got {line[:60]!r}")
         rel, caption = line.split("\t", 1)
         image = (path.parent / rel.strip()).resolve()
         if not image.is_file():
-            raise ValueError(f"{path}:{lineno}: caption without an image: {image} does not exist")
+            raise InputError(
+                f"{where} line {lineno}: caption without an image: {str(image)!r} does not exist"
+            )
         if not caption.strip():
-            raise ValueError(f"{path}:{lineno}: image {rel.strip()} has an empty caption")
-        images.append(_read_image(image, size).transpose(2, 0, 1))
+            raise InputError(f"{where} line {lineno}: image {rel.strip()!r} has an empty caption")
+        images.append(image)
         captions.append(caption.strip())
     if not images:
-        raise ValueError(f"pairs file {path} holds no image–caption pair")
-    return np.stack(images), captions
+        raise InputError(f"{where} holds no image–caption pair")
+    return images, captions
 
 
-def read_image_folder(folder: str | Path, *, size: int = 64) -> np.ndarray:
+def read_pairs(path: str | Path, *, size: int = 64, label: str | None = None) -> tuple[np.ndarray, list[str]]:
+    """Read ``image_path<TAB>caption`` lines → ``(N, 3, size, size)`` uint8 images and ``N`` captions.
+
+    Args:
+        path: the pairs file. size: output side in pixels. label: the option that named it, for the messages.
+
+    Raises:
+        InputError (a ``ValueError``): the file is empty or not text, a line has no tab or an empty caption, an
+            image is missing or does not decode (e.g. a text file named ``.png``); the message names the file, the
+            line or the image.
+        SourceUnavailable: Pillow is not installed (the message gives the install command).
+    """
+    size = check_int("size", size, low=8)
+    files, captions = pairs_images(path, label=label)
+    _pillow()
+    return np.stack([_read_image(f, size, label).transpose(2, 0, 1) for f in files]), captions
+
+
+def image_folder_files(folder: str | Path, *, label: str | None = None) -> list[Path]:
+    """The images of ``folder`` (suffixes :data:`IMAGE_SUFFIXES`), sorted by name.
+
+    Raises:
+        InputError: missing, not a folder, or it holds no image.
+    """
+    from iclr25_shared.errors import InputError
+    from iclr25_shared.inputs import check_folder
+
+    folder = check_folder(folder, label=label, expected="a folder of images")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise InputError(f"{_where(folder, label)} holds no image ({', '.join(IMAGE_SUFFIXES)})")
+    return files
+
+
+def read_image_folder(folder: str | Path, *, size: int = 64, label: str | None = None) -> np.ndarray:
     """All images of ``folder`` (sorted by name) → ``(N, 3, size, size)`` uint8.
 
     Raises:
-        ValueError: not a folder, or it holds no image.
+        InputError (a ``ValueError``): not a folder, it holds no image, or an image does not decode (named).
+        SourceUnavailable: Pillow is not installed.
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise ValueError(f"images folder {folder} does not exist")
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
-    if not files:
-        raise ValueError(f"images folder {folder} holds no image ({', '.join(IMAGE_SUFFIXES)})")
-    return np.stack([_read_image(p, check_int("size", size, low=8)).transpose(2, 0, 1) for p in files])
+    size = check_int("size", size, low=8)
+    files = image_folder_files(folder, label=label)
+    _pillow()
+    return np.stack([_read_image(p, size, label).transpose(2, 0, 1) for p in files])
+
+
+def check_pairs(path: Path, label: str) -> None:
+    """The CLI's check of ``--pairs``: every line parses and every listed image decodes (before any model)."""
+    files, _ = pairs_images(path, label=label)
+    _pillow()
+    from iclr25_shared.inputs import read_image
+
+    for f in files:
+        read_image(f, label=label, mode=None)
+
+
+def check_image_folder(path: Path, label: str) -> None:
+    """The CLI's check of ``--images``: a folder whose every image decodes."""
+    files = image_folder_files(path, label=label)
+    _pillow()
+    from iclr25_shared.inputs import read_image
+
+    for f in files:
+        read_image(f, label=label, mode=None)
+
+
+FASHION_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
+"""The Fashion-MNIST files ``--data-root`` must hold (directly or under ``FashionMNIST/raw``)."""
+
+
+def check_fashion_root(path: Path, label: str) -> None:
+    """The CLI's check of ``--data-root``: a folder holding the four Fashion-MNIST IDX files."""
+    from iclr25_shared.errors import InputError
+    from iclr25_shared.inputs import check_file, check_folder
+
+    folder = check_folder(path, label=label, expected="a folder with the Fashion-MNIST IDX .gz files")
+    for sub in (folder, folder / "FashionMNIST" / "raw"):
+        if all((sub / name).exists() for name in FASHION_FILES):
+            for name in FASHION_FILES:
+                check_file(sub / name, label=label, expected="a Fashion-MNIST IDX .gz file")
+            return
+    raise InputError(
+        f"{_where(path, label)} holds no Fashion-MNIST files ({', '.join(FASHION_FILES)}, directly or under "
+        "FashionMNIST/raw)"
+    )
 
 
 def emoji_pairs(

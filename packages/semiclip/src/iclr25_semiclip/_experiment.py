@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from iclr25_shared.cli import Result, RunContext
+from iclr25_shared.errors import InputError
+from iclr25_shared.inputs import validating
 
 if TYPE_CHECKING:
     import torch
@@ -182,15 +184,42 @@ def _fit(
     if method == "semiclip" and stage2_steps > 0:
         stored = store_concept_logits(head, unlabelled_weak)
         info["stored_logits"] = stored
-        words = min(settings.words, len(concepts))
-        topk = min(settings.topk, len(concepts))
-        s2 = dataclasses.replace(settings, words=words, topk=topk)
-        surrogate = SurrogateCaptions(tower, concepts, words=words).to(device)
+        _fits_concepts(settings.topk, settings.words, len(concepts))  # never clipped silently
+        surrogate = SurrogateCaptions(tower, concepts, words=settings.words).to(device)
         info["history"] = h1 + train_stage2(
-            head, surrogate, tower, feats, stored, steps=stage2_steps, settings=s2, generator=gen
+            head, surrogate, tower, feats, stored, steps=stage2_steps, settings=settings, generator=gen
         )
     info["seconds"] = time.perf_counter() - t0
     return head, surrogate, info
+
+
+def _fits_concepts(topk: int, words: int, concepts: int) -> None:
+    """Refuse a stage-2 pseudo-label (``topk``) or surrogate caption (``words``) longer than the concept set.
+
+    SemiCLIP's pseudo-label is the uniform distribution over an image's top-k concepts and its surrogate caption
+    holds its top-W concepts: with fewer than k (or W) concepts neither exists, and quietly using all the concepts
+    instead would run a different method than the one asked for.
+
+    Raises:
+        InputError: naming the option, its value and the concept-set size.
+    """
+    for option, value in (("--topk", topk), ("--words", words)):
+        if value > concepts:
+            raise InputError(
+                f"{option} {value} is larger than the {concepts} concepts mined from the captions; pass "
+                f"{option} {concepts} or less, or mine more concepts (lower --min-count, raise --max-frequency)"
+            )
+
+
+def _mine(captions: list[str], cfg: Any) -> list[str]:
+    """The concept set of the labelled captions, refused (InputError) when empty or smaller than --topk/--words."""
+    from iclr25_semiclip._concepts import mine_concepts
+
+    with validating("--min-count/--max-frequency"):
+        concepts = mine_concepts(captions, min_count=cfg.min_count, max_frequency=cfg.max_frequency)
+    if cfg.stage2_steps > 0:
+        _fits_concepts(cfg.topk, cfg.words, len(concepts))
+    return concepts
 
 
 def _concept_hit(
@@ -250,19 +279,16 @@ def train(cfg: TrainConfig, ctx: RunContext) -> Result:
     """Stage 1 then stage 2 of SemiCLIP on Fashion-MNIST (or the user's pairs + images); evaluate; save model.pt."""
     import torch
 
-    from iclr25_semiclip._concepts import mine_concepts
     from iclr25_semiclip._data import fashion_split, read_image_folder, read_pairs
     from iclr25_semiclip._model import strong_view
     from iclr25_semiclip._train import retrieval_recall
 
     device = ctx.torch_device()
     user = cfg.pairs is not None
-    if user:  # read (and validate) the user's files before loading any model
-        pair_images, captions = read_pairs(cfg.pairs, size=cfg.resolution)
-        unl_images = read_image_folder(cfg.images, size=cfg.resolution)
-        mine_concepts(
-            captions, min_count=cfg.min_count, max_frequency=cfg.max_frequency
-        )  # empty set: exit 2 now
+    if user:  # read (and validate) the user's files and their concept set before loading any model
+        pair_images, captions = read_pairs(cfg.pairs, size=cfg.resolution, label="--pairs")
+        unl_images = read_image_folder(cfg.images, size=cfg.resolution, label="--images")
+        _mine(captions, cfg)
     ctx.log.info("loading the %s towers ...", cfg.towers)
     image_tower, text_tower = _towers(cfg.towers, device, cfg.resolution, cfg.text_tower)
     text = _TextBank(text_tower)
@@ -278,10 +304,13 @@ def train(cfg: TrainConfig, ctx: RunContext) -> Result:
             np.arange(cfg.pool), data.pool_labels, labelled_fraction=cfg.labelled_fraction, seed=cfg.seed
         )
         captions = split.captions
+        _mine(captions, cfg)
         li, ui = torch.from_numpy(split.labelled_images), torch.from_numpy(split.unlabelled_images)
         lab, weak, strong = data.weak[li], data.weak[ui], data.strong[ui]
     if cfg.stage2_steps > 0 and weak.shape[0] == 0:
-        raise ValueError("labelled_fraction=1 leaves no unlabelled image for stage 2; use --stage2-steps 0")
+        raise InputError(
+            "--labelled-fraction 1 leaves no unlabelled image for stage 2; lower it or pass --stage2-steps 0"
+        )
     method = "semiclip" if cfg.stage2_steps > 0 else "stage1"
     head, surrogate, info = _fit(
         method,
@@ -324,6 +353,51 @@ def train(cfg: TrainConfig, ctx: RunContext) -> Result:
     return Result(metrics=metrics, timings={"train": info["seconds"]}, notes=notes)
 
 
+_CHECKPOINT = "a model.pt written by `iclr25-semiclip train --out DIR`"
+
+
+def read_checkpoint(path: str | Path, *, label: str | None = None) -> dict[str, Any]:
+    """A checkpoint written by ``train --out``, read safely (``weights_only=True``) and checked.
+
+    Returns:
+        ``{"head": state dict, "surrogate": state dict or None, "concepts": [...], "meta": {...}}``.
+
+    Raises:
+        InputError: missing, empty, not a safe torch file, non-finite weights, or not a SemiCLIP checkpoint
+            (the message names the file and what is wrong).
+    """
+    from collections.abc import Mapping
+
+    import torch
+
+    from iclr25_shared.inputs import read_torch
+
+    where = f"{label}: {str(path)!r}" if label else repr(str(path))
+    state = read_torch(path, label=label, expected=_CHECKPOINT)
+    if not isinstance(state, Mapping) or not {"head", "meta"} <= set(state):
+        what = sorted(map(str, state)) if isinstance(state, Mapping) else type(state).__name__
+        raise InputError(f"{where} is not {_CHECKPOINT} (it holds {what}; expected 'head' and 'meta')")
+    head, meta = state["head"], state["meta"]
+    if not isinstance(head, Mapping) or not all(isinstance(v, torch.Tensor) for v in head.values()):
+        raise InputError(f"{where} is not {_CHECKPOINT} ('head' is not a state dict of tensors)")
+    if not isinstance(meta, Mapping):
+        raise InputError(f"{where} is not {_CHECKPOINT} ('meta' is a {type(meta).__name__})")
+    if meta.get("towers") not in ("packaged", "tiny"):
+        raise InputError(f"{where} records towers={meta.get('towers')!r}; expected 'packaged' or 'tiny'")
+    for key in ("resolution", "dim", "image_dim"):
+        value = meta.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InputError(f"{where} records {key}={value!r}; expected a positive integer")
+    if meta.get("text_tower") is not None and not isinstance(meta["text_tower"], str):
+        raise InputError(f"{where} records text_tower={meta['text_tower']!r}; expected a folder path")
+    return dict(state)
+
+
+def check_checkpoint(path: Path, label: str) -> None:
+    """The CLI's check of ``--checkpoint`` (runs before any tower loads)."""
+    read_checkpoint(path, label=label)
+
+
 def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
     """Zero-shot accuracy and recall@k on Fashion-MNIST test of a saved checkpoint."""
     import torch
@@ -332,22 +406,23 @@ def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
     from iclr25_semiclip._model import SemiCLIPHead
 
     if cfg.checkpoint is None:
-        raise ValueError("evaluate needs --checkpoint (the model.pt written by `train --out DIR`)")
+        raise InputError("evaluate needs --checkpoint (the model.pt written by `train --out DIR`)")
     device = ctx.torch_device()
-    try:
-        state = torch.load(cfg.checkpoint, map_location="cpu", weights_only=True)
-        meta, head_state = state["meta"], state["head"]
-    except Exception as exc:  # a file that is not our checkpoint is bad input, not a crash
-        raise ValueError(
-            f"checkpoint: {cfg.checkpoint} is not a model.pt written by `train --out` ({exc})"
-        ) from exc
+    state = read_checkpoint(cfg.checkpoint, label="--checkpoint")
+    meta, head_state = state["meta"], state["head"]
     text_path = Path(meta["text_tower"]) if meta.get("text_tower") else None
     image_tower, text_tower = _towers(meta["towers"], device, meta["resolution"], text_path)
     head = SemiCLIPHead(meta["image_dim"], text_tower.dim, dim=meta["dim"])
     if "concept_emb" in head_state:
         head.concept_emb = nn.Parameter(torch.empty_like(head_state["concept_emb"]))
         head.concept_logit_scale = nn.Parameter(torch.empty_like(head_state["concept_logit_scale"]))
-    head.load_state_dict(head_state)
+    try:
+        head.load_state_dict(head_state)
+    except RuntimeError:  # weights of another shape than its own metadata says
+        raise InputError(
+            f"--checkpoint: {str(cfg.checkpoint)!r} holds head weights that do not fit its metadata "
+            f"(image_dim {meta['image_dim']}, dim {meta['dim']}, text tower width {text_tower.dim})"
+        ) from None
     head.to(device)
     data = _fashion(1, cfg.test_size, cfg.data_root, image_tower, meta["towers"], device, ctx)
     return Result(metrics=_eval_fashion(head, data, _TextBank(text_tower)))

