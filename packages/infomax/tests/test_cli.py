@@ -271,10 +271,34 @@ def test_empty_or_corrupt_npy_exits_2(files, tmp_path, which, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert f"--{which}" in err and "not a readable .npy" in err, err
+    assert f"--{which}" in err and "is empty (0 bytes)" in err, err
     truncated = tmp_path / "truncated.npy"
     np.save(truncated, np.ones(200))
     truncated.write_bytes(truncated.read_bytes()[:100])
     argv[argv.index(str(empty))] = str(truncated)
     assert main(argv) == 2
-    assert f"--{which}" in capsys.readouterr().err
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"--{which}" in err and "is not a .npy array" in err, err
+
+
+def test_user_arrays_that_do_not_fit_exit_2_naming_the_file(files, tmp_path, capsys):
+    # Regression: these were ValueError/TypeError raised while the run computed scores (exit 1, "failed"), after
+    # the digits/torch imports; a features vs labels row mismatch is the user's input, not a failure.
+    feats = str(files["features"])
+    out = tmp_path / "out"
+    cases = [
+        (["--labels", _bad(tmp_path, "short_labels.npy", np.zeros(150, np.int64))], "--labels", "must match"),
+        (["--labels", _bad(tmp_path, "float_labels.npy", np.zeros(200))], "--labels", "integer class ids"),
+        (["--labels", _bad(tmp_path, "one_class.npy", np.zeros(200, np.int64))], "--labels", "2 classes"),
+        (["--labels", _bad(tmp_path, "2d_labels.npy", np.zeros((200, 1), np.int64))], "--labels", "1 axes"),
+        (["--scores", _bad(tmp_path, "2d_scores.npy", np.ones((200, 1)))], "--scores", "1 axes"),
+    ]
+    for extra, option, needle in cases:
+        assert main(["select", "--features", feats, *extra, "--out", str(out), "--quiet"]) == 2, extra
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and option in err[0] and extra[-1] in err[0] and needle in err[0], err
+    flat = _bad(tmp_path, "flat.npy", np.ones(200, np.float32))  # 1-D features
+    assert main(["select", "--features", flat, "--score-method", "ssp", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--features" in err and flat in err and "2 axes" in err, err
+    assert not out.exists()

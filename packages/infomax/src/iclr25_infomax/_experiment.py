@@ -8,7 +8,6 @@ import hashlib
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,6 +27,8 @@ from iclr25_infomax._solver import objective, solve
 from iclr25_infomax._validate import as_features, as_scores, resolve_budget
 from iclr25_shared.checks import check_choice
 from iclr25_shared.cli import Result, RunContext
+from iclr25_shared.errors import InputError
+from iclr25_shared.inputs import read_npy, validating
 
 if TYPE_CHECKING:
     from iclr25_infomax.cli import BenchConfig, ReproduceConfig, SelectConfig
@@ -600,12 +601,21 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     )
 
 
-def _load(path: Path, name: str) -> np.ndarray:
-    """A plain ``.npy`` array from ``path``; a file that is not one (empty, truncated, pickled) is bad input."""
-    try:
-        return np.load(path, allow_pickle=False)
-    except (ValueError, EOFError, OSError) as exc:
-        raise ValueError(f"--{name}: {str(path)!r} is not a readable .npy array ({exc})") from None
+def _check_labels(labels: np.ndarray, n: int) -> np.ndarray:
+    """``(n,)`` integer class ids ``>= 0`` with at least two classes, as int64.
+
+    Raises:
+        ValueError / TypeError: otherwise (the message says what is wrong).
+    """
+    if labels.dtype == bool or not np.issubdtype(labels.dtype, np.integer):
+        raise TypeError(f"labels must be integer class ids, got dtype {labels.dtype}")
+    if labels.shape != (n,):
+        raise ValueError(f"labels has shape {labels.shape} but --features has {n} rows; they must match")
+    if labels.min() < 0:
+        raise ValueError(f"labels must be >= 0, got min {labels.min()}")
+    if int(labels.max()) < 1:
+        raise ValueError("labels must hold at least 2 classes")
+    return labels.astype(np.int64)
 
 
 def select(cfg: SelectConfig, ctx: RunContext) -> Result:
@@ -622,26 +632,42 @@ def select(cfg: SelectConfig, ctx: RunContext) -> Result:
         features = images.reshape(len(images), -1)
         source = "sklearn digits (1 797 × 64 pixels)"
     else:
-        features = as_features(_load(cfg.features, "features"), name="features")
+        raw = read_npy(cfg.features, label="--features", ndim=2)
+        with validating(f"--features {str(cfg.features)!r}"):
+            features = as_features(raw, name="features")
         source = str(cfg.features)
         if cfg.labels is not None:
-            labels = _load(cfg.labels, "labels")
+            labels = read_npy(cfg.labels, label="--labels", ndim=1)
     n = features.shape[0]
+    if (
+        cfg.labels is not None
+    ):  # one label per row of --features (checked even when --scores makes them unused)
+        with validating(f"--labels {str(cfg.labels)!r}"):
+            labels = _check_labels(labels, n)
     if cfg.scores is not None:
-        scores = as_scores(_load(cfg.scores, "scores"), name="scores")
+        raw = read_npy(cfg.scores, label="--scores", ndim=1)
+        with validating(f"--scores {str(cfg.scores)!r}"):
+            scores = as_scores(raw, name="scores")
         if scores.size != n:
-            raise ValueError(
+            raise InputError(
                 f"--scores has {scores.size} entries but --features has {n} rows; they must match"
             )
         if cfg.direction == "easy_first":
             scores = -scores
     else:
-        if labels is None and cfg.score_method != "ssp":
-            raise ValueError(
+        if labels is None and cfg.score_method != "ssp":  # also refused by SelectConfig
+            raise InputError(
                 f"--score-method {cfg.score_method} needs --labels (or pass --scores, or use ssp)"
             )
-        if labels is not None and np.shape(labels) != (n,):
-            raise ValueError(f"--labels has shape {np.shape(labels)} but --features has {n} rows")
+    # the options checked against the data's size: user input, not a failure of the method
+    if not cfg.k < n:
+        raise InputError(f"--k: k must be < N = {n} (the number of samples), got {cfg.k}")
+    budget: int | float = int(cfg.budget) if cfg.budget > 1 else float(cfg.budget)
+    with validating("--budget"):
+        p = resolve_budget(budget, n)
+    if cfg.partitions > p:
+        raise InputError(f"--partitions: partitions must be <= budget ({p}), got {cfg.partitions}")
+    if cfg.scores is None:
         ctx.log.info(f"computing {cfg.score_method} scores for {n} samples")
         device = ctx.torch_device()
         scores = importance_scores(
@@ -652,12 +678,6 @@ def select(cfg: SelectConfig, ctx: RunContext) -> Result:
             seed=cfg.seed,
             device=str(device),
         )
-    if not cfg.k < n:
-        raise ValueError(f"k must be < N = {n} (the number of samples), got {cfg.k}")
-    budget: int | float = int(cfg.budget) if cfg.budget > 1 else float(cfg.budget)
-    p = resolve_budget(budget, n)
-    if cfg.partitions > p:
-        raise ValueError(f"partitions must be <= budget ({p}), got {cfg.partitions}")
     t0 = time.perf_counter()
     K = knn_similarity(features, k=cfg.k)
     t_knn = time.perf_counter() - t0

@@ -3,9 +3,12 @@ maximise importance minus kNN redundancy. Config dataclasses and ``main`` only; 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
@@ -39,6 +42,12 @@ class SelectConfig(_Options):
 
     The selected indices are written to ``indices.npy`` in ``--out`` (printed when ``--out`` is omitted)."""
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "features": inputs.npy(ndim=2),
+        "scores": inputs.npy(ndim=1),
+        "labels": inputs.npy(ndim=1),
+    }
+
     features: Path | None = None
     """(N, d) float .npy features. Omitted: the 1 797 sklearn digits (pixels), scored from their labels."""
     scores: Path | None = None
@@ -70,10 +79,6 @@ class SelectConfig(_Options):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("features", "scores", "labels"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise ValueError(f"--{name}: file {str(path)!r} does not exist")
         check_choice("score_method", self.score_method, SCORE_METHODS)
         check_choice("direction", self.direction, ("hard_first", "easy_first"))
         check_choice("method", self.method, SELECTORS)
@@ -88,6 +93,15 @@ class SelectConfig(_Options):
         check_int("relax_steps", self.relax_steps, low=1)
         if self.features is None and (self.scores is not None or self.labels is not None):
             raise ValueError("--scores/--labels need --features (the default digits data brings its own)")
+        if (
+            self.features is not None
+            and self.scores is None
+            and self.labels is None
+            and self.score_method != "ssp"
+        ):
+            raise ValueError(
+                f"--score-method {self.score_method} needs --labels (or pass --scores, or use ssp)"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
