@@ -43,6 +43,8 @@ def test_train_on_user_pairs_and_images_writes_a_checkpoint(tmp_path, tiny):
             "2",
             "--max-frequency",
             "0.5",
+            "--words",
+            "3",  # coat, dress, bag: 3 concepts (a larger --words is refused, not clipped)
             *TINY,
             "--out",
             str(out),
