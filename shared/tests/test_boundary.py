@@ -422,3 +422,28 @@ def test_ctrl_c_in_a_real_process_while_parsing_exits_130_with_one_line(tmp_path
     assert proc.returncode == 130, err
     assert err.strip() == "iclr25-toy go: interrupted; no results were written"
     assert not list(tmp_path.iterdir())
+
+
+def test_table_reader_accepts_a_byte_order_mark_and_alternative_columns(tmp_path):
+    path = _write(tmp_path / "prompts.csv", "\ufeffcaption,id\nA ball falls,1\n".encode())
+    rows = inputs.read_table(path, required=(("caption", "prompt"), "id"))
+    assert rows == [{"caption": "A ball falls", "id": "1"}]
+    with pytest.raises(InputError, match="record 0 has no 'label' or 'score'"):
+        inputs.read_table(path, label="--labels", required=(("label", "score"),))
+
+
+def test_a_file_without_a_numpy_header_is_not_called_pickled(tmp_path):
+    junk = _write(tmp_path / "x.npy", b"just some text\n")
+    with pytest.raises(InputError, match="no NPY header") as info:
+        inputs.read_npy(junk, label="--k")
+    assert "Python objects" not in str(info.value)
+    with pytest.raises(InputError, match="no zip header"):
+        inputs.read_npz(_write(tmp_path / "x.npz", b"just some text\n"), label="--data")
+
+
+def test_quiet_leaves_huggingface_hub_bars_on_afterwards_without_a_warning():
+    """The hub refuses to enable its bars (UserWarning, an error under the test settings) while its environment
+    variable still says no; the runner restores the environment first."""
+    hub = pytest.importorskip("huggingface_hub.utils")
+    assert run("iclr25-toy", _cmds(lambda c, x: Result()), ["--quiet"], default="go") == 0
+    assert not hub.are_progress_bars_disabled()

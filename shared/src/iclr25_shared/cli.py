@@ -854,13 +854,13 @@ def _quiet_libraries(quiet: bool) -> Any:
     try:
         yield
     finally:
-        for undo in restore:
-            undo()
-        for k, v in saved.items():
+        for k, v in saved.items():  # first: huggingface_hub refuses to enable bars while its variable says no
             if v is None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+        for undo in restore:
+            undo()
 
 
 def _finish(

@@ -254,6 +254,11 @@ def read_npz(
 
     expected = "an .npz archive" + (f" with arrays {', '.join(keys)}" if keys else "")
     p = check_file(path, label=label, expected=expected)
+    magic = _magic(p)
+    if magic.startswith(_NPY_MAGIC):
+        raise InputError(f"{_name(path, label)} holds a single array (.npy); expected {expected}")
+    if not magic.startswith(_ZIP_MAGIC):
+        raise InputError(f"{_name(path, label)} is not {expected} (no zip header: not a NumPy file)")
     try:
         loaded = np.load(p, allow_pickle=False)
     except Exception as exc:
@@ -281,6 +286,15 @@ def read_npz(
     return arrays
 
 
+_NPY_MAGIC = b"\x93NUMPY"
+_ZIP_MAGIC = b"PK\x03\x04"
+
+
+def _magic(path: Path) -> bytes:
+    with path.open("rb") as fh:
+        return fh.read(6)
+
+
 def _numpy_reason(exc: Exception) -> str:
     text = str(exc)
     if "allow_pickle" in text or "Object arrays" in text:
@@ -300,6 +314,11 @@ def read_npy(
 
     expected = "a .npy array" + (f" with {ndim} axes" if ndim is not None else "")
     p = check_file(path, label=label, expected=expected)
+    magic = _magic(p)
+    if magic.startswith(_ZIP_MAGIC):
+        raise InputError(f"{_name(path, label)} is an .npz archive; expected {expected}")
+    if not magic.startswith(_NPY_MAGIC):
+        raise InputError(f"{_name(path, label)} is not {expected} (no NPY header: not a NumPy file)")
     try:
         array = np.load(p, allow_pickle=False)
     except Exception as exc:
@@ -410,7 +429,7 @@ def read_json(path: PathLike, *, label: str | None = None, expected: str = "a JS
     """
     p = check_file(path, label=label, expected=expected)
     try:
-        return json.loads(p.read_text(encoding="utf-8"))
+        return json.loads(p.read_text(encoding="utf-8-sig"))
     except UnicodeDecodeError:
         raise InputError(f"{_name(path, label)} is not UTF-8 text; expected {expected}") from None
     except json.JSONDecodeError as exc:
@@ -419,11 +438,20 @@ def read_json(path: PathLike, *, label: str | None = None, expected: str = "a JS
         ) from None
 
 
+def _has(row: Mapping[str, Any], key: str | Sequence[str]) -> bool:
+    keys = (key,) if isinstance(key, str) else tuple(key)
+    return any(k in row and row[k] is not None for k in keys)
+
+
+def _alternatives(key: str | Sequence[str]) -> str:
+    return repr(key) if isinstance(key, str) else " or ".join(map(repr, key))
+
+
 def read_table(
     path: PathLike,
     *,
     label: str | None = None,
-    required: Sequence[str] = (),
+    required: Sequence[str | Sequence[str]] = (),
     numeric: Sequence[str] = (),
     layout: str = "auto",
 ) -> list[dict[str, Any]]:
@@ -432,7 +460,8 @@ def read_table(
     Args:
         path: the file.
         label: the option that named it.
-        required: keys (columns) every record must have.
+        required: keys (columns) every record must have; a tuple entry means "one of these" (e.g.
+            ``("caption", "prompt")``).
         numeric: keys whose values must be finite numbers (CSV text is converted to ``float``).
         layout: for JSON files, ``"list"`` (a list of objects), ``"mapping"`` (an object whose values are the
             records, e.g. ``{id: {...}}``) or ``"auto"`` (either).
@@ -447,11 +476,11 @@ def read_table(
     import math
 
     suffix = Path(path).suffix.lower()
-    what = f"a table of records{' with ' + ', '.join(required) if required else ''}"
+    what = f"a table of records{' with ' + ', '.join(map(_alternatives, required)) if required else ''}"
     if suffix in (".csv", ".tsv"):
         p = check_file(path, label=label, expected=what)
         try:
-            with p.open(newline="", encoding="utf-8") as fh:
+            with p.open(newline="", encoding="utf-8-sig") as fh:  # a leading byte-order mark is not a column
                 rows: list[Any] = list(csv.DictReader(fh, delimiter="\t" if suffix == ".tsv" else ","))
         except (UnicodeDecodeError, csv.Error) as exc:
             raise InputError(
@@ -461,7 +490,7 @@ def read_table(
         p = check_file(path, label=label, expected=what)
         rows = []
         try:
-            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1):
+            for n, line in enumerate(p.read_text(encoding="utf-8-sig").splitlines(), 1):
                 if line.strip():
                     try:
                         rows.append(json.loads(line))
@@ -485,11 +514,11 @@ def read_table(
     for i, row in enumerate(rows):
         if not isinstance(row, dict):
             raise InputError(f"{_name(path, label)} record {i} is a {type(row).__name__}; expected an object")
-        missing = [k for k in required if k not in row or row[k] is None]
+        missing = [_alternatives(k) for k in required if not _has(row, k)]
         if missing:
             raise InputError(
-                f"{_name(path, label)} record {i} has no {', '.join(map(repr, missing))}; every record needs "
-                f"{', '.join(required)}"
+                f"{_name(path, label)} record {i} has no {', '.join(missing)}; every record needs "
+                f"{', '.join(_alternatives(k) for k in required)}"
             )
         for key in numeric:
             value = row.get(key)
@@ -629,7 +658,9 @@ def image_folder() -> Input:
     return Input("image_folder", True, lambda p, label: _check_image_folder(p, label=label))
 
 
-def table(*, required: Sequence[str] = (), numeric: Sequence[str] = (), layout: str = "auto") -> Input:
+def table(
+    *, required: Sequence[str | Sequence[str]] = (), numeric: Sequence[str] = (), layout: str = "auto"
+) -> Input:
     """A JSON / JSONL / CSV / TSV table (see :func:`read_table`)."""
     return Input(
         "table",
@@ -696,10 +727,19 @@ def model_ref(*, file_suffixes: Sequence[str] = (".gguf",)) -> Input:
     )
 
 
-def custom(check: Callable[[Path, str], Any], *, is_folder: bool = False, kind: str = "custom") -> Input:
+def custom(
+    check: Callable[[Any, str], Any],
+    *,
+    is_folder: bool = False,
+    kind: str = "custom",
+    may_be_name: bool = False,
+) -> Input:
     """A file (or folder) checked by ``check(path, label)``, which must first call :func:`check_file` (or
-    :func:`check_folder`) so that missing, empty and wrong-kind paths get the standard messages."""
-    return Input(kind, is_folder, check)
+    :func:`check_folder`) so that missing, empty and wrong-kind paths get the standard messages.
+
+    With ``may_be_name`` the field also takes names (``check`` then receives the value as given and decides what
+    is a path, as :func:`check_model_ref` does)."""
+    return Input(kind, is_folder, check, may_be_name=may_be_name)
 
 
 # ------------------------------------------------------------------------------------------------------------------
