@@ -123,3 +123,16 @@ def test_pair_weights_keep_other_float_dtypes(dtype):
     for apply_to in ("both", "pos", "neg"):
         wp, wn = pair_weights(j1, j2, apply_to=apply_to)
         assert wp.dtype == dtype and wn.dtype == dtype, apply_to
+
+
+def test_evaluate_refuses_a_pretraining_encoder(tmp_path, capsys, monkeypatch):
+    """encoder.pt from `pretrain` has a random 3-D head: evaluating it printed meaningless errors as a result."""
+    from iclr25_simhand._model import HandEncoder, SmallConvNet
+
+    _never_render(monkeypatch)
+    path = tmp_path / "encoder.pt"
+    meta = {"method": "simw", "width": 4, "size": 16}
+    torch.save({"state_dict": HandEncoder(SmallConvNet(4)).state_dict(), "meta": meta}, path)
+    assert main(["evaluate", "--checkpoint", str(path), "--size", "16", "--quiet"]) == 2
+    err = _one_line(capsys)
+    assert "pre-training encoder" in err and str(path) in err

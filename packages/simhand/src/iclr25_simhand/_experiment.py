@@ -190,13 +190,20 @@ def _save_model(ctx: RunContext, model: Any, name: str, meta: dict[str, Any]) ->
     return name
 
 
-def _load_model(path: Path, size: int, label: str, device: torch.device) -> Any:
+def _load_model(path: Path, size: int, label: str, device: torch.device, *, fine_tuned: bool = False) -> Any:
     """The encoder in ``path`` (see :func:`iclr25_simhand._checkpoint.load_checkpoint`), refused with
-    :class:`InputError` when unreadable or when it was trained at another image size than ``size``."""
+    :class:`InputError` when unreadable, when it was trained at another image size than ``size``, or (with
+    ``fine_tuned``) when it is a pre-training encoder.pt, whose 3-D head was never trained."""
+    from iclr25_shared.errors import InputError
     from iclr25_simhand._checkpoint import check_size, load_checkpoint
 
     model, meta = load_checkpoint(path, label=label, device=device)
     check_size(meta, size, path, label)
+    if fine_tuned and "method" in meta:  # pretrain records its method; finetune's model.pt does not
+        raise InputError(
+            f"{label}: {str(path)!r} is a pre-training encoder ({meta['method']}) whose 3-D head is untrained; "
+            "fine-tune it first (iclr25-simhand finetune --encoder ...) and evaluate its model.pt"
+        )
     return model
 
 
@@ -292,7 +299,7 @@ def finetune(cfg: FinetuneConfig, ctx: RunContext) -> Result:
 def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
     """MPJPE / PA-MPJPE (mm) of a fine-tuned ``model.pt`` on rendered test hands (held-out photos)."""
     device = ctx.torch_device()
-    model = _load_model(cfg.checkpoint, cfg.size, "--checkpoint", device)
+    model = _load_model(cfg.checkpoint, cfg.size, "--checkpoint", device, fine_tuned=True)
     from iclr25_simhand._render import BACKGROUNDS, load_backgrounds, render_hands
 
     k = len(BACKGROUNDS)
