@@ -38,9 +38,17 @@ def test_torch_reader_refuses_empty_corrupt_and_pickled_files_without_advising_a
     with pytest.raises(InputError, match=r"--encoder: '.*empty.pt' is empty \(0 bytes\)"):
         inputs.read_torch(empty, label="--encoder")
     junk = _write(tmp_path / "junk.pt", b"not a checkpoint at all")
-    with pytest.raises(InputError, match="junk.pt' is not a PyTorch checkpoint") as info:
+    with pytest.raises(
+        InputError, match=r"junk.pt' is not a PyTorch checkpoint .*no zip or pickle header"
+    ) as info:
         inputs.read_torch(junk, label="--checkpoint")
-    assert "\n" not in str(info.value)
+    assert "\n" not in str(info.value) and "Python objects" not in str(info.value)
+    truncated = tmp_path / "truncated.pt"
+    torch.save({"w": torch.ones(3)}, truncated)
+    truncated.write_bytes(truncated.read_bytes()[:40])
+    with pytest.raises(InputError, match="truncated.pt' is not a PyTorch checkpoint") as info:
+        inputs.read_torch(truncated, label="--checkpoint")
+    assert "Python objects" not in str(info.value)
 
     pickled = tmp_path / "pickled.pt"  # a pickled object: torch's message would advise weights_only=False
     torch.save({"obj": argparse.Namespace(a=1)}, pickled)

@@ -213,17 +213,17 @@ def read_torch(
     import torch
 
     p = check_file(path, label=label, expected=expected)
+    magic = _magic(p)
+    if not (
+        magic.startswith(_ZIP_MAGIC) or magic[:1] == b"\x80"
+    ):  # torch.save writes a zip (or, legacy, a pickle)
+        raise InputError(f"{_name(path, label)} is not {expected} (no zip or pickle header)")
     try:
         obj = torch.load(p, map_location=map_location, weights_only=True)
-    except (
-        Exception
-    ) as exc:  # torch raises pickle, zip, EOF and runtime errors; none is the user's bug to debug
-        kind = type(exc).__name__
-        why = (
-            "it holds Python objects that only unsafe unpickling can load"
-            if "weights_only" in str(exc)
-            else kind
-        )
+    except Exception as exc:  # pickle, zip, EOF and runtime errors: none is the user's bug to debug
+        text = str(exc)
+        unsafe = "Unsupported global" in text or "GLOBAL" in text
+        why = "it holds Python objects that only unsafe unpickling can load" if unsafe else type(exc).__name__
         raise InputError(f"{_name(path, label)} is not {expected} that loads safely ({why})") from None
     if finite:
         for key, tensor in _tensors(obj):
