@@ -434,3 +434,21 @@ def test_real_fetch_through_apt_with_private_lists(tmp_path, monkeypatch):
     assert first.exists()
     assert images.shape == (10_000, 28, 28) and images.dtype == np.uint8
     assert np.bincount(labels).tolist() == [1000] * 10
+
+
+def test_verified_download_installs_once_and_refuses_a_wrong_checksum(tmp_path, monkeypatch):
+    monkeypatch.delenv("ICLR25_NO_FETCH", raising=False)
+    source = tmp_path / "pkg-1.0.tar.gz"
+    source.write_bytes(b"sdist bytes")
+    url = source.as_uri()
+    good = hashlib.sha256(b"sdist bytes").hexdigest()
+    target = tmp_path / "cache" / "pkg-1.0.tar.gz"
+    with pytest.raises(fetch.FetchError, match="expected 00"):
+        fetch.verified_download(url, "00" * 32, target, what="pkg")
+    assert not target.exists() and not [p for p in target.parent.iterdir() if p.name.endswith(".tmp")]
+    assert fetch.verified_download(url, good, target, what="pkg").read_bytes() == b"sdist bytes"
+    source.write_bytes(b"changed upstream")  # an installed file is not fetched again
+    assert fetch.verified_download(url, good, target, what="pkg").read_bytes() == b"sdist bytes"
+    monkeypatch.setenv("ICLR25_NO_FETCH", "1")
+    with pytest.raises(fetch.FetchError, match="fetching is off"):
+        fetch.verified_download(url, good, tmp_path / "other" / "x.tar.gz", what="pkg")

@@ -39,6 +39,7 @@ __all__ = [
     "install_file",
     "log",
     "url_download",
+    "verified_download",
 ]
 
 APT_TIMEOUT_S = 900
@@ -135,6 +136,35 @@ def url_download(url: str, dest: Path) -> Path:
     except (OSError, ValueError) as exc:  # URLError, HTTPError, timeouts and bad URLs
         raise FetchError(f"downloading {url} failed: {exc}") from exc
     return dest
+
+
+def verified_download(url: str, sha256: str, target: Path, *, what: str) -> Path:
+    """Fetch ``url`` into the cache file ``target`` once: under the folder's lock, downloaded to a scratch file,
+    checked against ``sha256``, installed atomically (``0o666`` less the umask). A ``target`` already there is
+    returned as it is (another process may have fetched it while this one waited for the lock).
+
+    Raises:
+        FetchError: fetching is off (``ICLR25_NO_FETCH``), the download failed, or the checksum differs (nothing is
+            installed then).
+    """
+    if target.is_file():
+        return target
+    if fetching_disabled():
+        raise FetchError(f"{what} is not in {target.parent} and fetching is off (ICLR25_NO_FETCH)")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with cache_lock(target.parent):
+        if target.is_file():
+            return target
+        log(f"fetching {what} from {url} into {target.parent}")
+        with tempfile.TemporaryDirectory(prefix="iclr25-fetch-") as tmp:
+            scratch = url_download(url, Path(tmp) / target.name)
+
+            def check(path: Path) -> None:
+                got = digest(path, "sha256")
+                if got != sha256:
+                    raise FetchError(f"{what} has SHA-256 {got}, expected {sha256}; not used")
+
+            return install_file(scratch, target, check)
 
 
 def _tail(text: str, lines: int = 3) -> str:
