@@ -153,7 +153,7 @@ def ddpm_loss(model, images, scheduler, seed=0):
 
 def test_training_lowers_and_gradient_ascent_raises_the_ddpm_loss():
     data = tiny_data()
-    sch = make_scheduler()
+    sch = make_scheduler(prediction_type="epsilon")  # ddpm_loss is the ε-prediction loss
     model = make_mlp(0)
     before = ddpm_loss(model, data.images, sch)
     train_denoiser(model, data.images, steps=60, batch_size=16, lr=3e-3, scheduler=sch)
@@ -286,3 +286,45 @@ def test_sample_prediction_trains_towards_the_clean_image():
     np.testing.assert_allclose(out, 0.25, atol=1e-5)
     with pytest.raises(ValueError, match="prediction_type"):
         make_scheduler(prediction_type="v")
+
+
+# ---- library defaults = the CLI's (issue 42) --------------------------------------------------------------------
+
+
+def test_library_defaults_are_the_cli_defaults():
+    # The README's library snippet ran the library defaults (ε-prediction, lr 1e-3), the setting the same README
+    # calls "mostly noise", while the CLI defaults to x0-prediction and lr 2e-3. Every shared knob must agree.
+    import dataclasses
+    import inspect
+
+    from iclr25_diffusion_shapley import fashion_mnist_contributors
+    from iclr25_diffusion_shapley.cli import AttributeConfig
+
+    cli = AttributeConfig()
+    assert make_scheduler().config.prediction_type == cli.prediction_type == "sample"
+    assert inspect.signature(train_denoiser).parameters["lr"].default == cli.lr == 2e-3
+    assert inspect.signature(train_denoiser).parameters["batch_size"].default == cli.batch_size
+    assert inspect.signature(fashion_mnist_contributors).parameters["per_class"].default == cli.per_class
+    mlp = inspect.signature(MLPDenoiser).parameters
+    assert (mlp["hidden"].default, mlp["depth"].default) == (cli.hidden, 3)
+    defaults = {
+        cls: {f.name: f.default for f in dataclasses.fields(cls)}
+        for cls in (Retrain, SparsifiedFineTune, GradientAscentUnlearn, DiffusionGame)
+    }
+    assert defaults[Retrain]["lr"] == defaults[SparsifiedFineTune]["lr"] == cli.lr
+    assert defaults[GradientAscentUnlearn]["lr"] == cli.unlearn_lr
+    assert all(defaults[c]["batch_size"] == cli.batch_size for c in (Retrain, SparsifiedFineTune))
+    assert defaults[Retrain]["steps"] == cli.retrain_steps
+    assert defaults[SparsifiedFineTune]["prune_steps"] == cli.prune_steps
+    assert defaults[SparsifiedFineTune]["steps"] == cli.ft_steps
+    assert defaults[SparsifiedFineTune]["pruning_ratio"] == cli.pruning_ratio
+    assert defaults[GradientAscentUnlearn]["steps"] == cli.unlearn_steps
+    assert defaults[DiffusionGame]["num_samples"] == cli.num_samples
+    assert defaults[DiffusionGame]["sampling_steps"] == cli.sampling_steps
+
+
+def test_a_strategy_built_with_defaults_trains_and_samples_x0_prediction():
+    rt = Retrain(data=tiny_data(), make_model=make_mlp, steps=1, batch_size=4)
+    assert rt.scheduler.config.prediction_type == "sample" and rt.lr == 2e-3
+    ga = GradientAscentUnlearn(data=tiny_data(), make_model=make_mlp, full_model=make_mlp(0))
+    assert ga.scheduler.config.prediction_type == "sample" and ga.lr == 1e-4

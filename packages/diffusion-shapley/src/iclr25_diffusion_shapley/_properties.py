@@ -54,7 +54,7 @@ def downsample(images: np.ndarray, factor: int) -> np.ndarray:
 def fashion_mnist_contributors(
     groups: tuple[tuple[int, ...], ...] = ((0, 1), (2, 3), (4, 5), (6, 7), (8, 9)),
     *,
-    per_class: int = 500,
+    per_class: int = 300,
     factor: int = 2,
     root: str | None = None,
     seed: int = 0,

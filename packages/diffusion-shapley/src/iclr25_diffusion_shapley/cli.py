@@ -49,7 +49,7 @@ class _Game(CommonOptions):
     """What the network predicts: the clean image (sample; much better samples after a few hundred steps) or
     the noise (epsilon, the DDPM default)."""
     model: Literal["mlp", "unet"] = "mlp"
-    """mlp (residual MLP ε-predictor; CPU-cheap) or unet (diffusers UNet2DModel, channels 16/32)."""
+    """mlp (residual MLP denoiser; CPU-cheap) or unet (diffusers UNet2DModel, channels 16/32)."""
     hidden: int = 256
     """Hidden width of the MLP."""
     batch_size: int = 128
