@@ -200,25 +200,126 @@ def _batch(seed=0, b=10):
     return x, labels, mask
 
 
-def test_with_debiased_branch_and_detector_off_debgcd_equals_simgcd_exactly():
+def _log_softmax(z):
+    """Row-wise log-softmax from exp/log/max only (the reference below calls nothing of the package's loss code)."""
+    zmax = z.max(dim=1, keepdim=True).values.detach()
+    return z - zmax - torch.log(torch.exp(z - zmax).sum(dim=1, keepdim=True))
+
+
+def _simgcd_reference(proj, logits, labels, mask_lab, *, epoch, cfg):
+    """SimGCD's objective written out independently, after the official training step (github.com/CVMI-Lab/SimGCD,
+    ``train.py``: ``DistillLoss``, the me-max line, ``info_nce_logits``, Khosla et al.'s ``SupConLoss``), in plain
+    torch. Only the hyper-parameter values are read from ``cfg``. Returns the total and its five terms."""
+    lam, eps, st = cfg.sup_weight, cfg.memax_weight, cfg.student_temp
+    b, k = logits.shape[0] // 2, logits.shape[1]
+    # supervised classification: both views' labelled rows, view-major, CE at the student temperature
+    sup_logits = torch.cat([f[mask_lab] for f in (logits / st).chunk(2)])
+    sup_labels = torch.cat([labels[mask_lab], labels[mask_lab]])
+    cls = -_log_softmax(sup_logits)[torch.arange(len(sup_labels)), sup_labels].mean()
+    # self-distillation: numpy's linspace teacher schedule, detached teacher of one view -> student of the other
+    warm = cfg.warmup_teacher_epochs
+    tt = (
+        float(np.linspace(cfg.teacher_temp_start, cfg.teacher_temp_end, warm)[epoch])
+        if epoch < warm
+        else cfg.teacher_temp_end
+    )
+    t = logits.detach() / tt
+    teacher = (
+        torch.exp(t - t.max(1, keepdim=True).values)
+        / torch.exp(t - t.max(1, keepdim=True).values).sum(1, keepdim=True)
+    ).chunk(2)
+    student = (logits / st).chunk(2)
+    terms = [
+        torch.sum(-q * _log_softmax(student[v]), dim=-1).mean()
+        for iq, q in enumerate(teacher)
+        for v in range(2)
+        if v != iq
+    ]
+    distill = sum(terms) / len(terms)
+    # mean-entropy maximisation, as the official line: -sum(log(p ** -p)) + log K
+    avg = torch.exp(_log_softmax(logits / st)).mean(0)
+    me = -torch.sum(torch.log(avg ** (-avg))) + math.log(k)
+    # unsupervised contrastive: positives / negatives gathered as info_nce_logits does, target column 0
+    ids = torch.cat([torch.arange(b), torch.arange(b)])
+    same = (ids[None] == ids[:, None]).float()
+    z = proj / torch.sqrt((proj * proj).sum(1, keepdim=True))
+    sim = z @ z.T
+    off = ~torch.eye(2 * b, dtype=torch.bool)
+    same, sim = same[off].view(2 * b, -1), sim[off].view(2 * b, -1)
+    nce_logits = (
+        torch.cat([sim[same.bool()].view(2 * b, -1), sim[~same.bool()].view(2 * b, -1)], 1)
+        / cfg.contrast_temp
+    )
+    infonce = -_log_softmax(nce_logits)[:, 0].mean()
+    # supervised contrastive, Khosla et al.'s SupConLoss (contrast_mode "all", base_temperature = temperature)
+    f = torch.stack([p[mask_lab] for p in proj.chunk(2)], dim=1)
+    f = f / torch.sqrt((f * f).sum(-1, keepdim=True))
+    y = labels[mask_lab].view(-1, 1)
+    pos = (y == y.T).double().repeat(2, 2)
+    contrast = torch.cat(torch.unbind(f, dim=1))
+    s = contrast @ contrast.T / cfg.supcon_temp
+    s = s - s.max(1, keepdim=True).values.detach()
+    not_self = 1.0 - torch.eye(len(contrast), dtype=torch.float64)
+    pos = pos * not_self
+    log_prob = s - torch.log((torch.exp(s) * not_self).sum(1, keepdim=True))
+    supcon = (-(pos * log_prob).sum(1) / pos.sum(1)).mean()
+    total = (1 - lam) * (distill + eps * me) + lam * cls + (1 - lam) * infonce + lam * supcon
+    return total, {"cls": cls, "distill": distill, "me": me, "infonce": infonce, "supcon": supcon}
+
+
+# Tolerance: both sides evaluate the same float64 expressions (terms of order 1-10) in different orders, a few
+# hundred operations deep; each rounding is <= 2**-53 ~ 1.1e-16 relative, so they agree to ~1e-13. 1e-10 relative
+# leaves a 1000x margin and is still ~1e7 times smaller than any change of one term's weight, sign or temperature.
+_RTOL, _ATOL = 1e-10, 1e-12
+
+
+@pytest.mark.parametrize(
+    ("cfg", "epoch"),
+    [
+        (GCDLossConfig(sdl_weight=0.0, adl_weight=0.0), 3),  # the defaults, inside the teacher warm-up
+        (  # every SimGCD weight and temperature moved off its default, after the warm-up
+            GCDLossConfig(
+                sdl_weight=0.0,
+                adl_weight=0.0,
+                sup_weight=0.6,
+                memax_weight=0.7,
+                student_temp=0.2,
+                teacher_temp_start=0.09,
+                teacher_temp_end=0.05,
+                warmup_teacher_epochs=4,
+                contrast_temp=0.5,
+                supcon_temp=0.3,
+            ),
+            6,
+        ),
+    ],
+)
+def test_simgcd_objective_and_gradients_match_an_independent_reference(cfg, epoch):
+    # labelled rows include repeated classes, so SupCon has positives beyond the other view
     x, y, m = _batch()
-    deb, sim = _model(True), _model(False)
+    assert m.sum() >= 3 and (~m).sum() >= 3 and len(set(y[m].tolist())) < int(m.sum())
+    x = x.double()
+    deb, sim = _model(True).double(), _model(False).double()
     # the SimGCD parameters are created first, so the same seed gives the same SimGCD part
     sim_state = sim.state_dict()
     assert all(torch.equal(sim_state[k], v) for k, v in deb.state_dict().items() if k in sim_state)
-    off = GCDLossConfig(sdl_weight=0.0, adl_weight=0.0)
-    l_deb, parts_deb = debgcd_loss(deb(x), y, m, epoch=3, cfg=off)
-    l_sim, parts_sim = simgcd_loss(sim(x), y, m, epoch=3, cfg=off)
-    assert torch.equal(l_deb, l_sim) and parts_deb == parts_sim
-    # and the gradients of the shared parameters are equal too
-    l_deb.backward()
-    l_sim.backward()
-    sim_params = dict(sim.named_parameters())
-    for name, p in deb.named_parameters():
-        if name in sim_params:
-            assert torch.equal(p.grad, sim_params[name].grad), name
-        else:
-            assert p.grad is None or torch.count_nonzero(p.grad) == 0, name
+    for model, loss_fn in ((sim, simgcd_loss), (deb, debgcd_loss)):  # DebGCD with both weights 0 = SimGCD
+        params = [p for _, p in model.named_parameters()]
+        out = model(x)
+        got, parts = loss_fn(out, y, m, epoch=epoch, cfg=cfg)
+        ref, ref_parts = _simgcd_reference(out.proj, out.logits, y, m, epoch=epoch, cfg=cfg)
+        assert set(parts) == set(ref_parts)
+        for name, value in ref_parts.items():
+            assert parts[name] == pytest.approx(float(value.detach()), rel=_RTOL, abs=_ATOL), name
+        assert float(got.detach()) == pytest.approx(float(ref.detach()), rel=_RTOL, abs=_ATOL)
+        g_got = torch.autograd.grad(got, params, allow_unused=True, retain_graph=True)
+        g_ref = torch.autograd.grad(ref, params, allow_unused=True)
+        for (name, _), a, r in zip(model.named_parameters(), g_got, g_ref, strict=True):
+            if r is None:  # the DebGCD heads: no SimGCD term reaches them
+                assert a is None or torch.count_nonzero(a) == 0, name
+                continue
+            assert r.abs().max() > 0, name  # every SimGCD parameter gets a gradient, so the check has teeth
+            torch.testing.assert_close(a, r, rtol=_RTOL, atol=_ATOL, msg=name)
 
 
 def test_debgcd_adds_each_term_with_its_weight():
