@@ -63,9 +63,12 @@ def test_edit_runs_and_reports_before_and_after(tmp_path):
         (["lens", "--image", "x.png"], "image needs model"),
         (
             ["lens", "--model", "/nonexistent/folder", "--image", "x.png"],
-            "model must be a local Hugging Face",
+            "--model: '/nonexistent/folder' does not exist",
         ),
-        (["reproduce", "--data-root", "/nonexistent/fmnist"], "data_root must be an existing folder"),
+        (
+            ["reproduce", "--data-root", "/nonexistent/fmnist"],
+            "--data-root: '/nonexistent/fmnist' does not exist",
+        ),
         (["reproduce", "--seeds", "0"], "seeds"),
         (["reproduce", "--lm-layers", "31"], "lm_layers"),
         (["reproduce", "--steps", "0"], "steps"),
@@ -121,4 +124,111 @@ def test_unreadable_image_exits_2(local_model, tmp_path, capsys):
     bad = tmp_path / "bad.png"
     bad.write_text("not an image")
     assert main(["lens", "--model", str(folder), "--image", str(bad), "--quiet"]) == 2
-    assert "is not a readable image" in capsys.readouterr().err
+    assert "is not an image Pillow can decode" in capsys.readouterr().err
+
+
+# -- the boundary: the user's model folder, image, data folder and cache (issue 37) -----------------------------
+
+
+def _one_line(capsys):
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("content", [b"", b"not an image", b"\x89PNG\r\n\x1a\n truncated"])
+def test_a_bad_image_exits_2_naming_the_option_and_file(local_model, tmp_path, capsys, content):
+    folder, _ = local_model
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(content)
+    for command in ("lens", "edit"):
+        assert main([command, "--model", str(folder), "--image", str(bad), "--quiet"]) == 2
+        err = _one_line(capsys)
+        assert "--image" in err and str(bad) in err, err
+
+
+@pytest.mark.parametrize("case", ["missing", "config only", "corrupt weights", "no processor"])
+def test_a_bad_model_folder_exits_2_naming_it(local_model, tmp_path, capsys, case):
+    import shutil
+
+    folder, img = local_model
+    model = tmp_path / "model"
+    if case != "missing":
+        shutil.copytree(folder, model)
+    if case == "config only":
+        for f in model.glob("*.safetensors"):
+            f.unlink()
+    elif case == "corrupt weights":
+        (model / "model.safetensors").write_bytes(b"\x89junk, not safetensors")
+    elif case == "no processor":
+        for f in model.iterdir():
+            if f.name not in ("config.json", "model.safetensors", "generation_config.json"):
+                f.unlink()
+    assert main(["lens", "--model", str(model), "--image", str(img), "--quiet"]) == 2
+    err = _one_line(capsys)
+    assert "--model" in err and str(model) in err, err
+
+
+def test_an_object_word_outside_the_vocabulary_names_the_option(capsys):
+    assert main(["lens", "--objects", "cat", "zebra", "--quiet"]) == 2
+    err = _one_line(capsys)
+    assert err.startswith("iclr25-vl-interp lens: error: --objects:") and "'zebra'" in err, err
+
+
+@pytest.mark.parametrize("what", ["a file", "a folder without the IDX files", "junk IDX files"])
+def test_a_bad_data_root_exits_2_before_any_work(tmp_path, capsys, what):
+    root = tmp_path / "fmnist"
+    if what == "a file":
+        root.write_text("not a folder")
+    else:
+        root.mkdir()
+        if what == "junk IDX files":
+            for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+                         "t10k-labels-idx1-ubyte.gz"):  # fmt: skip
+                (root / name).write_bytes(b"junk, not gzip")
+    out = tmp_path / "out"
+    assert main(["reproduce", "--data-root", str(root), "--cache", str(tmp_path / "c"), "--out", str(out),
+                 "--quiet"]) == 2  # fmt: skip
+    err = _one_line(capsys)
+    assert "--data-root" in err and str(root) in err, err
+    assert not out.exists() and not (tmp_path / "c").exists()
+
+
+def test_a_cache_that_is_a_file_exits_2_before_any_work(tmp_path, capsys):
+    cache = tmp_path / "cache"
+    cache.write_text("a file")
+    assert main(["reproduce", "--cache", str(cache), "--quiet"]) == 2
+    err = _one_line(capsys)
+    assert "--cache" in err and str(cache) in err, err
+
+
+def test_a_corrupt_cache_entry_is_recomputed_not_a_crash(tmp_path):
+    from iclr25_vl_interp._repro import _cached_tensor
+
+    path = tmp_path / "features-x.pt"
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return torch.ones(2, 3)
+
+    for content in (b"\x89 junk", None):  # a corrupt entry, then a NaN one
+        if content is None:
+            torch.save(torch.full((2, 3), float("nan")), path)
+        else:
+            path.write_bytes(content)
+        got = _cached_tensor(path, compute, log=None)
+        assert torch.equal(got, torch.ones(2, 3))
+        assert torch.equal(torch.load(path, weights_only=True), torch.ones(2, 3))  # rewritten
+    assert len(calls) == 2
+    assert torch.equal(_cached_tensor(path, compute, log=None), torch.ones(2, 3)) and len(calls) == 2
+
+
+def test_a_cached_projector_is_used_only_when_it_fits():
+    from iclr25_vl_interp._repro import _fits
+    from iclr25_vl_interp._vlm import Projector
+
+    proj = Projector(6, 4, seed=0)
+    assert _fits(proj, {k: v.clone() for k, v in proj.state_dict().items()})
+    assert not _fits(proj, Projector(5, 4, seed=0).state_dict())
+    assert not _fits(proj, {"weight": torch.zeros(4, 6)})

@@ -27,27 +27,16 @@ def load_local_vlm(model_dir: Path, image: Path, prompt: str, device: Any) -> tu
     else ``"<image>\\n" + prompt``.
 
     Raises:
-        UsageError: the folder or image is missing or unreadable.
+        InputError: the image is missing or not an image; the folder is not a loadable model and processor (the
+            message names ``--image`` / ``--model`` and the path).
     """
     import torch
-    import transformers
-    from PIL import Image, UnidentifiedImageError
 
-    if not model_dir.is_dir():
-        raise UsageError(f"model must be a local Hugging Face model folder, got {str(model_dir)!r}")
-    if not image.is_file():
-        raise UsageError(f"image must be an existing image file, got {str(image)!r}")
-    try:
-        img = Image.open(image).convert("RGB")
-    except (UnidentifiedImageError, OSError) as err:
-        raise UsageError(f"image {str(image)!r} is not a readable image: {err}") from None
-    try:
-        processor = transformers.AutoProcessor.from_pretrained(str(model_dir), local_files_only=True)
-        model = transformers.AutoModelForImageTextToText.from_pretrained(
-            str(model_dir), local_files_only=True
-        )
-    except (OSError, ValueError) as err:
-        raise UsageError(f"model folder {str(model_dir)!r} could not be loaded: {err}") from None
+    from iclr25_shared.inputs import read_image
+    from iclr25_vl_interp._inputs import load_hf_folder
+
+    img = read_image(image, label="--image")  # the image first: it is checked before any weights load
+    processor, model = load_hf_folder(model_dir, label="--model")
     model = model.eval().to(device)
     if getattr(processor, "chat_template", None):
         conv = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
@@ -62,9 +51,7 @@ def load_local_vlm(model_dir: Path, image: Path, prompt: str, device: Any) -> tu
 def _load(cfg: LensConfig, ctx: RunContext) -> tuple[Any, Any, dict[str, Any], str]:
     from iclr25_vl_interp._tiny import tiny_llava, tiny_prompt, tiny_tokenizer
 
-    if cfg.model is None:
-        if cfg.image is not None:
-            raise UsageError("image needs model: pass --model <local HF LLaVA folder> with --image")
+    if cfg.model is None:  # the config refused --image without --model
         ctx.log.info("no --model: tiny random-weight LLaVA (smoke test; numbers are meaningless)")
         tok = tiny_tokenizer()
         return (
@@ -73,14 +60,15 @@ def _load(cfg: LensConfig, ctx: RunContext) -> tuple[Any, Any, dict[str, Any], s
             tiny_prompt(tok, cfg.prompt, seed=cfg.seed),
             "tiny random LLaVA",
         )
-    if cfg.image is None:
-        raise UsageError("model needs image: pass --image <file> with --model")
     model, tok, inputs = load_local_vlm(cfg.model, cfg.image, cfg.prompt, ctx.torch_device())
     return model, tok, inputs, str(cfg.model)
 
 
 def _words(tok: Any, objects: tuple[str, ...]) -> list[list[int]]:
-    return [object_token_ids(tok, w) for w in objects]
+    from iclr25_shared.inputs import validating
+
+    with validating("--objects"):  # a word the loaded tokenizer does not know is the user's input
+        return [object_token_ids(tok, w) for w in objects]
 
 
 def _rows(objects, token_ids, tok, conf, maps) -> tuple[list[dict[str, Any]], Any]:
@@ -210,13 +198,12 @@ def edit(cfg: EditConfig, ctx: RunContext) -> Result:
 def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     """The paper's claims on a VLM composed offline and trained here (README, Reproduction)."""
     from iclr25_shared._paths import cache_dir
+    from iclr25_vl_interp._inputs import check_fashion_folder
     from iclr25_vl_interp._repro import run_reproduction
 
-    if cfg.data_root is not None and not cfg.data_root.is_dir():
-        raise UsageError(f"data_root must be an existing folder, got {str(cfg.data_root)!r}")
+    if cfg.data_root is not None:  # also checked by the CLI before this module loads
+        check_fashion_folder(cfg.data_root, "--data-root")
     cache = cfg.cache if cfg.cache is not None else cache_dir("vl-interp")
-    if cache.exists() and not cache.is_dir():
-        raise UsageError(f"cache must be a folder, got the file {str(cache)!r}")
     cache.mkdir(parents=True, exist_ok=True)
     res = run_reproduction(
         cfg.size,

@@ -147,16 +147,45 @@ def _said(m: _Model, toks: list[int]) -> tuple[str, set[str]]:
 def _features(
     comp: Composites, setting: Setting, key: dict[str, Any], cache: Path, net: Any, log: Any
 ) -> torch.Tensor:
-    from iclr25_vl_interp._vlm import atomic_save, cache_key, grid_features
+    from iclr25_vl_interp._vlm import cache_key, grid_features
 
     path = cache / f"features-{cache_key(key)}.pt"
-    if path.is_file():
-        return torch.load(path, weights_only=True)
-    t0 = time.perf_counter()
-    feats = grid_features(net(), comp.images, setting.grid, scale=setting.scale)
-    log.info(f"features {tuple(feats.shape)} in {time.perf_counter() - t0:.1f} s -> {path}")
-    atomic_save(feats, path)
-    return feats
+
+    def compute() -> torch.Tensor:
+        t0 = time.perf_counter()
+        feats = grid_features(net(), comp.images, setting.grid, scale=setting.scale)
+        log.info(f"features {tuple(feats.shape)} in {time.perf_counter() - t0:.1f} s -> {path}")
+        return feats
+
+    return _cached_tensor(path, compute, log=log)
+
+
+def _read_cached(path: Path, log: Any) -> Any:
+    """A cache entry read safely (``weights_only``, finite), or ``None`` when it is absent or unusable (then it is
+    recomputed and overwritten; a corrupt entry is the cache's problem, never the user's input)."""
+    from iclr25_shared.errors import InputError
+    from iclr25_shared.inputs import read_torch
+
+    if not path.is_file():
+        return None
+    try:
+        return read_torch(path, label="--cache")
+    except InputError as exc:
+        if log is not None:
+            log.warning(f"{exc}; recomputing it")
+        return None
+
+
+def _cached_tensor(path: Path, compute: Any, *, log: Any) -> torch.Tensor:
+    """The tensor cached at ``path``, else ``compute()`` saved there."""
+    from iclr25_vl_interp._vlm import atomic_save
+
+    cached = _read_cached(path, log)
+    if isinstance(cached, torch.Tensor):
+        return cached
+    value = compute()
+    atomic_save(value, path)
+    return value
 
 
 def _evaluate_split(m: _Model, comp: Composites, feats: torch.Tensor) -> dict[str, Any]:
@@ -300,6 +329,14 @@ def _hallucinated(comp: Composites, ev: dict[str, Any]) -> tuple[list[set[str]],
     return targets, keep
 
 
+def _fits(module: Any, state: dict[str, Any]) -> bool:
+    """Whether ``state`` has exactly ``module``'s keys and shapes (a cached projector of this setting)."""
+    own = module.state_dict()
+    return set(state) == set(own) and all(
+        isinstance(state[k], torch.Tensor) and state[k].shape == v.shape for k, v in own.items()
+    )
+
+
 def run_reproduction(
     size: str,
     seeds: int,
@@ -317,8 +354,8 @@ def run_reproduction(
 
     ``lm_layers`` / ``steps`` / ``full_vocab`` override the preset ``size`` (the edit's layer grid is clipped to the
     kept layers)."""
-    from iclr25_shared.data import fashion_mnist
     from iclr25_shared.metrics import paired_t_interval
+    from iclr25_vl_interp._inputs import fashion_images
     from iclr25_vl_interp._vlm import (
         ComposedVLM,
         Projector,
@@ -344,8 +381,8 @@ def run_reproduction(
         setting = dataclasses.replace(setting, caption_vocab=False)
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    xtr, ytr = fashion_mnist("train", root=data_root)
-    xte, yte = fashion_mnist("test", root=data_root)
+    xtr, ytr = fashion_images("train", data_root, label="--data-root")
+    xte, yte = fashion_images("test", data_root, label="--data-root")
     g = {"grid": list(setting.grid)}
     train = make_composites(xtr, ytr, setting.n_train, seed=train_seed, bias=setting.bias, **g)
     tune = make_composites(xte, yte, setting.n_tune, seed=10_000 + train_seed, **g)
@@ -395,8 +432,9 @@ def run_reproduction(
     }
     ppath = cache / f"projector-{cache_key(train_key)}.pt"
     losses: list[float] = []
-    if ppath.is_file():
-        proj.load_state_dict(torch.load(ppath, weights_only=True, map_location=device))
+    state = _read_cached(ppath, log)
+    if isinstance(state, dict) and _fits(proj, state):
+        proj.load_state_dict(state)
         log.info(f"projector loaded from {ppath}")
         timings["train_s"] = 0.0
     else:

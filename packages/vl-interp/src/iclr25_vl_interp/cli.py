@@ -3,10 +3,12 @@ VLMs (arXiv:2410.02762). Config dataclasses and ``main`` only; the work is in ``
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
@@ -25,12 +27,20 @@ PROG = "iclr25-vl-interp"
 DEFAULT = "lens"
 
 
+def _check_data_root(path: Path, label: str) -> None:
+    from iclr25_vl_interp._inputs import check_fashion_folder
+
+    check_fashion_folder(path, label)
+
+
 @dataclass(frozen=True, kw_only=True)
 class LensConfig(CommonOptions):
     """Internal confidence c_o of object words over the image tokens, per layer, with spatial maps.
 
     --model is a local Hugging Face LLaVA-family folder (processor + weights, read with local_files_only) and
     --image an image file. Without --model a tiny random-weight LLaVA runs (a smoke test: its numbers mean nothing)."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"model": inputs.hf_model(), "image": inputs.image()}
 
     model: Path | None = None
     """Local HF model folder (config, weights, processor); none = the tiny random smoke model."""
@@ -47,6 +57,10 @@ class LensConfig(CommonOptions):
         super().__post_init__()
         if not self.objects:
             raise ValueError("objects must name at least one object word, got ()")
+        if self.model is None and self.image is not None:
+            raise ValueError("image needs model: pass --model <local HF LLaVA folder> with --image")
+        if self.model is not None and self.image is None:
+            raise ValueError("model needs image: pass --image <file> with --model")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +88,13 @@ class EditConfig(LensConfig):
 class ReproduceConfig(CommonOptions):
     """The paper's claims on a VLM composed offline (EfficientNet-Lite0 -> trained projector -> SmolLM2, first
     --lm-layers layers kept) captioning Fashion-MNIST composites: c_o AUROC per layer, localisation, ProjectAway."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "data_root": inputs.folder(
+            expected="a folder holding the Fashion-MNIST IDX .gz files", check=_check_data_root
+        )
+    }
+    OUTPUTS: ClassVar[Mapping[str, inputs.Input]] = {"cache": inputs.output_folder()}
 
     size: Literal["tiny", "quick", "full"] = "quick"
     """tiny (a smoke run, ~1 min), quick (minutes on 2 CPU cores) or full."""
