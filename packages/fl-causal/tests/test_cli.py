@@ -124,3 +124,54 @@ def test_missing_zepid_names_the_install_command(monkeypatch, capsys):
         importlib.util, "find_spec", lambda name, *a: None if name == "zepid" else real(name, *a)
     )
     assert "pip install zepid" in _bad(capsys, ["estimate", "--quiet"])
+
+
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"", "is empty (0 bytes)"),
+        (b"\x89\x00\xff\xfe not text\n", "is not a readable CSV file"),
+        (b"id,time,A,L,Y\n", "has a header but no data rows"),
+        (b"just one column\n1\n", "has no header row of column names"),
+    ],
+)
+def test_a_bad_data_file_exits_2_before_the_command_is_imported(
+    tmp_path, capsys, monkeypatch, content, needle
+):
+    """Issue 37: --data is declared (INPUTS), so a bad file is refused before the command module is imported."""
+    import sys
+
+    from iclr25_fl_causal import cli
+
+    monkeypatch.delitem(sys.modules, "iclr25_fl_causal._experiment", raising=False)
+    bad = tmp_path / "data.csv"
+    bad.write_bytes(content)
+    err = _bad(capsys, ["estimate", "--data", str(bad), *SIM_ARGS])
+    assert needle in err and repr(str(bad)) in err, err
+    assert "iclr25_fl_causal._experiment" not in sys.modules
+    assert cli.EstimateConfig.INPUTS["data"].kind == "csv"
+
+
+def test_bad_input_found_during_the_run_is_input_error_and_names_the_option(sim_csv, tmp_path, capsys):
+    """Issue 37: the grid, a missing column and positivity are the user's input (exit 2, the option named),
+    found before any fit; they exited 1 ("failed: ValueError") after the core's exit codes went by meaning."""
+    base = ["estimate", "--data", str(sim_csv), "--quiet", *SIM_ARGS]
+    assert _bad(capsys, [*base, "--grid", "0.3"]).startswith(
+        "iclr25-fl-causal estimate: error: --grid: grid width 0.3 does not divide the horizon 1"
+    )
+    assert "has no column 'Z' (--covariates)" in _bad(capsys, [*base, "--covariates", "L,Z"])
+    assert "has no column 'W' (--outcome)" in _bad(capsys, [*base, "--outcome", "W"])
+    err = _bad(capsys, [*base, "--grid", "0.5", "--min-followers", "100000"])
+    assert f"--data {str(sim_csv)!r}, grid width 0.5: positivity" in err
+
+
+def test_the_library_keeps_raising_value_error_outside_the_cli(sim_small):
+    from iclr25_fl_causal import ipw
+    from iclr25_fl_causal._estimators import inputs_named
+    from iclr25_shared.errors import InputError
+
+    with pytest.raises(ValueError, match="does not divide the horizon") as caught:
+        ipw(sim_small, "always", grid=0.3, treatment_model="L")
+    assert not isinstance(caught.value, InputError)
+    with inputs_named("--data 'x.csv'"), pytest.raises(InputError, match="^--data 'x.csv': grid width 0.3"):
+        ipw(sim_small, "always", grid=0.3, treatment_model="L")

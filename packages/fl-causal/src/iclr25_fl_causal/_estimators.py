@@ -20,10 +20,12 @@ each with its own recursion, so the g-computation risk curve is non-decreasing b
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,6 +41,30 @@ __all__ = ["PositivityWarning", "Result", "doubly_robust", "g_computation", "ipw
 
 _ESTIMATORS = ("gcomp", "ipw", "dr")
 _ESTIMANDS = ("auto", "risk", "mean")
+
+_INPUT_LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("_INPUT_LABEL", default=None)
+
+
+@contextlib.contextmanager
+def inputs_named(label: str) -> Iterator[None]:
+    """Within the block, an estimator's checks of its arguments and data (everything before the first fit: grid,
+    estimand, formulas, positivity) raise :class:`~iclr25_shared.errors.InputError` prefixed by ``label``; errors
+    of the fits themselves are unchanged. The CLI's boundary (bad user input exits 2, a failing fit 1); library
+    calls outside the block raise ``ValueError`` as documented."""
+    token = _INPUT_LABEL.set(label)
+    try:
+        yield
+    finally:
+        _INPUT_LABEL.reset(token)
+
+
+def _checking() -> contextlib.AbstractContextManager[Any]:
+    label = _INPUT_LABEL.get()
+    if label is None:
+        return contextlib.nullcontext()
+    from iclr25_shared.inputs import validating
+
+    return validating(label)
 
 
 class PositivityWarning(UserWarning):
@@ -591,67 +617,70 @@ def _estimate(
     positivity: str = "raise",
     quiet: bool = True,
 ) -> Result:
-    regime = _check_common(regime, se, n_boot, level, truncate)
-    min_followers = check_int("min_followers", min_followers, low=1)
-    check_choice("positivity", positivity, ("raise", "warn"))
-    check_choice("risk_method", risk_method, ("increments", "direct", "endpoint"))
-    check_choice("estimand", estimand, _ESTIMANDS)
-    check_choice("outcome_family", outcome_family, ("auto", "gaussian", "binomial"))
-    cemetery = check_float("cemetery", cemetery)
-    positivity_bound = check_probability("positivity_bound", positivity_bound)
-    dd = _as_discrete(data, grid)
-    has_outcome = bool(np.isfinite(dd.outcome).any())
-    if estimand == "auto":
-        estimand = "mean" if has_outcome else "risk"
-    if estimand == "mean" and not has_outcome:
-        raise ValueError("estimand 'mean' needs an outcome column; use estimand='risk' for survival")
-    if estimand == "risk" and not dd.death.any():
-        raise ValueError("estimand 'risk' needs deaths in the data (a death column with at least one 1)")
-    if se == "sandwich" and (estimator != "ipw" or regime.incremental is not None or truncate is not None):
-        raise ValueError(
-            "se='sandwich' is implemented for IPW with a static, dynamic or fixed stochastic regime and no weight "
-            "truncation; use se='bootstrap'"
-        )
-    if se == "influence" and estimator == "gcomp":
-        raise ValueError(
-            "se='influence' is not valid for g-computation (its variance depends on the outcome regressions' "
-            "estimation); use se='bootstrap'"
-        )
-    om = Model.coerce(outcome_model, "outcome_model") if estimator in ("gcomp", "dr") else None
-    tm = None
-    if (estimator in ("ipw", "dr") or regime.incremental is not None) and not regime.natural:
-        if treatment_model is None:
-            raise ValueError(f"treatment_model is required for {estimator} (e.g. 'L + A_lag')")
-        tm = Model.coerce(treatment_model, "treatment_model")
-        if tm.absorbing:
-            lag = np.concatenate([np.zeros((dd.n, 1)), dd.treatment[:, :-1]], axis=1)
-            back = dd.at_risk & (lag == 1) & (dd.treatment == 0)
-            if back.any():
-                bad = dd.ids[np.flatnonzero(back.any(axis=1))[:5]].tolist()
-                raise ValueError(
-                    f"treatment_model is absorbing but the treatment goes from 1 back to 0 in {int(back.sum())} "
-                    f"person-intervals (subjects {bad}); use Model(..., absorbing=False) (CLI: --no-absorbing)"
-                )
-    cm = None
-    if estimator in ("ipw", "dr") and dd.has_censoring:
-        if censoring_model is None:
+    with _checking():  # the arguments and data, before any fit (the CLI's bad-input boundary)
+        regime = _check_common(regime, se, n_boot, level, truncate)
+        min_followers = check_int("min_followers", min_followers, low=1)
+        check_choice("positivity", positivity, ("raise", "warn"))
+        check_choice("risk_method", risk_method, ("increments", "direct", "endpoint"))
+        check_choice("estimand", estimand, _ESTIMANDS)
+        check_choice("outcome_family", outcome_family, ("auto", "gaussian", "binomial"))
+        cemetery = check_float("cemetery", cemetery)
+        positivity_bound = check_probability("positivity_bound", positivity_bound)
+        dd = _as_discrete(data, grid)
+        has_outcome = bool(np.isfinite(dd.outcome).any())
+        if estimand == "auto":
+            estimand = "mean" if has_outcome else "risk"
+        if estimand == "mean" and not has_outcome:
+            raise ValueError("estimand 'mean' needs an outcome column; use estimand='risk' for survival")
+        if estimand == "risk" and not dd.death.any():
+            raise ValueError("estimand 'risk' needs deaths in the data (a death column with at least one 1)")
+        if se == "sandwich" and (
+            estimator != "ipw" or regime.incremental is not None or truncate is not None
+        ):
             raise ValueError(
-                "the data are censored: censoring_model is required for IPW and DR (e.g. 'L + A')"
+                "se='sandwich' is implemented for IPW with a static, dynamic or fixed stochastic regime and no weight "
+                "truncation; use se='bootstrap'"
             )
-        cm = Model.coerce(censoring_model, "censoring_model")
-    pb = _Problem(
-        dd,
-        regime,
-        estimand=estimand,
-        cemetery=cemetery,
-        outcome_model=om,
-        treatment_model=tm,
-        censoring_model=cm,
-        outcome_family=outcome_family,
-        risk_method=risk_method,
-        min_followers=min_followers,
-        positivity=positivity,
-    )
+        if se == "influence" and estimator == "gcomp":
+            raise ValueError(
+                "se='influence' is not valid for g-computation (its variance depends on the outcome regressions' "
+                "estimation); use se='bootstrap'"
+            )
+        om = Model.coerce(outcome_model, "outcome_model") if estimator in ("gcomp", "dr") else None
+        tm = None
+        if (estimator in ("ipw", "dr") or regime.incremental is not None) and not regime.natural:
+            if treatment_model is None:
+                raise ValueError(f"treatment_model is required for {estimator} (e.g. 'L + A_lag')")
+            tm = Model.coerce(treatment_model, "treatment_model")
+            if tm.absorbing:
+                lag = np.concatenate([np.zeros((dd.n, 1)), dd.treatment[:, :-1]], axis=1)
+                back = dd.at_risk & (lag == 1) & (dd.treatment == 0)
+                if back.any():
+                    bad = dd.ids[np.flatnonzero(back.any(axis=1))[:5]].tolist()
+                    raise ValueError(
+                        f"treatment_model is absorbing but the treatment goes from 1 back to 0 in {int(back.sum())} "
+                        f"person-intervals (subjects {bad}); use Model(..., absorbing=False) (CLI: --no-absorbing)"
+                    )
+        cm = None
+        if estimator in ("ipw", "dr") and dd.has_censoring:
+            if censoring_model is None:
+                raise ValueError(
+                    "the data are censored: censoring_model is required for IPW and DR (e.g. 'L + A')"
+                )
+            cm = Model.coerce(censoring_model, "censoring_model")
+        pb = _Problem(
+            dd,
+            regime,
+            estimand=estimand,
+            cemetery=cemetery,
+            outcome_model=om,
+            treatment_model=tm,
+            censoring_model=cm,
+            outcome_family=outcome_family,
+            risk_method=risk_method,
+            min_followers=min_followers,
+            positivity=positivity,
+        )
     n = dd.n
     ones = np.ones(n)
     with warnings.catch_warnings(record=True) as caught:

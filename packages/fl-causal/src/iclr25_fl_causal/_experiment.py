@@ -19,10 +19,12 @@ import pandas as pd
 
 from iclr25_fl_causal._data import LongitudinalData
 from iclr25_fl_causal._datasets import gvhd, hiv_art
-from iclr25_fl_causal._estimators import doubly_robust, g_computation, ipw
+from iclr25_fl_causal._estimators import doubly_robust, g_computation, inputs_named, ipw
 from iclr25_fl_causal._glm import Model
 from iclr25_fl_causal._simulate import simulate, true_value
-from iclr25_shared.cli import Result, RunContext, UsageError
+from iclr25_shared.cli import Result, RunContext
+from iclr25_shared.errors import InputError
+from iclr25_shared.inputs import validating
 
 if TYPE_CHECKING:
     from iclr25_fl_causal.cli import BenchConfig, EstimateConfig, ReproduceConfig, SimulateConfig
@@ -530,15 +532,45 @@ class StudySizes:
 
 
 # ---------------------------------------------------------------------------------------------- commands
+def read_long_csv(
+    path: Any, *, label: str = "--data", columns: Sequence[tuple[str, str]] = ()
+) -> pd.DataFrame:
+    """Read a long-format CSV file and check that it has the named columns.
+
+    Args:
+        path: the file.
+        label: the option that named it, for messages.
+        columns: ``(option, column)`` pairs: each column must be in the file (the message names the option).
+
+    Raises:
+        InputError: missing, empty, not a readable CSV, or a named column missing (lists the file's columns).
+    """
+    from iclr25_fl_causal.cli import check_long_csv
+
+    p = check_long_csv(path, label)
+    where = f"{label}: {str(path)!r}"
+    try:
+        frame = pd.read_csv(p)
+    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError, ValueError) as exc:
+        raise InputError(f"{where} is not a readable CSV file ({type(exc).__name__}: {exc})") from None
+    missing = [(opt, col) for opt, col in columns if col not in frame.columns]
+    if missing:
+        named = ", ".join(f"{col!r} ({opt})" for opt, col in missing)
+        raise InputError(
+            f"{where} has no column {named}; its columns are {', '.join(map(str, frame.columns))}"
+        )
+    return frame
+
+
 def _load(cfg: EstimateConfig) -> tuple[LongitudinalData, str]:
     if cfg.data is None:
         return hiv_art(cfg.horizon or 45.0), "zEpid HIV/ART cohort"
-    if not cfg.data.is_file():
-        raise UsageError(f"--data: file {str(cfg.data)!r} does not exist")
-    try:
-        frame = pd.read_csv(cfg.data)
-    except (pd.errors.ParserError, UnicodeDecodeError, pd.errors.EmptyDataError) as exc:
-        raise UsageError(f"--data: {cfg.data} is not a readable CSV ({exc})") from None
+    roles = [("--id", cfg.id), ("--time", cfg.time), ("--treatment", cfg.treatment)]
+    roles += [("--covariates", c) for c in cfg.covariate_list()]
+    roles += [
+        (f"--{name}", getattr(cfg, name)) for name in ("outcome", "death", "censor") if getattr(cfg, name)
+    ]
+    frame = read_long_csv(cfg.data, columns=roles)
     horizon = cfg.horizon or None
     kw: dict[str, Any] = dict(
         id=cfg.id,
@@ -549,9 +581,10 @@ def _load(cfg: EstimateConfig) -> tuple[LongitudinalData, str]:
         death=cfg.death or None,
         censor=cfg.censor or None,
     )
-    if horizon is not None and cfg.time in frame.columns and (frame[cfg.time] > horizon).any():
-        return LongitudinalData(frame, **kw).truncate(horizon), str(cfg.data)
-    return LongitudinalData(frame, horizon=horizon, **kw), str(cfg.data)
+    with validating(f"--data {str(cfg.data)!r}"):  # the data's own checks (rows, values), not a computation
+        if horizon is not None and (frame[cfg.time] > horizon).any():
+            return LongitudinalData(frame, **kw).truncate(horizon), str(cfg.data)
+        return LongitudinalData(frame, horizon=horizon, **kw), str(cfg.data)
 
 
 _ESTIMATE_COLUMNS = (
@@ -599,9 +632,13 @@ def estimate(cfg: EstimateConfig, ctx: RunContext) -> Result:
     if cfg.estimator in ("ipw", "dr"):
         kw.update(treatment_model=tm, censoring_model=cm, truncate=cfg.truncate or None)
     rows, notes = [], []
+    for w in cfg.widths():  # every width fits the horizon before the first fit
+        with validating("--grid"):
+            data.grid(w)
+    where = f"--data {str(cfg.data)!r}" if cfg.data is not None else source
     t0 = time.perf_counter()
     for w in cfg.widths():
-        with warnings.catch_warnings(record=True) as caught:
+        with warnings.catch_warnings(record=True) as caught, inputs_named(f"{where}, grid width {w:g}"):
             warnings.simplefilter("always")
             res = fn(data, cfg.regime, grid=w, **kw)
         notes += [f"width {w:g}: {c.category.__name__}: {c.message}" for c in caught]

@@ -4,11 +4,16 @@ and censoring. Config dataclasses and ``main`` only; the work is in ``_experimen
 
 from __future__ import annotations
 
+import csv
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
+from iclr25_shared.errors import InputError
 
 __all__ = [
     "COMMANDS",
@@ -18,6 +23,7 @@ __all__ = [
     "EstimateConfig",
     "ReproduceConfig",
     "SimulateConfig",
+    "check_long_csv",
     "main",
 ]
 
@@ -25,9 +31,37 @@ PROG = "iclr25-fl-causal"
 DEFAULT = "estimate"
 
 
+def check_long_csv(path: Path, label: str = "--data") -> Path:
+    """A non-empty UTF-8 CSV file with a header row of at least two column names and at least one data row.
+
+    Which columns it must hold depends on --id, --time, --treatment, ... : the command checks them when it reads
+    the file (:func:`iclr25_fl_causal._experiment.read_long_csv`), still before any model is fitted.
+
+    Raises:
+        InputError: missing, empty, a folder, not UTF-8 text, or no header / no data row (names ``label`` and the
+            file).
+    """
+    p = inputs.check_file(path, label=label, expected="a long-format CSV file")
+    where = f"{label}: {str(path)!r}"
+    try:
+        with p.open(newline="", encoding="utf-8") as fh:
+            reader = csv.reader(fh)
+            header = next(reader, None)
+            first = next(reader, None)
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise InputError(f"{where} is not a readable CSV file ({type(exc).__name__})") from None
+    if not header or len([c for c in header if c.strip()]) < 2:
+        raise InputError(f"{where} has no header row of column names; expected a long-format CSV file")
+    if first is None:
+        raise InputError(f"{where} has a header but no data rows")
+    return p
+
+
 @dataclass(frozen=True, kw_only=True)
 class EstimateConfig(CommonOptions):
     """Estimate a regime's effect on long-format data, on each grid width (default: zEpid's HIV/ART cohort)."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"data": inputs.custom(check_long_csv, kind="csv")}
 
     data: Path | None = None
     """Long-format CSV (one row per id and time). Default: zEpid's simulated HIV/ART cohort (needs zepid)."""
