@@ -81,7 +81,7 @@ def _one_line_error(capsys, code, match):
         ("text_a,preferred_text\nx,a\n", "lacks column(s) ['text_b']"),
         ("text_a,text_b,preferred_text\nx,y,tie\nu,v,tie\n", "all 2 pairs are ties"),
         ("text_a,text_b,preferred_text\n", "empty"),
-        ("", "could not read"),
+        ("", "is empty (0 bytes)"),
         ("text_a,text_b,preferred_text\nx,y,maybe\n", "got 'maybe' in row 0"),
     ],
 )

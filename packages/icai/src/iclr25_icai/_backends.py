@@ -35,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from iclr25_shared.checks import check_float, check_int
-from iclr25_shared.errors import SourceUnavailable
+from iclr25_shared.errors import InputError, SourceUnavailable
 
 __all__ = [
     "RETRY_STATUS",
@@ -47,6 +47,7 @@ __all__ = [
     "Message",
     "OpenAICompatibleBackend",
     "ScriptedBackend",
+    "check_cache_file",
     "is_retryable",
     "status_code_of",
 ]
@@ -539,6 +540,48 @@ def _key(record: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(record, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+def check_cache_file(path: str | os.PathLike[str], *, label: str | None = None) -> Path:
+    """A call cache :class:`CachedBackend` can read and append to: an existing file that is UTF-8 JSON lines with at
+    least one cache record (an empty file is a valid cache), or a path that can be created.
+
+    Raises:
+        InputError: a folder; a file that is not UTF-8, or not empty and holding no cache record (another file
+            given by mistake: it is never appended to); a path whose parent is a file or not writable.
+    """
+    p = Path(path).expanduser()
+    where = f"{label}: {str(path)!r}" if label else repr(str(path))
+    if p.is_dir():
+        raise InputError(f"{where} is a folder; expected a JSONL cache file (created when missing)")
+    if p.exists():
+        if not os.access(p, os.R_OK | os.W_OK):
+            raise InputError(f"{where} cannot be read and written (permission denied)")
+        try:
+            lines = [line for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except UnicodeDecodeError:
+            raise InputError(f"{where} is not a JSONL cache file (not UTF-8 text); give a new path") from None
+        partial_first = len(lines) == 1 and lines[0].startswith('{"key": ')  # killed while writing it
+        if lines and not partial_first and not any(_cache_record(line) for line in lines):
+            raise InputError(
+                f"{where} holds {len(lines)} line(s) but no cache record; it is not a cache of this package "
+                "(refusing to append to it): give a new path or an earlier run's cache"
+            )
+        return p
+    parent = p.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise InputError(f"{where} cannot be created in {str(parent)!r}")
+    return p
+
+
+def _cache_record(line: str) -> bool:
+    try:
+        row = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(row, dict) and "key" in row and "response" in row
+
+
 class CachedBackend:
     """Any backend with an append-only JSONL cache of its calls.
 
@@ -566,8 +609,7 @@ class CachedBackend:
         self.misses = 0
         self.skipped_lines = 0
         if self.path is not None and self.path.exists():
-            if not self.path.is_file():
-                raise ValueError(f"cache path {str(self.path)!r} exists and is not a file")
+            check_cache_file(self.path)
             with self.path.open("r", encoding="utf-8") as f:
                 for line in f:
                     try:

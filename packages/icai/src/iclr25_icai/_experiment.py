@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from iclr25_shared.cli import Result, RunContext
+from iclr25_shared.errors import InputError
+from iclr25_shared.inputs import validating
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,7 +46,7 @@ def _load_data(cfg: RunConfig) -> pd.DataFrame:
 
         return make_planted_pairs(_wiki(), "person", 12, seed=cfg.seed, max_words=24)
     reader = {"pairs": read_pairs, "alpacaeval": read_alpacaeval, "arena": read_arena}[cfg.format]
-    return reader(cfg.data)
+    return reader(cfg.data, label="--data")
 
 
 def _backend(cfg: RunConfig, ctx: RunContext) -> Any:
@@ -52,7 +54,8 @@ def _backend(cfg: RunConfig, ctx: RunContext) -> Any:
 
     if cfg.backend == "local":
         ctx.log.info(f"loading the local judge {cfg.model}")
-        return LocalChatBackend(cfg.model, device=ctx.torch_device(), seed=cfg.seed)
+        with validating("--model"):  # the user's model: no chat template, a folder transformers refuses
+            return LocalChatBackend(cfg.model, device=ctx.torch_device(), seed=cfg.seed)
     return OpenAICompatibleBackend(
         cfg.model,
         base_url=cfg.base_url,
@@ -76,11 +79,14 @@ def _embedder(kind: str, backend: Any, device: Any = "cpu") -> Any:
 
 def run(cfg: RunConfig, ctx: RunContext) -> Result:
     """ICAI on ``--data`` (or the embedded planted-rule Wikipedia pairs): constitution, votes, reconstruction."""
-    from iclr25_icai._backends import CachedBackend
+    from iclr25_icai._backends import CachedBackend, check_cache_file
     from iclr25_icai._icai import ICAIConfig, reconstruct, run_icai, validate_pairs
     from iclr25_shared import cache_dir
     from iclr25_shared.metrics import accuracy
 
+    cache_path = None if cfg.no_cache else (cfg.cache or cache_dir("icai") / "calls.jsonl")
+    if cache_path is not None:  # before any model loads
+        check_cache_file(cache_path, label="--cache" if cfg.cache else "the default cache")
     pairs = validate_pairs(_load_data(cfg))
     rng = np.random.default_rng(cfg.seed)
     if cfg.max_pairs and len(pairs) > cfg.max_pairs:
@@ -89,14 +95,13 @@ def run(cfg: RunConfig, ctx: RunContext) -> Result:
         )
     n_test = round(cfg.test_fraction * len(pairs))
     if cfg.test_fraction > 0 and (n_test < 1 or n_test >= len(pairs)):
-        raise ValueError(
-            f"test_fraction={cfg.test_fraction} leaves no train or no test pair out of {len(pairs)}"
+        raise InputError(
+            f"--test-fraction: {cfg.test_fraction} leaves no train or no test pair out of {len(pairs)}"
         )
     order = rng.permutation(len(pairs))
     train = pairs.iloc[np.sort(order[n_test:])].reset_index(drop=True)
     test = pairs.iloc[np.sort(order[:n_test])].reset_index(drop=True) if n_test else train
     inner = _backend(cfg, ctx)
-    cache_path = None if cfg.no_cache else (cfg.cache or cache_dir("icai") / "calls.jsonl")
     llm = CachedBackend(inner, cache_path)
     if llm.skipped_lines:
         ctx.log.warning(f"cache {cache_path}: {llm.skipped_lines} unreadable line(s) ignored")

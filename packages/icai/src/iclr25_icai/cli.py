@@ -3,17 +3,48 @@ or OpenAI-compatible LLM. Config dataclasses and ``main`` only; the work is in `
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
+from iclr25_shared.errors import InputError
 
 __all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "ReproduceConfig", "RunConfig", "main"]
 
 PROG = "iclr25-icai"
 DEFAULT = "run"
+
+
+def _check_data(path: Path, label: str) -> None:
+    from iclr25_icai._formats import check_preferences
+
+    check_preferences(path, label)
+
+
+def _check_chat_model(value: str | Path, label: str) -> None:
+    """A model name, or a local model the judge can load: a Hugging Face folder (config.json, weights) whose
+    tokenizer has a chat template, or a .gguf file."""
+    inputs.check_model_ref(value, label=label)
+    folder = Path(value).expanduser()
+    if not folder.is_dir():
+        return
+    if any(folder.glob("chat_template.*")):
+        return
+    config = folder / "tokenizer_config.json"
+    try:
+        template = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+    except (OSError, ValueError, AttributeError):
+        template = None
+    if not template:
+        raise InputError(
+            f"{label}: {str(value)!r} has no chat template (tokenizer_config.json or chat_template.jinja); the "
+            "judge needs an instruct/chat model"
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -23,6 +54,15 @@ class RunConfig(CommonOptions):
     Without --data the input is the embedded real default: 12 pairs of Wikipedia lead summaries where the preferred
     one is about a person (a planted rule). Writes constitution.json/.md, the votes per principle, and the
     agreement of the annotator with and without the constitution."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "data": inputs.custom(_check_data, kind="table"),
+        "model": inputs.Input("model_ref", True, _check_chat_model, may_be_name=True),
+    }
+    NOT_INPUTS: ClassVar[Mapping[str, str]] = {
+        "cache": "a JSONL file the run appends to: created when missing, and an empty or partly written one is a "
+        "valid cache; the command checks it (iclr25_icai._backends.check_cache_file) before any model loads",
+    }
 
     data: Path | None = None
     """Pairs file (.csv/.json/.jsonl/.parquet with text_a, text_b, preferred_text, optional input)."""
