@@ -15,14 +15,17 @@ from pathlib import Path
 import numpy as np
 
 from iclr25_shared.data import TextClassification
-from iclr25_shared.errors import DatasetUnavailable
+from iclr25_shared.errors import DatasetUnavailable, InputError
+from iclr25_shared.inputs import check_file
 
 __all__ = [
     "SENTIMENT_CLASSES",
     "VADER_FETCH",
     "VADER_SDIST",
+    "check_sentiment_file",
     "default_sentiment_path",
     "movie_review_sentiment",
+    "require_task_data",
 ]
 
 VADER_SDIST = "vaderSentiment-3.3.2.tar.gz"
@@ -40,57 +43,39 @@ def default_sentiment_path() -> Path:
     return cache_dir("vader-sentiment") / VADER_SDIST
 
 
-def _missing(path: Path) -> DatasetUnavailable:
+def _missing(path: Path, label: str | None = None) -> DatasetUnavailable:
+    where = f"{label}: " if label else ""
     return DatasetUnavailable(
-        f"movie-review sentences not found: {path} does not exist; fetch the vaderSentiment source distribution "
-        f"with `{VADER_FETCH.format(folder=path.parent)}` (or pass the path of {VADER_SDIST})"
+        f"{where}movie-review sentences not found: {path} does not exist; fetch the vaderSentiment source "
+        f"distribution with `{VADER_FETCH.format(folder=path.parent)}` (or pass the path of {VADER_SDIST})"
     )
 
 
-def check_sentiment_path(path: str | Path | None) -> Path:
+def check_sentiment_path(path: str | Path | None, *, label: str | None = None) -> Path:
     """The sdist's path (``None`` or ``""`` = :func:`default_sentiment_path`), checked to exist.
+
+    Args:
+        path: the sdist, or ``None``/``""`` for the default place.
+        label: the option that named ``path`` (e.g. ``"--data-path"``), for messages.
 
     Raises:
         DatasetUnavailable: the file does not exist (the message gives the ``pip download`` command).
+        InputError: a given ``path`` is empty or a folder (the message names it).
     """
-    resolved = default_sentiment_path() if path in (None, "") else Path(path).expanduser()
-    if not resolved.is_file():
-        raise _missing(resolved)
-    return resolved
+    if path in (None, ""):
+        resolved = default_sentiment_path()
+        if not resolved.is_file():
+            raise _missing(resolved)
+        return resolved
+    given = Path(path).expanduser()
+    if not given.exists():
+        raise _missing(given, label)
+    return check_file(path, label=label, expected=f"the vaderSentiment source distribution ({VADER_SDIST})")
 
 
-def movie_review_sentiment(
-    path: str | Path | None = None, *, neutral_margin: float = 0.5
-) -> TextClassification:
-    """The movie-review sentences with binary labels: 1 (positive) if the mean rating > ``neutral_margin``,
-    0 (negative) if it is < ``-neutral_margin``; sentences rated in ``[-neutral_margin, neutral_margin]`` are
-    dropped (like SST-2, which drops the neutral phrases; a rating of exactly 0 is dropped even at margin 0).
-    A sentence that occurs twice is kept once (its first occurrence).
-
-    Args:
-        path: ``vaderSentiment-3.3.2.tar.gz`` (the PyPI sdist); ``None`` = :func:`default_sentiment_path`.
-        neutral_margin: half-width of the dropped band around 0, in rating units (the scale is -4 ... +4).
-            Of the 10 605 sentences 37 are rated exactly 0 and 2 repeat an earlier one; at margin 0 that leaves
-            10 566 (5 325 negative, 5 241 positive), at the default 0.5 10 041 (5 060 / 4 981), at 1.0 9 021.
-
-    Returns:
-        :class:`~iclr25_shared.data.TextClassification`: ``texts`` (n,) sentences, ``labels`` (n,) int64 in
-        {0, 1}, ``classes`` ``["negative", "positive"]``, ``titles`` the file's sentence ids, ``descriptions``
-        the mean ratings as strings.
-
-    Raises:
-        DatasetUnavailable: the file does not exist (the message gives the fetch command).
-        ValueError: ``neutral_margin`` negative or not finite; the file is not the sdist (not a tar archive, or
-            the ratings file is missing), a line is not ``id<TAB>rating<TAB>sentence`` with a finite rating, or
-            no sentence is left.
-    """
-    if (
-        not isinstance(neutral_margin, (int, float))
-        or not math.isfinite(neutral_margin)
-        or neutral_margin < 0
-    ):
-        raise ValueError(f"neutral_margin must be a finite number >= 0, got {neutral_margin!r}")
-    source = check_sentiment_path(path)
+def _movie_file(source: Path, label: str | None) -> bytes:
+    """The ratings file's bytes, read from inside the sdist (raises InputError naming the file)."""
+    where = f"{label}: {str(source)!r}" if label else repr(str(source))
     member_name = _INNER_ARCHIVE
     try:
         with tarfile.open(source) as outer:
@@ -102,13 +87,62 @@ def movie_review_sentiment(
                 member = inner.extractfile(_MOVIE_FILE)
                 if member is None:
                     raise KeyError(_MOVIE_FILE)
-                raw = member.read()
-    except tarfile.TarError as exc:
-        raise ValueError(
-            f"{source} is not the vaderSentiment 3.3.2 sdist (not a tar archive: {exc})"
-        ) from exc
+                return member.read()
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        raise InputError(
+            f"{where} is not the vaderSentiment 3.3.2 sdist (not a tar archive: {type(exc).__name__})"
+        ) from None
     except KeyError:
-        raise ValueError(f"{source} is not the vaderSentiment 3.3.2 sdist: it has no {member_name}") from None
+        raise InputError(f"{where} is not the vaderSentiment 3.3.2 sdist: it has no {member_name}") from None
+
+
+def check_sentiment_file(path: str | Path, label: str | None = None) -> Path:
+    """The check of ``--data-path`` before any model loads: the file is the sdist and holds the ratings file.
+
+    Raises:
+        DatasetUnavailable: missing (the message gives the ``pip download`` command).
+        InputError: empty, a folder, not a tar archive, or without the ratings file.
+    """
+    source = check_sentiment_path(path, label=label)
+    _movie_file(source, label)
+    return source
+
+
+def movie_review_sentiment(
+    path: str | Path | None = None, *, neutral_margin: float = 0.5, label: str | None = None
+) -> TextClassification:
+    """The movie-review sentences with binary labels: 1 (positive) if the mean rating > ``neutral_margin``,
+    0 (negative) if it is < ``-neutral_margin``; sentences rated in ``[-neutral_margin, neutral_margin]`` are
+    dropped (like SST-2, which drops the neutral phrases; a rating of exactly 0 is dropped even at margin 0).
+    A sentence that occurs twice is kept once (its first occurrence).
+
+    Args:
+        path: ``vaderSentiment-3.3.2.tar.gz`` (the PyPI sdist); ``None`` = :func:`default_sentiment_path`.
+        label: the option that named ``path`` (e.g. ``"--data-path"``), for messages.
+        neutral_margin: half-width of the dropped band around 0, in rating units (the scale is -4 ... +4).
+            Of the 10 605 sentences 37 are rated exactly 0 and 2 repeat an earlier one; at margin 0 that leaves
+            10 566 (5 325 negative, 5 241 positive), at the default 0.5 10 041 (5 060 / 4 981), at 1.0 9 021.
+
+    Returns:
+        :class:`~iclr25_shared.data.TextClassification`: ``texts`` (n,) sentences, ``labels`` (n,) int64 in
+        {0, 1}, ``classes`` ``["negative", "positive"]``, ``titles`` the file's sentence ids, ``descriptions``
+        the mean ratings as strings.
+
+    Raises:
+        DatasetUnavailable: the file does not exist (the message gives the fetch command).
+        InputError: the file is empty, a folder, not the sdist (not a tar archive, or the ratings file is missing),
+            a line is not ``id<TAB>rating<TAB>sentence`` with a finite rating, or no sentence is left.
+        ValueError: ``neutral_margin`` negative or not finite.
+    """
+    if (
+        not isinstance(neutral_margin, (int, float))
+        or not math.isfinite(neutral_margin)
+        or neutral_margin < 0
+    ):
+        raise ValueError(f"neutral_margin must be a finite number >= 0, got {neutral_margin!r}")
+    source = check_sentiment_path(path, label=label)
+    where = f"{label}: {str(source)!r}" if label else str(source)
+    raw = _movie_file(source, label)
     text = raw.decode("utf-8", errors="replace")
     texts: list[str] = []
     labels: list[int] = []
@@ -126,8 +160,8 @@ def movie_review_sentiment(
             if not math.isfinite(rating):
                 raise ValueError
         except ValueError:
-            raise ValueError(
-                f"{source}: {_MOVIE_FILE} line {number} is not 'id<TAB>mean rating<TAB>sentence': {line[:80]!r}"
+            raise InputError(
+                f"{where}: {_MOVIE_FILE} line {number} is not 'id<TAB>mean rating<TAB>sentence': {line[:80]!r}"
             ) from None
         sentence = fields[2].strip()
         if rating == 0 or abs(rating) <= neutral_margin or not sentence or sentence in seen:
@@ -138,7 +172,7 @@ def movie_review_sentiment(
         ids.append(fields[0])
         ratings.append(fields[1])
     if not texts:
-        raise ValueError(f"{source}: no sentence is rated outside [-{neutral_margin}, {neutral_margin}]")
+        raise InputError(f"{where}: no sentence is rated outside [-{neutral_margin}, {neutral_margin}]")
     return TextClassification(
         texts=texts,
         labels=np.asarray(labels, dtype=np.int64),
@@ -149,16 +183,28 @@ def movie_review_sentiment(
 
 
 def check_task_data(task: str, data_path: str, neutral_margin: float) -> None:
-    """Validate the data options of a command before any long work (the CLI exits 2 with the fetch command).
+    """Validate the data options of a command (no file is touched: the runner checks ``--data-path`` before the
+    command, and :func:`require_task_data` the default source at its start).
 
     Raises:
         ValueError: ``neutral_margin`` < 0 or not finite, or ``data_path`` given for a task that does not read it.
-        DatasetUnavailable: the sentiment task's sdist is missing.
     """
     from iclr25_shared.checks import check_float
 
     check_float("neutral_margin", neutral_margin, low=0.0)
     if data_path and task != "sentiment":
         raise ValueError(f"data_path is read by the sentiment task only; the task is {task!r}")
+
+
+def require_task_data(task: str, data_path: str) -> None:
+    """At the start of a command, before any model loads: the sentiment task's source is there.
+
+    Raises:
+        DatasetUnavailable: the default sdist is missing (the message gives the ``pip download`` command).
+        InputError: the given ``data_path`` is not the sdist.
+    """
     if task == "sentiment":
-        check_sentiment_path(data_path)
+        if data_path:
+            check_sentiment_file(data_path, "--data-path")
+        else:
+            check_sentiment_path(None)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from iclr25_lozo._data import require_task_data
 from iclr25_lozo._optimizer import LOZO, MeZO
 from iclr25_lozo._task import (
     SENTIMENT_LABEL_WORDS,
@@ -29,6 +30,8 @@ from iclr25_lozo._task import (
 from iclr25_lozo.cli import OPTIMIZERS, BenchConfig, FinetuneConfig, ReproduceConfig
 from iclr25_shared.cli import Result, RunContext, progress
 from iclr25_shared.device import PeakMemory, Timer, current_rss_bytes, resolve_device
+from iclr25_shared.errors import InputError
+from iclr25_shared.inputs import validating
 from iclr25_shared.metrics import Estimate, accuracy, paired_t_interval
 from iclr25_shared.results import markdown_table, save_figure
 
@@ -119,17 +122,22 @@ def _apply_lora(model: nn.Module, rank: int) -> nn.Module:
     try:
         from peft import LoraConfig, get_peft_model
     except ImportError as exc:
-        raise ValueError("--lora needs peft: pip install 'iclr25-lozo[lora]'") from exc
+        raise InputError("--lora needs peft: pip install 'iclr25-lozo[lora]'") from exc
     config = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, target_modules=["q_proj", "v_proj"])
     return get_peft_model(model, config)
 
 
 def _load_data(task: str, data_path: str = "", neutral_margin: float = 0.5) -> Any:
-    """The task's labelled texts (:class:`iclr25_shared.data.TextClassification`)."""
+    """The task's labelled texts (:class:`iclr25_shared.data.TextClassification`).
+
+    Raises:
+        InputError: ``data_path`` (``--data-path``) is not the vaderSentiment sdist.
+        DatasetUnavailable: the default source is missing (the message gives the fetch command).
+    """
     if task == "sentiment":
         from iclr25_lozo._data import movie_review_sentiment
 
-        return movie_review_sentiment(data_path or None, neutral_margin=neutral_margin)
+        return movie_review_sentiment(data_path or None, neutral_margin=neutral_margin, label="--data-path")
     from iclr25_shared.data import wiki_summaries
 
     return wiki_summaries()
@@ -157,13 +165,18 @@ def _load_lm(model: str, task: str, data: Any, device: Any, dtype: str, seed: in
 
 def _finetune_task(cfg: FinetuneConfig, device: Any) -> tuple[Any, LabelWordTask, Batch, Batch, Any]:
     data = _load_data(cfg.task, cfg.data_path, cfg.neutral_margin)
-    train_idx, eval_idx = balanced_split(
-        data.labels,
-        shots=cfg.shots,
-        eval_per_class=cfg.eval_per_class,
-        seed=cfg.seed,
-        class_names=data.classes,
-    )
+    with validating("--shots/--eval-per-class"):  # sizes that must fit the data, before the model loads
+        train_idx, eval_idx = balanced_split(
+            data.labels,
+            shots=cfg.shots,
+            eval_per_class=cfg.eval_per_class,
+            seed=cfg.seed,
+            class_names=data.classes,
+        )
+    if cfg.batch_size > len(train_idx):
+        raise InputError(
+            f"--batch-size: {cfg.batch_size} exceeds the {len(train_idx)} training examples (shots x classes)"
+        )
     lm = _load_lm(cfg.model, cfg.task, data, device, cfg.dtype, cfg.seed)
     task = _label_task(cfg.task, lm.tokenizer, data.classes, cfg.max_text_tokens)
     train = task.encode(data.subset(train_idx)).to(device)
@@ -198,12 +211,13 @@ def _plot_losses(curves: dict[str, list[float]], path: Path, title: str, xlabel:
 
 def finetune(cfg: FinetuneConfig, ctx: RunContext) -> Result:
     """Run the ``finetune`` subcommand; see :class:`~iclr25_lozo.cli.FinetuneConfig`."""
+    import importlib.util
+
+    require_task_data(cfg.task, cfg.data_path)  # the sentiment source, before any model loads
+    if cfg.lora and importlib.util.find_spec("peft") is None:
+        raise InputError("--lora needs peft: pip install 'iclr25-lozo[lora]'")
     device = ctx.torch_device()
     lm, task, train, held, data = _finetune_task(cfg, device)
-    if cfg.batch_size > len(train):
-        raise ValueError(
-            f"batch_size={cfg.batch_size} exceeds the {len(train)} training examples (shots x classes)"
-        )
     model = lm.model
     if cfg.lora:
         model = _apply_lora(model, cfg.lora_rank)
@@ -516,6 +530,8 @@ PAIRS = [
 
 def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     """Run the ``reproduce`` subcommand; see :class:`~iclr25_lozo.cli.ReproduceConfig`."""
+    if not cfg.skip_lm:
+        require_task_data(cfg.lm_task, cfg.data_path)  # the sentiment source, before any model loads
     device = ctx.torch_device()
     log = ctx.log.info
     seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
@@ -527,19 +543,25 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     if not cfg.skip_lm:
         start = time.perf_counter()
         data = _load_data(cfg.lm_task, cfg.data_path, cfg.neutral_margin)
+        with validating(
+            "--shots/--val-per-class/--test-per-class"
+        ):  # must fit the data; before the model loads
+            index = {
+                seed: kshot_split(
+                    data.labels,
+                    shots=cfg.shots,
+                    val_per_class=cfg.val_per_class,
+                    test_per_class=cfg.test_per_class,
+                    seed=seed,
+                )
+                for seed in seeds
+            }
         lm = _load_lm(cfg.model, cfg.lm_task, data, device, "float32", cfg.seed)
         model = lm.model.eval()
         task = _label_task(cfg.lm_task, lm.tokenizer, data.classes, cfg.max_text_tokens)
         splits, zero_shot = {}, {}
         for seed in seeds:
-            tr, va, te = kshot_split(
-                data.labels,
-                shots=cfg.shots,
-                val_per_class=cfg.val_per_class,
-                test_per_class=cfg.test_per_class,
-                seed=seed,
-            )
-            splits[seed] = tuple(task.encode(data.subset(i)).to(device) for i in (tr, va, te))
+            splits[seed] = tuple(task.encode(data.subset(i)).to(device) for i in index[seed])
             zero_shot[seed] = _scores(
                 task, model, dict(zip(("train", "val", "test"), splits[seed], strict=True))
             )

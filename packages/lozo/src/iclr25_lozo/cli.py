@@ -7,10 +7,12 @@ Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
@@ -24,10 +26,26 @@ OPTIMIZERS = ("lozo", "lozo-m", "mezo", "adam")
 Task = Literal["wiki", "sentiment"]
 
 
+def _check_sdist(path: Path, label: str) -> None:
+    from iclr25_lozo._data import check_sentiment_file
+
+    check_sentiment_file(path, label)
+
+
+_INPUTS: Mapping[str, inputs.Input] = {
+    "data_path": inputs.custom(_check_sdist, kind="vader_sdist"),
+    "model": inputs.model_ref(),
+}
+"""The user's files, checked by the runner before the command is imported (a model path: a Hugging Face folder
+with weights, or a .gguf file; --data-path: the vaderSentiment sdist holding the ratings file)."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class FinetuneConfig(CommonOptions):
     """Fine-tune a causal LM with LOZO (forward passes only) on Wikipedia topic classification (or movie-review
     sentiment); print zero-shot and fine-tuned accuracy."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = _INPUTS
 
     task: Task = "wiki"
     """wiki (11 Wikipedia topics) or sentiment (movie-review sentences, positive/negative, SST-2 style)."""
@@ -84,9 +102,7 @@ class FinetuneConfig(CommonOptions):
         check_int("batch_size", self.batch_size, low=1)
         check_int("max_text_tokens", self.max_text_tokens, low=4)
         check_int("lora_rank", self.lora_rank, low=1)
-        if self.model.startswith((".", "/", "~")) and not Path(self.model).expanduser().exists():
-            raise ValueError(f"model: path {self.model!r} does not exist")
-        from iclr25_lozo._data import check_task_data
+        from iclr25_lozo._data import check_task_data  # the options only; no file is read here
 
         check_task_data(self.task, self.data_path, self.neutral_margin)
 
@@ -97,6 +113,8 @@ class ReproduceConfig(CommonOptions):
     budgets on SmolLM2 (k-shot movie-review sentiment by default), each with its own learning-rate grid (and beta
     for LOZO-M) chosen on a validation split of the tuning seed (--seed), then --seeds seeds at the chosen setting
     with paired differences; --digits adds the digits-MLP comparison."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = _INPUTS
 
     model: str = "smollm2-135m-instruct"
     """Model (see finetune --model); 'tiny' for a smoke run."""
@@ -174,7 +192,7 @@ class ReproduceConfig(CommonOptions):
         if self.skip_lm and not self.digits:
             raise ValueError("skip_lm with digits off leaves nothing to run; drop --skip-lm or add --digits")
         if not self.skip_lm:
-            from iclr25_lozo._data import check_task_data
+            from iclr25_lozo._data import check_task_data  # the options only; no file is read here
 
             check_task_data(self.lm_task, self.data_path, self.neutral_margin)
 
@@ -190,6 +208,8 @@ class ReproduceConfig(CommonOptions):
 class BenchConfig(CommonOptions):
     """Peak memory and time per step of LOZO, MeZO and first-order Adam, each as a ratio to one inference forward
     pass of the same model and batch (each method measured in a fresh process of this run)."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"model": inputs.model_ref()}
 
     model: str = "smollm2-135m-instruct"
     """Model to measure (see finetune --model)."""
