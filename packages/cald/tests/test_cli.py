@@ -73,22 +73,34 @@ def wiki_file(tmp_path_factory):
 
 
 def test_convert_end_to_end_saves_a_loadable_model(tiny_model_dir, wiki_file, tmp_path, capsys):
+    import os
+
     out = tmp_path / "run"
-    code = main(
-        [
-            "convert",
-            "--model",
-            str(tiny_model_dir),
-            "--data",
-            str(wiki_file),
-            "--mixer",
-            "mamba",
-            "--out",
-            str(out),
-            "--quiet",
-        ]
-    )
+    umask = os.umask(0o022)
+    try:
+        code = main(
+            [
+                "convert",
+                "--model",
+                str(tiny_model_dir),
+                "--data",
+                str(wiki_file),
+                "--mixer",
+                "mamba",
+                "--out",
+                str(out),
+                "--quiet",
+            ]
+        )
+    finally:
+        os.umask(umask)
     assert code == 0
+    # issue 37: safetensors wrote model/model.safetensors 0600; every result file is ordinary (0644 under 022)
+    modes = {str(p.relative_to(out)): p.stat().st_mode & 0o777 for p in out.rglob("*")}
+    assert "model/model.safetensors" in modes
+    assert modes == {k: 0o755 if (out / k).is_dir() else 0o644 for k in modes}, {
+        k: oct(v) for k, v in modes.items()
+    }
     res = json.loads((out / "results.json").read_text())
     m = res["metrics"]
     assert m["kept_tensors"] == m["kept_tensors_bit_identical"] > 0
@@ -217,4 +229,97 @@ def test_unsupported_architecture_exits_2(tmp_path, capsys, wiki_file):
         tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0}, unk_token="<unk>")), unk_token="<unk>"
     ).save_pretrained(folder)
     assert main(["convert", "--model", str(folder), "--data", str(wiki_file)]) == 2
-    assert "unsupported architecture: model_type='gpt2'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--model: " in err and "unsupported architecture: model_type='gpt2'" in err
+    assert main(["distill", "--model", str(folder), "--data", str(wiki_file)]) == 2
+    assert "supported model_type values are llama" in capsys.readouterr().err
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail the test if the command gets as far as loading a model."""
+    import iclr25_shared.models
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded although an input was bad")
+
+    monkeypatch.setattr(iclr25_shared.models, "load_causal_lm", refuse)
+
+
+@pytest.mark.parametrize("command", ["convert", "distill", "reproduce"])
+@pytest.mark.parametrize(
+    ("content", "needle"),
+    [
+        (b"[]", "holds a JSON list; expected an object of records"),
+        (b'{"a": {"extract": "text", "title": "t"}}', "record 0 has no 'topic'"),
+        (b"", "is empty (0 bytes)"),
+    ],
+)
+def test_a_bad_wiki_file_exits_2_naming_it_before_any_model_loads(
+    tmp_path, capsys, monkeypatch, no_model, command, content, needle
+):
+    """Issue 37: a JSON list exited 1 (AttributeError), a record without topic 1 (KeyError), an empty file 2 with
+    "Expecting value: line 1 column 1" and no file name, each only after SmolLM2 had loaded (30-60 s)."""
+    import time
+
+    monkeypatch.delitem(sys.modules, "iclr25_cald._experiment", raising=False)
+    bad = tmp_path / "summaries.json"
+    bad.write_bytes(content)
+    start = time.perf_counter()
+    code = main([command, "--data", str(bad)])
+    elapsed = time.perf_counter() - start
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and err.startswith(f"iclr25-cald {command}: error: --data: "), err
+    assert repr(str(bad)) in err and needle in err, err
+    assert "iclr25_cald._experiment" not in sys.modules  # refused before the command was imported
+    assert elapsed < 3.0, elapsed
+
+
+def test_the_library_loader_names_the_file_too(tmp_path):
+    from iclr25_cald._experiment import _wiki
+    from iclr25_shared.errors import InputError
+
+    bad = tmp_path / "summaries.json"
+    bad.write_text("[]")
+    with pytest.raises(InputError, match=r"^--data: '.*summaries.json' holds a JSON list"):
+        _wiki(bad)
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (
+            ["distill", "--train-examples", "40", "--eval-examples", "9"],
+            "40 + 9 examples exceed the 48 in --data",
+        ),
+        (
+            [
+                "distill",
+                "--layers",
+                "3",
+                "--train-examples",
+                "8",
+                "--eval-examples",
+                "8",
+                "--batch-size",
+                "4",
+            ],
+            "--layers: 3 exceeds the 2 decoder layers",
+        ),
+        (["convert", "--layers", "3"], "--layers: 3 exceeds the 2 decoder layers"),
+    ],
+)
+def test_options_that_do_not_fit_the_model_or_data_exit_2(tiny_model_dir, wiki_file, capsys, argv, needle):
+    """They exited 1 ("failed: ValueError") once the core's exit codes went by meaning."""
+    code = main([*argv, "--model", str(tiny_model_dir), "--data", str(wiki_file), "--quiet"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert len(err.splitlines()) == 1 and needle in err, err
+
+
+def test_supported_architectures_agree_with_the_converter():
+    from iclr25_cald import FAMILIES
+    from iclr25_cald.cli import CONVERTIBLE
+
+    assert tuple(sorted(FAMILIES)) == CONVERTIBLE

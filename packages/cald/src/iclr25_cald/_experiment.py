@@ -15,27 +15,41 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from iclr25_shared.cli import Result, RunContext
+from iclr25_shared.errors import InputError
 
 if TYPE_CHECKING:
     from iclr25_cald.cli import BenchConfig, ConvertConfig, DistillConfig, ReproduceConfig
 
 
-def _load(model: str, ctx: RunContext) -> Any:
+def _load(model: str, ctx: RunContext, *, layers: int = 0, families: tuple[str, ...] = ("llama",)) -> Any:
+    """The teacher, checked to be of a family the command converts and to have at least ``layers`` layers."""
     from iclr25_shared.models import load_causal_lm
 
     ctx.log.info("loading %s ...", model)
-    return load_causal_lm(model, device=ctx.torch_device())
+    lm = load_causal_lm(model, device=ctx.torch_device())
+    model_type = getattr(lm.model.config, "model_type", None)
+    if model_type not in families:  # a .gguf file or a Hub id; a local folder was checked before it loaded
+        raise InputError(
+            f"--model: {model!r}: unsupported architecture: model_type={model_type!r} "
+            f"({type(lm.model).__name__}); supported model_type values are {', '.join(families)}"
+        )
+    total = int(lm.model.config.num_hidden_layers)
+    if layers > total:
+        raise InputError(f"--layers: {layers} exceeds the {total} decoder layers of --model {model!r}")
+    return lm
 
 
 def _wiki(data: Any) -> Any:
     from iclr25_shared.data import wiki_summaries
 
-    return wiki_summaries(path=data)
+    return wiki_summaries(path=data, label="--data")
 
 
 def _split(n: int, n_train: int, n_eval: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     if n_train + n_eval > n:
-        raise ValueError(f"train ({n_train}) + eval ({n_eval}) examples exceed the {n} available")
+        raise InputError(
+            f"--train-examples/--eval-examples: {n_train} + {n_eval} examples exceed the {n} in --data"
+        )
     order = np.random.default_rng(seed).permutation(n)
     return order[:n_train], order[n_train : n_train + n_eval]
 
@@ -87,9 +101,9 @@ def _setup(cfg: Any, ctx: RunContext) -> dict[str, Any]:
     from iclr25_cald._task import prefix_model, tokenize
 
     torch.manual_seed(cfg.seed)
-    lm = _load(cfg.model, ctx)
-    wiki = _wiki(cfg.data)
+    wiki = _wiki(cfg.data)  # the data first: its problems never wait for the model
     train_idx, eval_idx = _split(len(wiki), cfg.train_examples, cfg.eval_examples, cfg.seed)
+    lm = _load(cfg.model, ctx, layers=cfg.layers)
     tok = lm.tokenizer
     train = tokenize(tok, [wiki.texts[i] for i in train_idx], wiki.labels[train_idx], cfg.seq_len)
     evald = tokenize(tok, [wiki.texts[i] for i in eval_idx], wiki.labels[eval_idx], cfg.seq_len)
@@ -206,12 +220,18 @@ def convert(cfg: ConvertConfig, ctx: RunContext) -> Result:
     """Convert SmolLM2 (or ``--model``) and report the weight accounting and the layerwise gap on real text."""
     import torch
 
+    from iclr25_cald._convert import FAMILIES, save_converted
     from iclr25_cald._convert import convert as convert_model
-    from iclr25_cald._convert import save_converted
     from iclr25_cald._task import prefix_model, tokenize
 
-    lm = _load(cfg.model, ctx)
+    wiki = _wiki(cfg.data)  # the data first: its problems never wait for the model
+    lm = _load(cfg.model, ctx, layers=cfg.layers, families=tuple(sorted(FAMILIES)))
     layers = cfg.layers or int(lm.model.config.num_hidden_layers)
+    if layers != lm.model.config.num_hidden_layers and lm.model.config.model_type != "llama":
+        raise InputError(
+            f"--layers: a layer prefix is built for Llama models only; --model {cfg.model!r} is "
+            f"{lm.model.config.model_type!r} (use --layers 0)"
+        )
     teacher = (
         prefix_model(lm.model, layers, task="lm") if layers != lm.model.config.num_hidden_layers else lm.model
     )
@@ -224,7 +244,6 @@ def convert(cfg: ConvertConfig, ctx: RunContext) -> Result:
     t_state, s_state = teacher.state_dict(), student.state_dict()
     kept = [k for k in t_state if k in s_state]
     identical = sum(bool(torch.equal(t_state[k], s_state[k])) for k in kept)
-    wiki = _wiki(cfg.data)
     data = tokenize(lm.tokenizer, wiki.texts[:32], wiki.labels[:32], min(cfg.max_seq_len, 64))
     dist = _layer_distance(student, teacher, data, n=32)
     n_new = sum(s_state[k].numel() for k in conv.report.new_keys)

