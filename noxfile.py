@@ -11,6 +11,7 @@ own venv, so an import a package forgot to declare fails here.
     uv run nox -s "wheel(lozo)"     # build with --no-sources, pip-install the wheels in a clean venv, contract tests
     uv run nox -s lowest            # every member at its lowest direct dependency versions, fast tier
     uv run nox -s docs              # every Python block of README.md, docs/*.md, packages/*/README.md, as written
+    uv run nox -s workspace         # every package's default verb at its smallest size, in the README's set-up
 
 Data sources a test cannot get are skipped with the install command; with ICLR25_REQUIRE_DATA=1 (set by .ci/run)
 they fail instead, so CI never goes green by skipping.
@@ -189,10 +190,8 @@ def wheel(session: nox.Session, package: str) -> None:
     )
 
 
-@nox.session
-def docs(session: nox.Session) -> None:
-    """Every Python code block of the project's Markdown runs as written, in order per file, in one environment with
-    every member (tools/doc_blocks.py; a block that cannot run here carries `<!-- docs: skip REASON -->`)."""
+def _sync_workspace(session: nox.Session) -> None:
+    """The README's set-up in the session's venv: every member with its runtime extras (the root `dev` group)."""
     session.run_install(
         "uv",
         "sync",
@@ -202,7 +201,34 @@ def docs(session: nox.Session) -> None:
         env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
         external=True,
     )
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Every Python code block of the project's Markdown runs as written, in order per file, in one environment with
+    every member (tools/doc_blocks.py; a block that cannot run here carries `<!-- docs: skip REASON -->`)."""
+    _sync_workspace(session)
     session.run("python", str(ROOT / "tools" / "doc_blocks.py"), *session.posargs, env=_test_env())
+
+
+@nox.session(default=False)
+def workspace(session: nox.Session) -> None:
+    """After the README's set-up, every package's default verb runs at its smallest size (tests/, slow)."""
+    _sync_workspace(session)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "-c",
+        str(ROOT / "pyproject.toml"),
+        "--rootdir",
+        str(ROOT),
+        str(ROOT / "tests"),
+        "-m",
+        "slow or not slow",
+        *session.posargs,
+        env=_test_env(),
+    )
 
 
 @nox.session(default=False)
