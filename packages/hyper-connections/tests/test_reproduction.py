@@ -141,3 +141,34 @@ def test_bad_reproduce_input_exits_2_with_one_line(
     err = capsys.readouterr().err.strip()
     assert message in err
     assert len(err.splitlines()) == 1
+
+
+def test_a_cache_that_is_a_file_exits_2_before_any_training(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    cache = tmp_path / "cache"
+    cache.write_text("a file, not a folder")
+    out = tmp_path / "out"
+    assert main(["reproduce", *TINY, "--cache", str(cache), "--out", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--cache" in err and str(cache) in err, err
+    assert not out.exists() and cache.read_text() == "a file, not a folder"
+
+
+@pytest.mark.parametrize(
+    "content", ["{not json", '{"key": 1, "result": []}', "[]", '{"key": KEY, "result": {}}']
+)
+def test_a_corrupt_cache_entry_is_trained_again_not_a_crash(tmp_path: Path, content: str) -> None:
+    from iclr25_hyper_connections._experiment import TrainResult, _cached
+
+    key = {"variant": "residual", "seed": 0}
+    fresh = TrainResult(variant="residual", seed=0, num_params=3, final_val_loss=1.5, lr=1e-3)
+    assert _cached(tmp_path, key, lambda: fresh) == fresh
+    (entry,) = tmp_path.glob("run-*.json")
+    entry.write_text(content.replace("KEY", json.dumps(key)))
+    assert _cached(tmp_path, key, lambda: fresh) == fresh  # read as a miss, trained again and rewritten
+
+    def fail() -> TrainResult:
+        raise AssertionError("a valid cached run was trained again")
+
+    assert _cached(tmp_path, key, fail) == fresh

@@ -632,11 +632,14 @@ def _cached(cache: Path | None, key: dict[str, Any], run: Callable[[], TrainResu
     text = json.dumps(key, sort_keys=True, default=str)
     path = cache / f"run-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
     if path.is_file():
-        data = json.loads(path.read_text())
-        if data.get("key") == json.loads(text):
-            fields = data["result"]
-            fields["checkpoint_losses"] = {int(k): v for k, v in fields["checkpoint_losses"].items()}
-            return TrainResult(**fields)
+        try:  # an entry that does not parse or fit is a miss: it is trained again and overwritten
+            data = json.loads(path.read_text(encoding="utf-8"))
+            if data.get("key") == json.loads(text):
+                fields = dict(data["result"])
+                fields["checkpoint_losses"] = {int(k): v for k, v in fields["checkpoint_losses"].items()}
+                return TrainResult(**fields)
+        except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
+            pass
     result = run()
     cache.mkdir(parents=True, exist_ok=True)
     atomic_write_text(

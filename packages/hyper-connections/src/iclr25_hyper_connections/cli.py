@@ -4,11 +4,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from iclr25_hyper_connections._variants import MAX_EXPANSION_RATE, check_variant
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
@@ -98,6 +100,8 @@ class ReproduceConfig(CommonOptions):
     not one of the reported seeds); the reported seeds give every variant the same initial weights and batches,
     so the loss differences are paired; 95 % t-intervals at several token counts; the paper's Fig. 3
     representation-collapse probe over every sub-layer. Options left unset take the --size preset."""
+
+    OUTPUTS: ClassVar[Mapping[str, inputs.Input]] = {"cache": inputs.output_folder()}
 
     size: Literal["quick", "full"] = "quick"
     """quick (residual vs DHCx4, d=32, 80 steps, 2 learning rates, 1 tuning seed) or full (residual, SHCx4, DHCx4;
