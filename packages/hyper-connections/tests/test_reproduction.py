@@ -172,3 +172,15 @@ def test_a_corrupt_cache_entry_is_trained_again_not_a_crash(tmp_path: Path, cont
         raise AssertionError("a valid cached run was trained again")
 
     assert _cached(tmp_path, key, fail) == fresh
+
+
+@pytest.mark.parametrize("command", ["train", "reproduce"])
+def test_a_context_longer_than_the_corpus_exits_2_naming_the_options(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    out = tmp_path / "out"
+    args = [command, "--max-docs", "2", "--context", "1024", "--steps", "1", "--quiet", "--out", str(out)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--context" in err and "--max-docs 2" in err, err
+    assert not out.exists()

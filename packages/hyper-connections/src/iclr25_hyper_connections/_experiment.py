@@ -456,11 +456,24 @@ def _train_kwargs(cfg: _TrainingOptions) -> dict[str, Any]:
     }
 
 
+def _check_fits(corpus: Any, context: int, max_docs: int | None) -> None:
+    """The user's --max-docs and --context against the corpus (train_lm would refuse it with a plain ValueError)."""
+    if len(corpus.train) <= context + 1 or len(corpus.val) <= context + 1:
+        from iclr25_shared.errors import InputError
+
+        docs = f"--max-docs {max_docs}" if max_docs is not None else "the whole corpus"
+        raise InputError(
+            f"--context/--max-docs: {docs} gives {len(corpus.train):,} training and {len(corpus.val):,} validation "
+            f"tokens, too few for windows of --context {context} + 1; raise --max-docs or lower --context"
+        )
+
+
 def train(cfg: TrainConfig, ctx: RunContext) -> Result:
     """Train one variant; its loss curve and final validation loss (nats/token)."""
     device = _setup(cfg, ctx)
     variant = Variant.parse(cfg.variant)
     corpus = load_corpus(cfg.tokenizer, max_docs=cfg.max_docs)
+    _check_fits(corpus, cfg.context, cfg.max_docs)
     ctx.log.info(
         f"{variant.name}: {len(corpus.train):,} train / {len(corpus.val):,} val tokens ({cfg.tokenizer}), {device}"
     )
@@ -654,6 +667,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     st = _setting(cfg)
     variants = [Variant.parse(v) for v in st.variants]
     corpus = load_corpus(cfg.tokenizer, max_docs=cfg.max_docs)
+    _check_fits(corpus, st.context, cfg.max_docs)
     spec = ModelSpec(dim=st.dim, num_layers=st.num_layers, num_heads=st.num_heads, context=st.context)
     seeds = [cfg.seed + i for i in range(cfg.num_seeds)]
     tune_seeds = [cfg.seed + 1000 + i for i in range(st.tuning_seeds)]
