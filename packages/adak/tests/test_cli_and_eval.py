@@ -346,7 +346,7 @@ def test_a_nan_weight_model_exits_2_naming_the_folder_and_the_tensor(folders, tm
 @pytest.mark.parametrize(
     ("content", "needle"),
     [
-        (b"\x89 garbage, not a checkpoint\n", "loads safely"),
+        (b"\x89 garbage, not a checkpoint\n", "is not an allocators.pt written by `train --out`"),
         ({"unrelated.weight": torch.zeros(2)}, "holds no allocator tensors"),
         ({"model.layers.0.mlp.allocator.proj.weight": torch.zeros(3, 5)}, "do not fit this model"),
         ({"model.layers.0.mlp.allocator.proj.weight": torch.full((6, 32), float("nan"))}, "NaN or inf"),
