@@ -455,3 +455,39 @@ def test_quiet_leaves_huggingface_hub_bars_on_afterwards_without_a_warning():
     hub = pytest.importorskip("huggingface_hub.utils")
     assert run("iclr25-toy", _cmds(lambda c, x: Result()), ["--quiet"], default="go") == 0
     assert not hub.are_progress_bars_disabled()
+
+
+def test_fashion_mnist_folder_check_names_the_missing_corrupt_or_short_file(tmp_path):
+    import gzip
+
+    folder = tmp_path / "fm"
+    folder.mkdir()
+    with pytest.raises(InputError, match="has no t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz"):
+        inputs.check_fashion_mnist_folder(folder, label="--data-root", splits=("test",))
+    (folder / "t10k-images-idx3-ubyte.gz").write_bytes(b"not gzip")
+    (folder / "t10k-labels-idx1-ubyte.gz").write_bytes(b"not gzip")
+    with pytest.raises(InputError, match="t10k-images-idx3-ubyte.gz' is not a gzip-compressed IDX file"):
+        inputs.check_fashion_mnist_folder(folder, label="--data-root", splits=("test",))
+    for name, header in (("t10k-images-idx3-ubyte.gz", 3), ("t10k-labels-idx1-ubyte.gz", 1)):
+        with gzip.open(folder / name, "wb") as fh:
+            fh.write(bytes([0, 0, 8, header]) + (7).to_bytes(4, "big"))
+    with pytest.raises(InputError, match="holds 7 examples; Fashion-MNIST test has 10000"):
+        inputs.check_fashion_mnist_folder(folder, label="--data-root", splits=("test",))
+
+
+def test_help_into_a_closed_pipe_prints_no_traceback():
+    """`iclr25-x --help | head`: the reader is gone before the help is written (the pipe is closed before the child
+    has imported anything), so the write fails with EPIPE."""
+    script = (
+        "import sys\n"
+        "from iclr25_shared.cli import CommonOptions, Result, run\n"
+        "print(run('iclr25-toy', {'go': (CommonOptions, lambda c, x: Result())}, ['go', '--help'], default='go'),"
+        " file=sys.stderr)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=60)
+    text = err.decode()
+    assert "Traceback" not in text and "BrokenPipeError" not in text, text
+    assert text.strip() == "0"

@@ -245,13 +245,13 @@ def test_fashion_mnist_from_a_user_folder(tmp_path):
     assert np.array_equal(got_images, images) and np.array_equal(got_labels, labels)
     _fake_fashion(tmp_path / "tv" / "FashionMNIST" / "raw")  # torchvision's layout
     assert data.fashion_mnist("test", root=tmp_path / "tv")[0].shape == (10_000, 28, 28)
-    with pytest.raises(ValueError, match="expected 60000 train examples, found 5"):
-        data.fashion_mnist("train", root=tmp_path / "mine")
+    with pytest.raises(InputError, match="holds 5 examples; Fashion-MNIST train has 60000"):
+        data.fashion_mnist("train", root=tmp_path / "mine", label="--data-root")
     with pytest.raises(ValueError, match="split must be"):
         data.fashion_mnist("validation")
 
 
-def test_fashion_mnist_search_order_is_root_system_cache(tmp_path, monkeypatch):
+def test_fashion_mnist_search_order_is_root_only_else_system_then_cache(tmp_path, monkeypatch):
     for shift, where in ((1, "root"), (2, "system"), (3, "cache/fashion-mnist")):
         _fake_fashion(tmp_path / where, shift=shift)
     monkeypatch.setenv("ICLR25_FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "system"))
@@ -260,7 +260,10 @@ def test_fashion_mnist_search_order_is_root_system_cache(tmp_path, monkeypatch):
         return int(data.fashion_mnist("test", **kwargs)[1][0])
 
     assert first_label(root=tmp_path / "root") == 1
-    assert first_label(root=tmp_path / "empty") == 2  # a root without the files falls through
+    (tmp_path / "empty").mkdir()
+    # the user's folder without the files is an error naming it, never a silent fall-back to another copy
+    with pytest.raises(InputError, match=r"--data-root: '.*empty' has no t10k-images-idx3-ubyte.gz"):
+        data.fashion_mnist("test", root=tmp_path / "empty", label="--data-root")
     assert first_label() == 2
     monkeypatch.setenv("ICLR25_FASHION_MNIST_SYSTEM_DIR", "")  # empty: skip the system folder
     assert first_label() == 3
@@ -274,10 +277,11 @@ def test_fashion_mnist_without_fetching_names_the_install_commands(tmp_path, mon
         str(tmp_path / "cache" / "fashion-mnist"),
         "fetching is off",
     ]
+    monkeypatch.setenv("ICLR25_FASHION_MNIST_SYSTEM_DIR", str(tmp_path / "no-system"))
     with pytest.raises(DatasetUnavailable) as info:
-        data.fashion_mnist("test", root=tmp_path / "empty")
+        data.fashion_mnist("test")
     assert all(part in str(info.value) for part in expected), str(info.value)
-    assert str(tmp_path / "empty") in str(info.value)  # says where it looked
+    assert str(tmp_path / "no-system") in str(info.value)  # says where it looked
     monkeypatch.delenv("ICLR25_NO_FETCH")
     with pytest.raises(DatasetUnavailable, match="fetching is off"):
         data.fashion_mnist("test", download=False)

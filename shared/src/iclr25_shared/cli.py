@@ -740,6 +740,11 @@ def run(
         except KeyboardInterrupt:
             print(f"{label}: interrupted; no results were written", file=sys.stderr)
             return 130
+        # `iclr25-x --help | head`: the reader left; no traceback, nothing more to print
+        except BrokenPipeError:
+            with contextlib.suppress(OSError, ValueError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
 
 
 def _run(

@@ -345,11 +345,13 @@ def fashion_mnist(
     *,
     root: str | os.PathLike[str] | None = None,
     download: bool = True,
+    label: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fashion-MNIST (Xiao et al., 2017, arXiv:1708.07747): 60 000 train / 10 000 test 28×28 greyscale images.
 
-    Looks for the IDX ``.gz`` files in ``root`` (if given; also ``root/FashionMNIST/raw``, torchvision's
-    layout), then Debian's ``/usr/share/datasets/fashion-mnist`` (``$ICLR25_FASHION_MNIST_SYSTEM_DIR`` replaces
+    With ``root`` (the user's folder) the files are read from there only (also ``root/FashionMNIST/raw``,
+    torchvision's layout): a folder without them is an error, never a silent fall-back to another copy. Without
+    ``root``: Debian's ``/usr/share/datasets/fashion-mnist`` (``$ICLR25_FASHION_MNIST_SYSTEM_DIR`` replaces
     it; set it empty to skip it), then the user cache. When none has them and fetching is on (``download`` and
     no ``ICLR25_NO_FETCH``), fetches all four files into the cache, under a file lock: on Debian/Ubuntu with
     ``apt-get download dataset-fashion-mnist`` (no root needed; with private apt lists if the system's lack the
@@ -358,8 +360,9 @@ def fashion_mnist(
 
     Args:
         split: "train" or "test".
-        root: a folder holding the files, searched first.
+        root: the folder holding the files (no other copy is used then).
         download: fetch into the cache when no local copy exists.
+        label: the option that named ``root`` (e.g. ``"--data-root"``), for error messages.
 
     Returns:
         ``(images, labels)``: images ``(n, 28, 28)`` uint8, labels ``(n,)`` int64 in 0..9
@@ -367,15 +370,20 @@ def fashion_mnist(
 
     Raises:
         ValueError: ``split`` is not "train" or "test", or a found file has the wrong number of examples.
+        InputError: ``root`` lacks the split's files, or they are not gzip-compressed IDX files of the split's size.
         DatasetUnavailable: no local copy and fetching is off or failed (the message names the install commands).
     """
     if split not in _FASHION_FILES:
         raise ValueError(f"split must be 'train' or 'test', got {split!r}")
-    images_name, labels_name, expected = _FASHION_FILES[split]
+    images_name, labels_name, _ = _FASHION_FILES[split]
+    if root is not None:
+        from iclr25_shared.inputs import check_fashion_mnist_folder
+
+        found = check_fashion_mnist_folder(root, label=label, splits=(split,))
+        return _read_fashion(found, split, label)
     cache = cache_dir("fashion-mnist")
     system = _fashion_system_dir()
-    folders = [Path(root)] if root is not None else []
-    folders += [system] if system is not None else []
+    folders = [system] if system is not None else []
     folders.append(cache)
     found = next((f for f in (_fashion_pair(d, images_name, labels_name) for d in folders) if f), None)
     if found is None:
@@ -398,9 +406,20 @@ def fashion_mnist(
                 f"Fashion-MNIST {split} files not found in {looked}, and fetching failed ({exc}): {how}"
             ) from exc
         found = cache
-    images, labels = read_idx(found / images_name), read_idx(found / labels_name)
+    return _read_fashion(found, split, None)
+
+
+def _read_fashion(found: Path, split: str, label: str | None) -> tuple[np.ndarray, np.ndarray]:
+    from iclr25_shared.errors import InputError
+
+    images_name, labels_name, expected = _FASHION_FILES[split]
+    try:
+        images, labels = read_idx(found / images_name), read_idx(found / labels_name)
+    except (OSError, EOFError, ValueError) as exc:  # truncated gzip, short payload
+        if label is None:
+            raise
+        raise InputError(f"{label}: {found}: {exc}") from None
     if len(images) != expected or len(labels) != expected:
-        raise ValueError(
-            f"{found}: expected {expected} {split} examples, found {len(images)} and {len(labels)}"
-        )
+        message = f"{found}: expected {expected} {split} examples, found {len(images)} and {len(labels)}"
+        raise InputError(f"{label}: {message}") if label is not None else ValueError(message)
     return images, labels.astype(np.int64)

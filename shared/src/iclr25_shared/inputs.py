@@ -44,6 +44,7 @@ from iclr25_shared.errors import InputError
 
 __all__ = [
     "Input",
+    "check_fashion_mnist_folder",
     "check_file",
     "check_folder",
     "check_hf_model_folder",
@@ -54,6 +55,7 @@ __all__ = [
     "custom",
     "declared_inputs",
     "declared_outputs",
+    "fashion_mnist_folder",
     "folder",
     "hf_model",
     "image",
@@ -534,6 +536,64 @@ def read_table(
                 )
             row[key] = number
     return rows
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Data set folders
+# ------------------------------------------------------------------------------------------------------------------
+
+FASHION_MNIST_FILES = {
+    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", 60_000),
+    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz", 10_000),
+}
+"""split → (images file, labels file, number of examples) of Fashion-MNIST's IDX ``.gz`` files."""
+
+
+def check_fashion_mnist_folder(
+    path: PathLike, *, label: str | None = None, splits: Sequence[str] = ("train", "test")
+) -> Path:
+    """A folder holding the Fashion-MNIST IDX ``.gz`` files of ``splits`` (directly, or in torchvision's
+    ``FashionMNIST/raw`` below it), each a gzip stream of a uint8 IDX file with the split's number of examples.
+    Reads the files' headers only (a few bytes each).
+
+    Returns:
+        The folder that holds the files.
+
+    Raises:
+        InputError: missing, a file, a file absent (named), not gzip, not a uint8 IDX file, or the wrong count.
+    """
+    import gzip
+    import zlib
+
+    expected = "a folder holding the Fashion-MNIST IDX .gz files"
+    root = check_folder(path, label=label, expected=expected)
+    names = [(s, n) for s in splits for n in FASHION_MNIST_FILES[s][:2]]
+    found = next(
+        (d for d in (root, root / "FashionMNIST" / "raw") if all((d / n).is_file() for _, n in names)), None
+    )
+    if found is None:
+        absent = [n for _, n in names if not (root / n).is_file()]
+        raise InputError(f"{_name(path, label)} has no {', '.join(absent)}; expected {expected}")
+    for split, name in names:
+        file = check_file(found / name, label=label, expected="a gzip-compressed IDX file")
+        try:
+            with gzip.open(file, "rb") as fh:
+                head = fh.read(8)
+        except (OSError, EOFError, zlib.error):
+            raise InputError(f"{_name(file, label)} is not a gzip-compressed IDX file") from None
+        if len(head) < 8 or head[:3] != b"\x00\x00\x08":
+            raise InputError(f"{_name(file, label)} is not a uint8 IDX file inside its gzip")
+        count = int.from_bytes(head[4:8], "big")
+        if count != FASHION_MNIST_FILES[split][2]:
+            raise InputError(
+                f"{_name(file, label)} holds {count} examples; Fashion-MNIST {split} has {FASHION_MNIST_FILES[split][2]}"
+            )
+    return found
+
+
+def fashion_mnist_folder(*, splits: Sequence[str] = ("train", "test")) -> Input:
+    """A folder of Fashion-MNIST's IDX ``.gz`` files (see :func:`check_fashion_mnist_folder`)."""
+    return Input("folder", True, lambda p, label: check_fashion_mnist_folder(p, label=label, splits=splits))
 
 
 # ------------------------------------------------------------------------------------------------------------------
