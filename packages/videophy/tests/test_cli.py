@@ -70,6 +70,9 @@ def test_evaluate_by_file_name_without_a_match_exits_2_naming_the_prompt(tmp_pat
         (["generate", "--prompt", " ", "--videos-dir", "x"], "empty"),
         (["generate"], "videos-dir"),
         (["reproduce", "--seeds", "0"], "seeds"),
+        (["reproduce", "--parts", "B,E"], "parts"),
+        (["reproduce", "--parts", "C"], "C reads the label file part A writes"),
+        (["reproduce", "--parts", "B", "--no-physics"], "no part to run"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, match, capsys):

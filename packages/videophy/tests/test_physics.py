@@ -5,7 +5,15 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from iclr25_videophy import VIOLATIONS, PhysicsPlausibility, make_dataset, render_clip, trajectory_features
+from iclr25_videophy import (
+    VIOLATIONS,
+    PhysicsPlausibility,
+    held_out_split,
+    make_dataset,
+    render_clip,
+    trajectory_features,
+)
+from iclr25_videophy._physics import CLIP_KINDS
 
 
 @pytest.mark.parametrize("kind", ["physical", *VIOLATIONS])
@@ -62,3 +70,69 @@ def test_fit_needs_both_classes_and_scoring_needs_a_fit():
         PhysicsPlausibility("cnn")
     with pytest.raises(ValueError, match="kind"):
         render_clip("levitating", 0)
+
+
+@pytest.mark.parametrize("held_out", VIOLATIONS)
+def test_held_out_split_never_trains_on_the_held_out_kind(held_out):
+    _, _, k_tr = make_dataset(2, 0)
+    _, _, k_te = make_dataset(2, 1)
+    train, test = held_out_split(k_tr, k_te, held_out)
+    others = {v for v in VIOLATIONS if v != held_out}
+    assert held_out not in set(k_tr[train].tolist())
+    assert set(k_tr[train].tolist()) == {"physical", *others}  # everything else is kept for training
+    assert set(k_te[test].tolist()) == {"physical", held_out}
+    assert (k_te[test] == "physical").sum() == (k_te == "physical").sum()
+    with pytest.raises(ValueError, match="held_out"):
+        held_out_split(k_tr, k_te, "physical")
+
+
+_CODE = {k: i / 10 for i, k in enumerate(CLIP_KINDS)}  # a clip's kind, written into its first pixel
+
+
+def test_reproduce_part_b_held_out_rows_come_from_models_that_never_saw_that_kind(monkeypatch, capsys):
+    """Part B end to end (tiny, 2 seeds, --parts B): every held-out-kind AUC is computed by a model whose training
+    clips hold no clip of that kind, scored on physical clips and that kind only."""
+    import iclr25_videophy._physics as physics
+    from iclr25_videophy.cli import main
+
+    real_make, real_fit, real_score = (
+        physics.make_dataset,
+        PhysicsPlausibility.fit,
+        PhysicsPlausibility.score_clips,
+    )
+
+    def tagged_make(n, seed, **kw):
+        x, y, k = real_make(n, seed, **kw)
+        x[:, 0, 0, 0] = [_CODE[str(v)] for v in k]
+        return x, y, k
+
+    def kinds(clips):
+        by_code = {round(c * 10): k for k, c in _CODE.items()}
+        return {by_code[round(float(c[0, 0, 0]) * 10)] for c in clips}
+
+    fits, scores = [], []
+
+    def fit(self, clips, labels):
+        self.trained_on = kinds(clips)
+        fits.append((self.features, self.trained_on))
+        return real_fit(self, clips, labels)
+
+    def score(self, clips):
+        scores.append((self.features, self.trained_on, kinds(clips)))
+        return real_score(self, clips)
+
+    monkeypatch.setattr(physics, "make_dataset", tagged_make)
+    monkeypatch.setattr(PhysicsPlausibility, "fit", fit)
+    monkeypatch.setattr(PhysicsPlausibility, "score_clips", score)
+    assert main(["reproduce", "--size", "tiny", "--seeds", "2", "--parts", "B", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "B_auc_heldout_kind" in out and "A_real_clips" not in out
+    for feats in ("trajectory", "framediff"):
+        for v in VIOLATIONS:
+            # the held-out evaluation scored physical vs v once per seed, each time with a model blind to v
+            runs = [t for f, t, s in scores if f == feats and s == {"physical", v}]
+            assert len(runs) == 2, (feats, v, runs)
+            assert all(t == set(CLIP_KINDS) - {v} for t in runs), (feats, v, runs)
+    # and no model scored a kind it was not trained on except in those runs
+    for _feats, t, s in scores:
+        assert s <= t or s == {"physical", *(set(CLIP_KINDS) - t)}

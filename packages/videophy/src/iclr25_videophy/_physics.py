@@ -29,6 +29,7 @@ __all__ = [
     "VIOLATIONS",
     "PhysicsPlausibility",
     "frame_difference_features",
+    "held_out_split",
     "make_dataset",
     "render_clip",
     "trajectory_features",
@@ -230,6 +231,35 @@ def make_dataset(
     clips = np.stack([render_clip(k, rng, frames=frames, size=size, noise=noise) for k in kinds])
     kinds_arr = np.array(kinds)
     return clips, (kinds_arr == "physical").astype(np.int64), kinds_arr
+
+
+def held_out_split(train_kinds: Any, test_kinds: Any, held_out: str) -> tuple[np.ndarray, np.ndarray]:
+    """Leave one violation kind out: which training clips to fit on and which test clips to score.
+
+    Training keeps the ``physical`` clips and the violations other than ``held_out``; the test set is the
+    ``physical`` test clips against the ``held_out`` ones. Every other kind is dropped from the test set, so the
+    AUC measures whether the evaluator flags a violation it never saw.
+
+    Args:
+        train_kinds, test_kinds: ``(N,)`` kind names (as :func:`make_dataset` returns them).
+        held_out: one of :data:`VIOLATIONS`.
+
+    Returns:
+        Boolean masks ``(train_mask, test_mask)`` over the training and the test clips.
+
+    Raises:
+        ValueError: ``held_out`` is not a violation, or a side lacks physical clips or (the test side) the held-out
+            kind, or no other violation is left to train on.
+    """
+    check_choice("held_out", held_out, VIOLATIONS)
+    k_tr, k_te = np.asarray(train_kinds).astype(str), np.asarray(test_kinds).astype(str)
+    train = k_tr != held_out
+    test = (k_te == "physical") | (k_te == held_out)
+    if not (k_tr[train] == "physical").any() or (k_tr[train] == "physical").all():
+        raise ValueError(f"holding out {held_out!r} leaves no physical or no violating training clip")
+    if not (k_te == "physical").any() or not (k_te == held_out).any():
+        raise ValueError(f"the test set needs physical and {held_out!r} clips")
+    return train, test
 
 
 class PhysicsPlausibility(FrameEvaluator):

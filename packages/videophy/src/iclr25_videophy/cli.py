@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from iclr25_shared import inputs
-from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 from iclr25_videophy._checks import (
     check_opencv_folder,
@@ -38,6 +38,7 @@ __all__ = [
 ]
 
 PROG = "iclr25-videophy"
+REPRODUCE_PARTS = ("A", "B", "C", "D")
 DEFAULT = "leaderboard"
 
 _PROMPTS = inputs.custom(lambda p, label: read_prompts_input(p, label), kind="table")
@@ -173,8 +174,9 @@ class ReproduceConfig(CommonOptions):
     """The harness end to end on real clips, the physics-evaluator AUC table, and the leaderboard from files.
 
     (A) six real clips + time-reversed + frame-shuffled copies through decode/sample/score/aggregate; (B) ROC-AUC
-    per violation of the physics-plausibility evaluator vs the frame-difference baseline over seeds; (C) the
-    leaderboard read back from the label file (A) wrote in the published format."""
+    per violation of the physics-plausibility evaluator vs the frame-difference baseline over seeds, with every
+    violation kind in training and with each kind held out of training; (C) the leaderboard read back from the label
+    file (A) wrote in the published format; (D, --generate) the tiny diffusers pipeline through generate."""
 
     INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"opencv_data": _OPENCV}
 
@@ -184,14 +186,34 @@ class ReproduceConfig(CommonOptions):
     """Seeds of part B (>= 3 for an interval)."""
     opencv_data: Path | None = None
     """Folder with opencv-doc's vtest.avi and tree.avi (default: the Debian path, then the iclr25 cache)."""
+    parts: str = "A,B,C"
+    """Comma-separated parts to run, of A, B, C, D (C reads the label file A writes, so it needs A). --parts B
+    runs only the physics-evaluator tables. --no-physics removes B, --generate adds D."""
     physics: bool = True
-    """Run part B (the physics-evaluator AUC table; most of the run time); --no-physics skips it."""
+    """Run part B (the physics-evaluator AUC tables; most of the run time); --no-physics skips it."""
     generate: bool = False
     """Also run part D: the tiny random diffusers pipeline through generate + evaluate (slow import)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("seeds", self.seeds, low=1, high=100)
+        given = [p.strip() for p in self.parts.split(",") if p.strip()]
+        for p in given:
+            check_choice("parts", p, REPRODUCE_PARTS)
+        chosen = self.part_list()
+        if not chosen:
+            raise ValueError(f"--parts {self.parts!r} with --no-physics leaves no part to run")
+        if "C" in chosen and "A" not in chosen:
+            raise ValueError("--parts: C reads the label file part A writes; add A (e.g. --parts A,C)")
+
+    def part_list(self) -> list[str]:
+        """The parts this run executes, in order: --parts, less B under --no-physics, plus D under --generate."""
+        chosen = {p.strip() for p in self.parts.split(",") if p.strip()}
+        if not self.physics:
+            chosen.discard("B")
+        if self.generate:
+            chosen.add("D")
+        return [p for p in REPRODUCE_PARTS if p in chosen]
 
 
 @dataclass(frozen=True, kw_only=True)
