@@ -85,8 +85,6 @@ def test_convert_end_to_end_saves_a_loadable_model(tiny_model_dir, wiki_file, tm
                 str(tiny_model_dir),
                 "--data",
                 str(wiki_file),
-                "--mixer",
-                "mamba",
                 "--out",
                 str(out),
                 "--quiet",
@@ -107,6 +105,14 @@ def test_convert_end_to_end_saves_a_loadable_model(tiny_model_dir, wiki_file, tm
     assert m["removed_tensors"] == 8  # q/k/v/o of 2 layers
     model = load_converted(out / "model")
     assert model(torch.tensor([[2, 3, 4]])).logits.shape == (1, 3, 40)
+    # issue 38: the default mixer (was linformer) keeps the causal LM causal: token t + 1 never moves logits <= t
+    assert res["metrics"]["mixer"] == "mamba"
+    ids = torch.randint(2, 19, (2, 12), generator=torch.Generator().manual_seed(0))
+    for t in (0, 4, 10):
+        other = ids.clone()
+        other[:, t + 1] = other[:, t + 1] % 18 + 2
+        with torch.no_grad():
+            assert torch.equal(model(ids).logits[:, : t + 1], model(other).logits[:, : t + 1]), t
 
 
 def test_distill_end_to_end(tiny_model_dir, wiki_file, tmp_path):
@@ -210,6 +216,7 @@ def test_bench_end_to_end_writes_the_scaling_table_and_plot(tmp_path):
         (["bench", "--k", "512", "--lengths", "256"], "k must be an integer in [1, min(lengths)=256]"),
         (["reproduce", "--seeds", "0"], "seeds must be"),
         (["convert", "--mixer", "performer"], "performer"),
+        (["convert", "--mixer", "linformer"], "--allow-bidirectional"),  # issue 38: a causal LM stays causal
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, message, capsys):
@@ -323,3 +330,62 @@ def test_supported_architectures_agree_with_the_converter():
     from iclr25_cald.cli import CONVERTIBLE
 
     assert tuple(sorted(FAMILIES)) == CONVERTIBLE
+
+
+def test_allow_bidirectional_lets_linformer_through_on_request():
+    from iclr25_cald.cli import ConvertConfig
+
+    cfg = ConvertConfig(mixer="linformer", allow_bidirectional=True)
+    assert cfg.mixer == "linformer"
+    assert ConvertConfig().mixer == "mamba"
+
+
+@pytest.mark.parametrize("start", ["pretrained", "official"])
+def test_student_start_official_converts_the_fine_tuned_teacher_for_target_guidance(
+    tiny_model_dir, wiki_file, tmp_path, monkeypatch, start
+):
+    """Issue 41: the official target/hybrid script starts the student from the fine-tuned teacher's weights and
+    keeps the teacher in train(); --student-start official does that, the default keeps the pretrained start."""
+    import iclr25_cald._convert
+    import iclr25_cald._distill
+
+    sources, modes = [], []
+    real_convert, real_distill = iclr25_cald._convert.convert, iclr25_cald._distill.distill
+
+    def convert(model, *args, **kwargs):
+        sources.append({k: v.clone() for k, v in model.state_dict().items()})
+        return real_convert(model, *args, **kwargs)
+
+    def distill(student, batches, **kwargs):
+        modes.append((kwargs["guidance"].strategy, kwargs["guidance"].teacher_mode))
+        return real_distill(student, batches, **kwargs)
+
+    monkeypatch.setattr(iclr25_cald._convert, "convert", convert)
+    monkeypatch.setattr(iclr25_cald._distill, "distill", distill)
+    argv = [
+        "reproduce",
+        "--model",
+        str(tiny_model_dir),
+        "--data",
+        str(wiki_file),
+        "--seq-len",
+        "8",
+        "--k",
+        "4",
+    ]
+    argv += ["--train-examples", "16", "--eval-examples", "8", "--batch-size", "4", "--steps", "2"]
+    argv += ["--teacher-steps", "2", "--seeds", "1", "--strategies", "unguided", "target", "hybrid"]
+    code = main([*argv, "--student-start", start, "--out", str(tmp_path / start), "--quiet"])
+    assert code == 0
+    teacher, unguided, target, hybrid = sources  # the raw conversion of the teacher comes first
+
+    def same(a, b):
+        return all(torch.equal(a[k], b[k]) for k in a)
+
+    assert not same(unguided, teacher)  # unguided always starts from the pretrained prefix
+    assert same(target, teacher) == same(hybrid, teacher) == (start == "official")
+    assert same(target, unguided) == (start == "pretrained")
+    mode = "train" if start == "official" else "eval"
+    assert modes[1:] == [("unguided", "eval"), ("target", mode), ("hybrid", mode)]
+    res = json.loads((tmp_path / start / "results.json").read_text())
+    assert any(f"student start: {start}" in n for n in res["notes"])

@@ -19,7 +19,9 @@ IDS = torch.randint(1, 40, (3, 16), generator=torch.Generator().manual_seed(0))
 def test_identity_linformer_reproduces_the_llama_teacher_exactly():
     """k = n, E = F = I (no 1/sqrt(n)): the converted model equals the teacher run bidirectionally."""
     teacher = tiny_llama()
-    student = convert(teacher, "linformer", k=16, max_seq_len=16, init="identity", scale="none").model
+    student = convert(
+        teacher, "linformer", k=16, max_seq_len=16, init="identity", scale="none", allow_bidirectional=True
+    ).model
     bidirectional = torch.zeros(3, 1, 16, 16, dtype=torch.float64)  # a 4-D mask with nothing masked
     want = teacher(IDS, attention_mask=bidirectional, output_hidden_states=True)
     got = student(IDS, output_hidden_states=True)
@@ -58,7 +60,9 @@ def build(family, n_layers=2):
 def test_conversion_keeps_every_non_attention_weight_bit_identical(family, mixer):
     teacher = build(family)
     before = {k: v.clone() for k, v in teacher.state_dict().items()}
-    conv = convert(teacher, mixer, k=8, max_seq_len=16, mamba=MambaConfig(d_state=4))
+    conv = convert(
+        teacher, mixer, k=8, max_seq_len=16, mamba=MambaConfig(d_state=4), allow_bidirectional=True
+    )
     s_state = conv.model.state_dict()
     kept = [k for k in before if k not in conv.report.removed_keys]
     assert kept and all(torch.equal(s_state[k], before[k]) for k in kept)
@@ -78,12 +82,22 @@ def test_conversion_keeps_every_non_attention_weight_bit_identical(family, mixer
 def test_loading_the_teacher_reports_exactly_the_new_parameters_missing(family, mixer):
     """Official code: substitute layers, then load_state_dict(teacher, strict=False); we account every key."""
     teacher = build(family)
-    conv = convert(teacher, mixer, k=8, max_seq_len=16, mamba=MambaConfig(d_state=4))
+    conv = convert(
+        teacher, mixer, k=8, max_seq_len=16, mamba=MambaConfig(d_state=4), allow_bidirectional=True
+    )
     fresh = build(family, 2)
     torch.manual_seed(5)
     for p in fresh.parameters():
         torch.nn.init.normal_(p)
-    fresh_conv = convert(fresh, mixer, k=8, max_seq_len=16, mamba=MambaConfig(d_state=4), inplace=True)
+    fresh_conv = convert(
+        fresh,
+        mixer,
+        k=8,
+        max_seq_len=16,
+        mamba=MambaConfig(d_state=4),
+        inplace=True,
+        allow_bidirectional=True,
+    )
     assert fresh_conv.report.new_keys == conv.report.new_keys
     res = fresh_conv.model.load_state_dict(teacher.state_dict(), strict=False)
     assert sorted(res.missing_keys) == conv.report.new_keys
@@ -95,7 +109,7 @@ def test_loading_the_teacher_reports_exactly_the_new_parameters_missing(family, 
 
 def test_loading_a_foreign_state_dict_is_refused_with_the_keys():
     teacher = tiny_llama()
-    conv = convert(teacher, "linformer", k=8, max_seq_len=16)
+    conv = convert(teacher, "linformer", k=8, max_seq_len=16, allow_bidirectional=True)
     state = dict(teacher.state_dict())
     del state["model.norm.weight"]
     with pytest.raises(ValueError, match=r"model\.norm\.weight"):
@@ -118,11 +132,11 @@ def test_unknown_mixer_is_refused():
 
 def test_k_larger_than_the_sequence_length_is_refused_at_conversion():
     with pytest.raises(ValueError, match="k must be an integer in \\[1, max_seq_len=16\\]"):
-        convert(tiny_llama(), "linformer", k=17, max_seq_len=16)
+        convert(tiny_llama(), "linformer", k=17, max_seq_len=16, allow_bidirectional=True)
 
 
 def test_input_longer_than_the_linformer_projection_is_refused():
-    student = convert(tiny_llama(seq=32), "linformer", k=4, max_seq_len=8).model
+    student = convert(tiny_llama(seq=32), "linformer", k=4, max_seq_len=8, allow_bidirectional=True).model
     with pytest.raises(
         ValueError, match="sequence length 9 exceeds the Linformer projection size max_seq_len=8"
     ):
@@ -131,7 +145,7 @@ def test_input_longer_than_the_linformer_projection_is_refused():
 
 @pytest.mark.parametrize("mixer", ["linformer", "mamba"])
 def test_right_padding_does_not_change_real_token_outputs_llama(mixer):
-    teacher = tiny_llama(labels=0)
+    teacher = tiny_llama(labels=3)  # a classifier: Linformer needs no flag there
     student = convert(teacher, mixer, k=4, max_seq_len=16, mamba=MambaConfig(d_state=4)).model
     ids = IDS[:, :10]
     ref = student(ids, output_hidden_states=True).hidden_states[-1]
@@ -194,7 +208,7 @@ def test_recurrent_generation_matches_the_parallel_forward():
 
 
 def test_linformer_model_refuses_incremental_decoding():
-    student = convert(tiny_llama(), "linformer", k=4, max_seq_len=16).model
+    student = convert(tiny_llama(), "linformer", k=4, max_seq_len=16, allow_bidirectional=True).model
     with pytest.raises(ValueError, match="no key/value cache"):
         student.generate(IDS[:1, :4], max_new_tokens=2, use_cache=True, do_sample=False)
     with pytest.raises(ValueError, match="mixer='mamba'"):
@@ -204,7 +218,9 @@ def test_linformer_model_refuses_incremental_decoding():
 @pytest.mark.parametrize(("family", "mixer"), CASES)
 def test_save_and_load_rebuild_the_converted_architecture(tmp_path, family, mixer):
     teacher = build(family)
-    student = convert(teacher, mixer, k=8, max_seq_len=16, mamba=MambaConfig(d_state=4), seed=3).model
+    student = convert(
+        teacher, mixer, k=8, max_seq_len=16, mamba=MambaConfig(d_state=4), seed=3, allow_bidirectional=True
+    ).model
     save_converted(student, tmp_path / "m")
     again = load_converted(tmp_path / "m", dtype=torch.float64)
     out = lambda m: m(IDS, output_hidden_states=True).hidden_states[-1]  # noqa: E731
@@ -224,8 +240,97 @@ def test_conversion_needs_no_network(monkeypatch):
 
 def test_conversion_is_deterministic_per_seed():
     t = tiny_llama()
-    a = convert(t, "linformer", k=4, max_seq_len=16, seed=1).model.state_dict()
-    b = convert(t, "linformer", k=4, max_seq_len=16, seed=1).model.state_dict()
-    c = convert(t, "linformer", k=4, max_seq_len=16, seed=2).model.state_dict()
+    a = convert(t, "linformer", k=4, max_seq_len=16, allow_bidirectional=True, seed=1).model.state_dict()
+    b = convert(t, "linformer", k=4, max_seq_len=16, allow_bidirectional=True, seed=1).model.state_dict()
+    c = convert(t, "linformer", k=4, max_seq_len=16, allow_bidirectional=True, seed=2).model.state_dict()
     key = "model.layers.0.self_attn.linformer.proj_k"
     assert torch.equal(a[key], b[key]) and not torch.equal(a[key], c[key])
+
+
+# ---- issue 38: a bidirectional mixer on a causal LM, Linformer's default size -----------------------------------
+
+
+def changed_after(model, ids, t):
+    """max |Δ logits| at positions <= t when token t + 1 changes (0 exactly for a causal model)."""
+    other = ids.clone()
+    other[:, t + 1] = other[:, t + 1] % 39 + 1  # another token, still in the vocabulary
+    with torch.no_grad():
+        a, b = model(ids).logits[:, : t + 1], model(other).logits[:, : t + 1]
+    return float((a - b).abs().max())
+
+
+def tiny_bert_lm(n_layers=2, seed=0):
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=n_layers,
+        num_attention_heads=4,
+        max_position_embeddings=16,
+        is_decoder=True,
+    )
+    return transformers.BertLMHeadModel(cfg).double().eval()
+
+
+def test_linformer_on_a_causal_lm_is_refused_naming_the_mixer():
+    """Issue 38: convert(LlamaForCausalLM, "linformer") was accepted and the model saw future tokens."""
+    with pytest.raises(
+        ValueError, match="mixer 'linformer' is bidirectional.*LlamaForCausalLM.*allow_bidirectional"
+    ):
+        convert(tiny_llama(), "linformer", k=8, max_seq_len=16)
+    with pytest.raises(ValueError, match="mixer 'linformer' is bidirectional.*BertLMHeadModel"):
+        convert(tiny_bert_lm(), "linformer", k=8, max_seq_len=16)
+
+
+def test_asking_for_a_bidirectional_causal_lm_explicitly_gives_one_that_sees_the_future():
+    student = convert(tiny_llama(), "linformer", k=8, max_seq_len=16, allow_bidirectional=True).model
+    assert student.config.cald_conversion["allow_bidirectional"] is True
+    assert changed_after(student, IDS, 5) > 1e-6  # what the flag allows: position 5 reads token 6
+
+
+@pytest.mark.parametrize("make", [tiny_llama, tiny_bert_lm], ids=["llama", "bert-decoder"])
+def test_mamba_keeps_a_causal_lm_causal(make):
+    """Perturbing token t + 1 leaves the logits at positions <= t unchanged, to 0 (float64)."""
+    teacher = make()
+    assert changed_after(teacher, IDS, 5) == 0.0  # the teacher is causal
+    student = convert(teacher, "mamba", mamba=MambaConfig(d_state=4)).model
+    for t in (0, 5, 13):
+        assert changed_after(student, IDS, t) == 0.0, t
+
+
+def test_bidirectional_mixers_stay_allowed_where_nothing_predicts_the_next_token():
+    """Classification / encoding (the paper's Linformer setting) need no flag."""
+    convert(tiny_llama(labels=3), "linformer", k=8, max_seq_len=16)
+    convert(tiny_bert(), "linformer", k=8, max_seq_len=16)
+    convert(tiny_bert(), "mamba", mamba=MambaConfig(d_state=4))  # BiMamba
+
+
+def test_linformer_max_seq_len_defaults_to_512_not_the_position_table():
+    """Issue 38: max_seq_len defaulted to max_position_embeddings: 8192 rows, 4.2 M new parameters per layer."""
+    torch.manual_seed(0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=40,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=8192,
+        num_labels=3,
+        pad_token_id=0,
+    )
+    teacher = transformers.LlamaForSequenceClassification(cfg)
+
+    def new_parameters(**kw):
+        conv = convert(teacher, "linformer", k=256, **kw)
+        state = conv.model.state_dict()
+        return conv, sum(state[k].numel() for k in conv.report.new_keys)
+
+    conv, n = new_parameters()
+    assert conv.report.settings["max_seq_len"] == 512
+    assert n == 2 * (2 * 512 * 256)  # 2 layers x (E, F) of 512 x 256
+    _, n_long = new_parameters(max_seq_len=8192)
+    assert n_long == 2 * (2 * 8192 * 256)  # asked for explicitly: 4.2 M per layer
+    small = convert(tiny_llama(labels=3), "linformer", k=8).report.settings["max_seq_len"]
+    assert small == 16  # never more rows than positions

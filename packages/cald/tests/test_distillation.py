@@ -11,7 +11,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import tiny_llama
 
-from iclr25_cald import Guidance, convert, distill, layerwise_loss, logits_kl
+from iclr25_cald import Guidance, MambaConfig, convert, distill, layerwise_loss, logits_kl
 
 
 def test_layerwise_loss_is_zero_when_student_equals_teacher():
@@ -95,7 +95,7 @@ def setup():
     pretrained = tiny_llama(2)
     fine_tuned = copy.deepcopy(pretrained)
     distill(fine_tuned, batches(seed=9), steps=3, guidance=Guidance("unguided"), lr=1e-2)
-    student = convert(pretrained, "linformer", k=4, max_seq_len=16).model
+    student = convert(pretrained, "mamba", mamba=MambaConfig(d_state=4)).model  # a causal LM stays causal
     return pretrained, fine_tuned, student
 
 
@@ -242,6 +242,69 @@ def test_target_guidance_pulls_the_student_towards_the_teacher():
 
 def test_trainable_filter_freezes_the_rest():
     _, fine_tuned, student = setup()
-    res = run(student, "target", fine_tuned, trainable=lambda n, p: "linformer" in n)
+    res = run(student, "target", fine_tuned, trainable=lambda n, p: "mamba" in n)
     for (n, a), b in zip(res.student.state_dict().items(), student.state_dict().values()):
-        assert torch.equal(a, b) == ("linformer" not in n), n
+        assert torch.equal(a, b) == ("mamba" not in n), n
+
+
+# ---- issue 38: the caller's teacher is theirs -------------------------------------------------------------------
+
+
+def snapshot(model):
+    return (
+        {n: p.requires_grad for n, p in model.named_parameters()},
+        {n: m.training for n, m in model.named_modules()},
+        {n: t.clone() for n, t in model.state_dict().items()},
+    )
+
+
+@pytest.mark.parametrize("strategy", ["target", "hybrid", "trajectory", "waypoint"])
+def test_the_callers_teacher_is_unchanged_afterwards(strategy):
+    """Target/hybrid set requires_grad=False and eval() on the caller's teacher and never restored them."""
+    pretrained, fine_tuned, student = setup()
+    teacher = fine_tuned
+    for i, p in enumerate(teacher.parameters()):
+        p.requires_grad_(i % 3 != 0)  # the caller's own freezing pattern
+    teacher.train()
+    teacher.model.layers[0].eval()  # and a submodule in eval mode
+    flags, modes, weights = snapshot(teacher)
+    kw = {"waypoints": [pretrained.state_dict()]} if strategy == "waypoint" else {}
+    run(student, strategy, teacher, steps=3, max_distill_steps=2, **kw)
+    after_flags, after_modes, after_weights = snapshot(teacher)
+    assert after_flags == flags
+    assert after_modes == modes
+    assert all(torch.equal(after_weights[k], v) for k, v in weights.items())
+
+
+def test_the_teacher_is_restored_when_a_step_fails():
+    _, fine_tuned, student = setup()
+    fine_tuned.train()
+    flags, modes, _ = snapshot(fine_tuned)
+    s = copy.deepcopy(student)
+    with torch.no_grad():
+        s.model.embed_tokens.weight[5] = float("nan")
+    bad = [{"input_ids": torch.full((2, 8), 5), "labels": torch.full((2, 8), 5)}]
+    with pytest.raises(FloatingPointError):
+        distill(s, bad, steps=1, guidance=Guidance("target"), teacher=fine_tuned)
+    assert snapshot(fine_tuned)[:2] == (flags, modes)
+
+
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_teacher_mode_sets_the_target_teachers_mode_during_distillation_only(mode):
+    """teacher_mode="train" is the official target/hybrid script (teacher left in train()); "eval" the default."""
+    _, fine_tuned, student = setup()
+    fine_tuned.train(mode != "train")  # start in the other mode
+    before = snapshot(fine_tuned)[1]
+    seen = []
+    hook = fine_tuned.model.layers[0].register_forward_hook(lambda m, a, o: seen.append(m.training))
+    try:
+        run(student, "target", fine_tuned, steps=2, teacher_mode=mode)
+    finally:
+        hook.remove()
+    assert seen == [mode == "train"] * 2
+    assert snapshot(fine_tuned)[1] == before
+
+
+def test_bad_teacher_mode_names_the_field():
+    with pytest.raises(ValueError, match="teacher_mode must be one of eval, train"):
+        Guidance("target", teacher_mode="frozen")

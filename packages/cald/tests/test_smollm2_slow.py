@@ -22,7 +22,9 @@ def test_identity_linformer_reproduces_smollm2_prefix_on_wikipedia_text(smollm2)
     teacher = prefix_model(smollm2.model, 2, task="lm")
     text = require(wiki_summaries).texts[0]
     ids = smollm2.tokenizer(text, return_tensors="pt")["input_ids"][:, :24]
-    student = convert(teacher, "linformer", k=24, max_seq_len=24, init="identity", scale="none").model
+    student = convert(
+        teacher, "linformer", k=24, max_seq_len=24, init="identity", scale="none", allow_bidirectional=True
+    ).model
     with torch.no_grad():
         want = teacher(ids, attention_mask=torch.zeros(1, 1, 24, 24), output_hidden_states=True)
         got = student(ids, output_hidden_states=True)

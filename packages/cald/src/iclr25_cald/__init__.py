@@ -27,6 +27,8 @@ _LAZY = {
     "save_converted": "_convert",
     "FAMILIES": "_convert",
     "MIXERS": "_convert",
+    "DEFAULT_MAX_SEQ_LEN": "_convert",
+    "predicts_next_token": "_convert",
     "LinformerProjection": "_mixers",
     "MambaConfig": "_mixers",
     "MambaMixer": "_mixers",

@@ -7,8 +7,12 @@ Every self-attention module is replaced by a linear-time mixer and *every other*
 - BERT family (``model_type`` ``bert``, ``roberta``): ``attention.self`` (the output dense + LayerNorm stay).
 
 Mixers: ``"linformer"`` (bidirectional; for classification/encoding) and ``"mamba"`` (causal in the Llama family,
-usable for generation through :func:`iclr25_cald.generate`; a forward + backward pair in the BERT family, as
-CALD's BiMamba for speech, Section 4.3).
+usable for generation through :func:`iclr25_cald.generate`; a forward + backward pair in a BERT-family encoder, as
+CALD's BiMamba for speech, Section 4.3; forward only in a BERT-family decoder).
+
+A causal language model (a next-token head such as ``LlamaForCausalLM``, or a BERT-family decoder) is never made
+bidirectional silently: the converted model would read future tokens and its next-token loss and perplexity would be
+invalid. :func:`convert` refuses a bidirectional mixer on one unless ``allow_bidirectional=True``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from iclr25_cald._mixers import (
 from iclr25_shared.checks import check_choice, check_int
 
 __all__ = [
+    "DEFAULT_MAX_SEQ_LEN",
     "FAMILIES",
     "MIXERS",
     "Conversion",
@@ -39,11 +44,16 @@ __all__ = [
     "convert",
     "load_converted",
     "load_teacher_weights",
+    "predicts_next_token",
     "save_converted",
 ]
 
 FAMILIES = {"llama": "llama", "bert": "bert", "roberta": "bert"}
 MIXERS = ("linformer", "mamba")
+DEFAULT_MAX_SEQ_LEN = 512
+"""Linformer's default ``max_seq_len`` (capped at the model's ``max_position_embeddings``): the Linformer paper's and
+BERT/RoBERTa's n = 512. ``E, F`` cost ``2 * max_seq_len * k`` parameters per layer, so SmolLM2's 8192 positions would
+add 4.2 M per layer at k = 256; pass a larger ``max_seq_len`` when inputs are longer."""
 _NO_CACHE = (
     "converted mixers keep no key/value cache; run the model with use_cache=False, and generate with "
     "iclr25_cald.generate (recurrent Mamba state)"
@@ -163,6 +173,26 @@ def _reverse_valid(x: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
     return torch.gather(x, 1, idx[..., None].expand_as(x))
 
 
+class BertMambaSelfAttention(nn.Module):
+    """BERT-family decoder ``attention.self`` replaced by one causal :class:`MambaMixer` (a causal LM stays causal).
+
+    Returns ``(output (batch, seq, hidden), None)``; the layer's ``attention.output`` (dense + LayerNorm) follows.
+    """
+
+    def __init__(self, hidden: int, config: MambaConfig, generator: torch.Generator | None) -> None:
+        super().__init__()
+        self.mamba = MambaMixer(hidden, config, generator=generator)
+
+    def forward(self, hidden_states, attention_mask=None, cache=None, **kwargs):
+        if cache is None:
+            cache = kwargs.get("past_key_values")
+        if cache is not None:
+            raise ValueError(_NO_CACHE)
+        b, n, _ = hidden_states.shape
+        _right_padded(key_padding_mask(attention_mask, b, n), "Mamba")
+        return self.mamba(hidden_states), None
+
+
 class BertBiMambaSelfAttention(nn.Module):
     """BERT ``attention.self`` replaced by a forward and a backward :class:`MambaMixer`, summed (bidirectional).
 
@@ -223,6 +253,15 @@ def _family(model: Any) -> str:
     return FAMILIES[model_type]
 
 
+def predicts_next_token(model: Any) -> bool:
+    """Whether ``model`` is a causal language model: a next-token head (``...ForCausalLM``, ``...LMHeadModel``) or a
+    decoder (``config.is_decoder``). Outputs at position t of such a model may depend on tokens <= t only."""
+    name = type(model).__name__
+    return name.endswith(("ForCausalLM", "LMHeadModel")) or bool(
+        getattr(getattr(model, "config", None), "is_decoder", False)
+    )
+
+
 def _targets(model: nn.Module, family: str) -> list[tuple[nn.Module, str, nn.Module]]:
     """(parent, attribute name, attention module) for every self-attention module, in model order."""
     found = []
@@ -256,6 +295,7 @@ def convert(
     mamba: MambaConfig | None = None,
     seed: int = 0,
     inplace: bool = False,
+    allow_bidirectional: bool = False,
 ) -> Conversion:
     """Replace every self-attention module of a HF Llama- or BERT-family model by a linear-time mixer.
 
@@ -263,18 +303,25 @@ def convert(
     ``inplace``). The new parameters are initialised from ``seed``: Linformer ``E, F ~ N(0, 1)`` of shape
     ``(max_seq_len, k)`` (or identity), Mamba as in Gu & Dao (2023) (random, not from Q/K/V: CALD Section 4.2).
 
+    A causal language model (:func:`predicts_next_token`: ``LlamaForCausalLM``, ``BertLMHeadModel``, a decoder)
+    stays causal: Mamba is causal in it (one forward mixer, also in the BERT family), and the bidirectional
+    Linformer is refused unless ``allow_bidirectional=True`` (then the model reads future tokens: fine for
+    classification or encoding, never for a next-token loss or a perplexity).
+
     Args:
         model: a ``transformers`` model (``LlamaForCausalLM``, ``LlamaForSequenceClassification``, ``BertModel``,
             ``RobertaForSequenceClassification``, ...).
         mixer: ``"linformer"`` or ``"mamba"``.
         k: Linformer projected length, ``1 <= k <= max_seq_len``.
-        max_seq_len: Linformer's longest input (default: ``config.max_position_embeddings``).
+        max_seq_len: Linformer's longest input (rows of ``E, F``; default
+            ``min(DEFAULT_MAX_SEQ_LEN = 512, config.max_position_embeddings)``).
         share: Linformer ``"none"`` or ``"kv"`` (``F = E``).
         scale: Linformer ``"sqrt_n"`` (divide by sqrt of the real length, as CALD) or ``"none"``.
         init: Linformer ``"normal"`` or ``"identity"``.
         mamba: :class:`MambaConfig` (default sizes when ``None``).
         seed: seed of the new parameters' initialisation.
         inplace: modify ``model`` instead of a deep copy.
+        allow_bidirectional: allow a bidirectional mixer (Linformer) on a causal language model.
 
     Returns:
         :class:`Conversion` (``.model`` with ``config.use_cache = False`` and ``config.cald_conversion`` set,
@@ -282,15 +329,25 @@ def convert(
 
     Raises:
         ValueError: unsupported architecture (names the supported ``model_type`` values), unknown ``mixer``,
-            ``k > max_seq_len``, or no attention module found.
+            ``k > max_seq_len``, a bidirectional mixer on a causal language model without
+            ``allow_bidirectional=True`` (names the mixer), or no attention module found.
     """
     check_choice("mixer", mixer, MIXERS)
     family = _family(model)
     check_int("seed", seed, low=0)
+    causal = predicts_next_token(model)
+    if mixer == "linformer" and causal and not allow_bidirectional:
+        raise ValueError(
+            f"mixer 'linformer' is bidirectional (every position reads the whole sequence), but "
+            f"{type(model).__name__} is a causal language model: the converted model would see future tokens, "
+            "so a next-token loss or perplexity on it would be invalid. Use mixer='mamba' (causal), convert a "
+            "classification/encoder model, or pass allow_bidirectional=True if you want a bidirectional model"
+        )
     config = model.config
     mamba = mamba if mamba is not None else MambaConfig()
     if mixer == "linformer":
-        max_seq_len = max_seq_len if max_seq_len is not None else int(config.max_position_embeddings)
+        if max_seq_len is None:
+            max_seq_len = min(DEFAULT_MAX_SEQ_LEN, int(config.max_position_embeddings))
         check_int("max_seq_len", max_seq_len, low=1)
         if isinstance(k, int) and not isinstance(k, bool) and k > max_seq_len:
             raise ValueError(
@@ -318,6 +375,8 @@ def convert(
             )
         elif family == "llama":
             new = LlamaMambaMixer(config.hidden_size, mamba, gen)
+        elif causal:
+            new = BertMambaSelfAttention(config.hidden_size, mamba, gen)
         else:
             new = BertBiMambaSelfAttention(config.hidden_size, mamba, gen)
         new.train(attn.training)  # a fresh module starts in training mode; keep the model's mode
@@ -327,6 +386,8 @@ def convert(
         settings.update(k=k, max_seq_len=max_seq_len, share=share, scale=scale, init=init)
     else:
         settings["mamba"] = asdict(mamba)
+    if allow_bidirectional:
+        settings["allow_bidirectional"] = True
     student.config.use_cache = False
     student.config.cald_conversion = settings
     after = _keys(student)
@@ -403,16 +464,16 @@ def load_converted(path: str | os.PathLike[str], *, dtype: Any = torch.float32) 
     for file in sorted(path.glob("*.safetensors")):
         state.update(load_file(file))
     result = conv.model.load_state_dict(state, strict=False)
-    tied = (
-        {k for k in result.missing_keys if k.endswith("lm_head.weight")}
-        if config.tie_word_embeddings
-        else set()
-    )
-    if set(result.missing_keys) - tied or result.unexpected_keys:
+    conv.model.tie_weights()
+    # save_pretrained drops tied copies (lm_head.weight, BERT's cls.predictions.decoder.*): a missing key is fine
+    # only when it shares its storage with a loaded one
+    rebuilt = conv.model.state_dict()
+    missing = set(result.missing_keys)
+    loaded = {rebuilt[k].data_ptr() for k in rebuilt if k not in missing}
+    untied = sorted(k for k in missing if rebuilt[k].data_ptr() not in loaded)
+    if untied or result.unexpected_keys:
         raise ValueError(
-            f"saved weights do not match the rebuilt architecture: missing {sorted(result.missing_keys)[:8]}, "
+            f"saved weights do not match the rebuilt architecture: missing {untied[:8]}, "
             f"unexpected {sorted(result.unexpected_keys)[:8]}"
         )
-    if tied:
-        conv.model.tie_weights()
     return conv.model.eval()

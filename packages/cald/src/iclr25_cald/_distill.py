@@ -17,6 +17,7 @@ Guidance strategies (Section 3.2 and Fig. 1):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -129,6 +130,9 @@ class Guidance:
         waypoint_every: waypoint: student steps per teacher checkpoint (>= 1).
         layers: hidden-state indices to match (default all).
         reduction: ``"sum"`` or ``"mean"`` over layers.
+        teacher_mode: target/hybrid/waypoint: the teacher's mode while it guides, ``"eval"`` (no dropout; default)
+            or ``"train"`` (the official target/hybrid script leaves the teacher in ``train()``). The caller's
+            teacher gets its own modes back afterwards.
     """
 
     strategy: str = "target"
@@ -141,6 +145,7 @@ class Guidance:
     waypoint_every: int = 1
     layers: tuple[int, ...] | None = None
     reduction: str = "sum"
+    teacher_mode: str = "eval"
 
     def __post_init__(self) -> None:
         check_choice("strategy", self.strategy, STRATEGIES)
@@ -152,6 +157,7 @@ class Guidance:
         check_int("max_distill_steps", self.max_distill_steps, low=0)
         check_int("waypoint_every", self.waypoint_every, low=1)
         check_choice("reduction", self.reduction, ("sum", "mean"))
+        check_choice("teacher_mode", self.teacher_mode, ("eval", "train"))
 
     def alphas(self, step: int) -> tuple[float, float]:
         """``(alpha_layer, alpha_logits)`` in force at 0-based ``step``."""
@@ -217,9 +223,11 @@ def distill(
         batches: an iterable of batches; cycled if shorter than ``steps``.
         steps: optimizer steps (>= 1).
         guidance: the :class:`Guidance` strategy.
-        teacher: ``target``/``hybrid``: the fine-tuned teacher (frozen); ``trajectory``: the *pretrained* teacher
-            (it is copied and co-trained); ``waypoint``: the architecture the checkpoints load into; ``unguided``:
-            ignored.
+        teacher: ``target``/``hybrid``: the fine-tuned teacher (read only: its forward runs without gradients, in
+            ``guidance.teacher_mode``, and its modes are restored afterwards, also when a step fails; its
+            ``requires_grad`` flags and weights are never touched); ``trajectory``: the *pretrained* teacher (it
+            is copied and co-trained); ``waypoint``: the architecture the checkpoints load into (copied);
+            ``unguided``: ignored.
         waypoints: ``waypoint``: teacher state dicts in training order (>= 1).
         lr, weight_decay, warmup_steps: AdamW with linear warm-up and linear decay to 0 (the CALD code's default).
         grad_clip: max gradient norm (``None`` = no clipping).
@@ -227,7 +235,7 @@ def distill(
         on_step: called with ``(step, record)`` after every step.
 
     Returns:
-        :class:`DistillResult`.
+        :class:`DistillResult` (``teacher`` is the caller's own for target/hybrid, a copy otherwise).
 
     Raises:
         ValueError: a guided strategy without a teacher, ``waypoint`` without checkpoints, bad step counts.
@@ -266,75 +274,90 @@ def distill(
         t_model.train()
     elif strategy != "unguided":
         t_model = copy.deepcopy(teacher) if strategy == "waypoint" else teacher
-        t_model.eval()
-        for p in t_model.parameters():
-            p.requires_grad_(False)
-    current_waypoint = -1
-
-    student.train()
-    history: list[dict[str, float]] = []
-    it = _cycle(batches)
-    for step in range(steps):
-        batch = next(it)
-        mask = batch.get("attention_mask")
-        a_layer, a_logits = guidance.alphas(step)
-        record: dict[str, float] = {"alpha_layer": a_layer}
-        t_out = None
-        if strategy == "trajectory":
-            t_out = _forward(t_model, batch)
-            record["teacher_task"] = float(t_out.loss.detach())
-            if (step + 1) % guidance.teacher_update_cycle == 0 and guidance.teacher_lr > 0:
-                if not torch.isfinite(t_out.loss):
-                    raise FloatingPointError(f"non-finite teacher loss at step {step}; no update applied")
-                t_opt.zero_grad(set_to_none=True)
-                t_out.loss.backward()
-                if grad_clip is not None:
-                    nn.utils.clip_grad_norm_([p for p in t_model.parameters() if p.requires_grad], grad_clip)
-                t_opt.step()
-                t_sched.step()
-        elif a_layer > 0 or a_logits > 0:
-            if strategy == "waypoint":
-                idx = min(step // guidance.waypoint_every, len(waypoints) - 1)
-                if idx != current_waypoint:
-                    t_model.load_state_dict(waypoints[idx])
-                    current_waypoint = idx
-            with torch.no_grad():
+    # the caller's own teacher (target/hybrid) is only read: its modules get their modes back whatever happens
+    with _modes_restored(teacher if t_model is not None and t_model is teacher else None):
+        if t_model is not None and strategy != "trajectory":
+            t_model.train(guidance.teacher_mode == "train")
+        current_waypoint = -1
+        student.train()
+        history: list[dict[str, float]] = []
+        it = _cycle(batches)
+        for step in range(steps):
+            batch = next(it)
+            mask = batch.get("attention_mask")
+            a_layer, a_logits = guidance.alphas(step)
+            record: dict[str, float] = {"alpha_layer": a_layer}
+            t_out = None
+            if strategy == "trajectory":
                 t_out = _forward(t_model, batch)
-        out = _forward(student, batch)
-        loss = out.loss
-        record["task"] = float(loss.detach())
-        if t_out is not None and a_layer > 0:
-            lay = layerwise_loss(
-                out.hidden_states,
-                t_out.hidden_states,
-                mask,
-                layers=guidance.layers,
-                reduction=guidance.reduction,
-            )
-            loss = loss + a_layer * lay
-            record["layer"] = float(lay.detach())
-        if t_out is not None and a_logits > 0:
-            kl = logits_kl(
-                out.logits, t_out.logits, guidance.temperature, mask if out.logits.dim() == 3 else None
-            )
-            loss = loss + a_logits * kl
-            record["logits"] = float(kl.detach())
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite student loss at step {step} ({record}); no update applied")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if grad_clip is not None:
-            nn.utils.clip_grad_norm_(params, grad_clip)
-        opt.step()
-        sched.step()
-        record["loss"] = float(loss.detach())
-        history.append(record)
-        if on_step is not None:
-            on_step(step, record)
+                record["teacher_task"] = float(t_out.loss.detach())
+                if (step + 1) % guidance.teacher_update_cycle == 0 and guidance.teacher_lr > 0:
+                    if not torch.isfinite(t_out.loss):
+                        raise FloatingPointError(f"non-finite teacher loss at step {step}; no update applied")
+                    t_opt.zero_grad(set_to_none=True)
+                    t_out.loss.backward()
+                    if grad_clip is not None:
+                        nn.utils.clip_grad_norm_(
+                            [p for p in t_model.parameters() if p.requires_grad], grad_clip
+                        )
+                    t_opt.step()
+                    t_sched.step()
+            elif a_layer > 0 or a_logits > 0:
+                if strategy == "waypoint":
+                    idx = min(step // guidance.waypoint_every, len(waypoints) - 1)
+                    if idx != current_waypoint:
+                        t_model.load_state_dict(waypoints[idx])
+                        current_waypoint = idx
+                with torch.no_grad():
+                    t_out = _forward(t_model, batch)
+            out = _forward(student, batch)
+            loss = out.loss
+            record["task"] = float(loss.detach())
+            if t_out is not None and a_layer > 0:
+                lay = layerwise_loss(
+                    out.hidden_states,
+                    t_out.hidden_states,
+                    mask,
+                    layers=guidance.layers,
+                    reduction=guidance.reduction,
+                )
+                loss = loss + a_layer * lay
+                record["layer"] = float(lay.detach())
+            if t_out is not None and a_logits > 0:
+                kl = logits_kl(
+                    out.logits, t_out.logits, guidance.temperature, mask if out.logits.dim() == 3 else None
+                )
+                loss = loss + a_logits * kl
+                record["logits"] = float(kl.detach())
+            if not torch.isfinite(loss):
+                raise FloatingPointError(
+                    f"non-finite student loss at step {step} ({record}); no update applied"
+                )
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if grad_clip is not None:
+                nn.utils.clip_grad_norm_(params, grad_clip)
+            opt.step()
+            sched.step()
+            record["loss"] = float(loss.detach())
+            history.append(record)
+            if on_step is not None:
+                on_step(step, record)
     student.eval()
-    if t_model is not None:
+    if t_model is not None and t_model is not teacher:
         t_model.eval()
     return DistillResult(student=student, teacher=t_model, history=history)
+
+
+@contextlib.contextmanager
+def _modes_restored(model: nn.Module | None) -> Iterator[None]:
+    """Restore every module's training mode of ``model`` (``None``: nothing) on exit, also on an exception."""
+    modes = [(m, m.training) for m in model.modules()] if model is not None else []
+    try:
+        yield
+    finally:
+        for module, training in modes:
+            module.training = training
 
 
 def _cycle(batches: Iterable[Mapping[str, torch.Tensor]]) -> Iterator[Mapping[str, torch.Tensor]]:

@@ -342,7 +342,10 @@ class MambaMixer(nn.Module):
         dbc = self.x_proj(xc)
         dt, B, C = torch.split(dbc, [self.dt_rank, n, n], dim=-1)
         delta = F.softplus(self.dt_proj(dt))
-        A = -torch.exp(self.A_log.float()).to(xc.dtype)
+        # In the parameter's dtype, never below float32: a float64 model stays float64 (a float32 round trip was
+        # 1.5e-11 off an exact float64 reference); bf16/fp16 parameters are exponentiated in float32, then cast.
+        work = torch.promote_types(self.A_log.dtype, torch.float32)
+        A = -torch.exp(self.A_log.to(work)).to(xc.dtype)
         return delta, A, B, C
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:

