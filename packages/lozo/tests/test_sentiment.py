@@ -1,5 +1,6 @@
-"""The movie-review sentiment task: the sdist loader (on small tarballs built here with the sdist's layout), the
-k-shot split, the CLI end to end on the tiny Llama, and the real file when it is in the cache."""
+"""The movie-review sentiment task: the sdist loader (on small tarballs built here with the sdist's layout), its
+fetch into the user cache (from a local file:// URL), the k-shot split, the CLI end to end on the tiny Llama, and
+the real file, fetched from PyPI when it is not in the cache."""
 
 from __future__ import annotations
 
@@ -10,15 +11,19 @@ import tarfile
 import numpy as np
 import pytest
 
+from iclr25_lozo import _data
 from iclr25_lozo._data import (
     SENTIMENT_CLASSES,
     VADER_SDIST,
+    VADER_SDIST_SHA256,
     default_sentiment_path,
     movie_review_sentiment,
 )
 from iclr25_lozo._task import kshot_split
 from iclr25_lozo.cli import main
 from iclr25_shared.errors import DatasetUnavailable
+from iclr25_shared.fetch import digest
+from iclr25_shared.testing import require
 
 INNER = "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz"
 MOVIE = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
@@ -91,9 +96,68 @@ def test_a_missing_file_names_the_fetch_command(tmp_path):
 
 def test_default_path_is_in_the_iclr25_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("ICLR25_CACHE", str(tmp_path))
+    monkeypatch.setenv("ICLR25_NO_FETCH", "1")
     assert default_sentiment_path() == tmp_path / "vader-sentiment" / VADER_SDIST
     with pytest.raises(DatasetUnavailable, match=str(tmp_path / "vader-sentiment")):
         movie_review_sentiment()
+
+
+@pytest.fixture
+def local_pypi(monkeypatch, tmp_path):
+    """An empty user cache, fetching on, and the sdist URL pointed at a small sdist built here (file:// URL) with
+    its real SHA-256 pinned; returns the local file."""
+    (tmp_path / "pypi").mkdir()
+    source = make_sdist(tmp_path / "pypi" / VADER_SDIST, synthetic_lines(5))
+    monkeypatch.setenv("ICLR25_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("ICLR25_NO_FETCH", raising=False)
+    monkeypatch.setattr(_data, "VADER_SDIST_URL", source.as_uri())
+    monkeypatch.setattr(_data, "VADER_SDIST_SHA256", digest(source, "sha256"))
+    return source
+
+
+def test_the_default_sdist_is_fetched_into_an_empty_cache_on_first_use(local_pypi, tmp_path):
+    """Issue 42: from an empty user cache nothing fetched the sdist (the error printed a `pip download` command
+    for the user to run), so CI with an empty cache failed. The default source is now fetched and verified."""
+    data = movie_review_sentiment()
+    assert len(data) == 10 and data.labels.tolist() == [1, 0] * 5
+    installed = tmp_path / "cache" / "vader-sentiment" / VADER_SDIST
+    assert installed.read_bytes() == local_pypi.read_bytes()
+    local_pypi.unlink()  # fetched once: later uses read the cache
+    assert movie_review_sentiment().texts == data.texts
+    _data.require_task_data("sentiment", "")  # the command's start-of-run check finds it too
+
+
+def test_a_fetch_whose_checksum_differs_is_refused_and_nothing_is_installed(
+    local_pypi, monkeypatch, tmp_path
+):
+    monkeypatch.setattr(_data, "VADER_SDIST_SHA256", "0" * 64)
+    with pytest.raises(DatasetUnavailable) as caught:
+        movie_review_sentiment()
+    message = str(caught.value)
+    assert f"SHA-256 {digest(local_pypi, 'sha256')}, expected {'0' * 64}" in message
+    assert "pip download --no-deps --no-binary :all: vadersentiment==3.3.2" in message
+    folder = tmp_path / "cache" / "vader-sentiment"
+    assert not [p.name for p in folder.iterdir() if p.name != ".fetch.lock"]  # no sdist, no temporary file
+    with pytest.raises(DatasetUnavailable, match="fetching it failed"):
+        _data.require_task_data("sentiment", "")
+
+
+def test_with_fetching_off_a_missing_sdist_names_the_pip_download_command(local_pypi, monkeypatch, tmp_path):
+    monkeypatch.setenv("ICLR25_NO_FETCH", "1")
+    folder = tmp_path / "cache" / "vader-sentiment"
+    with pytest.raises(DatasetUnavailable, match="fetching is off") as caught:
+        movie_review_sentiment()
+    assert f"pip download --no-deps --no-binary :all: vadersentiment==3.3.2 -d {folder}" in str(caught.value)
+    assert not (folder / VADER_SDIST).exists()
+
+
+def test_a_given_data_path_is_never_fetched(local_pypi, tmp_path):
+    with pytest.raises(DatasetUnavailable, match="pip download"):
+        movie_review_sentiment(tmp_path / "elsewhere" / VADER_SDIST)
+    assert (
+        not (tmp_path / "elsewhere").exists()
+        and not (tmp_path / "cache" / "vader-sentiment" / VADER_SDIST).exists()
+    )
 
 
 @pytest.mark.parametrize(
@@ -234,11 +298,11 @@ def test_reproduce_bad_grids_exit_2(sdist, argv, message, capsys):
     assert message in err and len(err.splitlines()) == 1, err
 
 
-@pytest.mark.skipif(
-    not default_sentiment_path().is_file(), reason="vaderSentiment 3.3.2 sdist not in the cache"
-)
 def test_the_real_file():
-    data = movie_review_sentiment()  # the counts are stated in the loader's docstring and the README
+    """Fetched from PyPI into the user cache when it is not there (skipped with the install command when fetching
+    is off or fails; a failure under ICLR25_REQUIRE_DATA=1)."""
+    data = require(movie_review_sentiment)  # the counts are stated in the loader's docstring and the README
+    assert digest(default_sentiment_path(), "sha256") == VADER_SDIST_SHA256
     assert len(data) == 10041 and np.bincount(data.labels).tolist() == [5060, 4981]
     assert len(set(data.texts)) == len(data)
     assert data.texts[0].startswith("The Rock is destined to be the 21st Century's new")

@@ -3,7 +3,9 @@
 The sdist's ``additional_resources/hutto_ICWSM_2014.tar.gz`` holds ``movieReviewSnippets_GroundTruth.txt``: 10 605
 Rotten-Tomatoes review sentences (the Pang & Lee sentences that SST-2 is built from), each with the mean of about
 20 human ratings on a -4 ... +4 scale (Hutto & Gilbert, ICWSM 2014; MIT licence). The file is read straight from
-the sdist tarball; nothing is unpacked to disk. It is not in the wheel: fetch it with ``pip download`` (below).
+the sdist tarball; nothing is unpacked to disk. It is not in the wheel: on first use the sdist is fetched from PyPI
+into the user cache (its SHA-256 pinned below), unless ``ICLR25_NO_FETCH`` is set; then the error gives the
+``pip download`` command.
 """
 
 from __future__ import annotations
@@ -22,13 +24,23 @@ __all__ = [
     "SENTIMENT_CLASSES",
     "VADER_FETCH",
     "VADER_SDIST",
+    "VADER_SDIST_SHA256",
+    "VADER_SDIST_URL",
     "check_sentiment_file",
     "default_sentiment_path",
+    "fetch_sentiment_sdist",
     "movie_review_sentiment",
     "require_task_data",
 ]
 
 VADER_SDIST = "vaderSentiment-3.3.2.tar.gz"
+VADER_SDIST_URL = (
+    "https://files.pythonhosted.org/packages/77/8c/4a48c10a50f750ae565e341e697d74a38075a3e43ff0df6f1ab72e186902/"
+    "vaderSentiment-3.3.2.tar.gz"
+)
+"""PyPI's file URL of the sdist (https://pypi.org/pypi/vaderSentiment/3.3.2/json)."""
+VADER_SDIST_SHA256 = "5d7c06e027fc8b99238edb0d53d970cf97066ef97654009890b83703849632f9"
+"""SHA-256 of the sdist, as PyPI lists it and as ``pip download`` fetched it (2 466 783 bytes)."""
 VADER_FETCH = "pip download --no-deps --no-binary :all: vadersentiment==3.3.2 -d {folder}"
 _INNER_ARCHIVE = "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz"
 _MOVIE_FILE = "hutto_ICWSM_2014/movieReviewSnippets_GroundTruth.txt"
@@ -43,30 +55,59 @@ def default_sentiment_path() -> Path:
     return cache_dir("vader-sentiment") / VADER_SDIST
 
 
-def _missing(path: Path, label: str | None = None) -> DatasetUnavailable:
+def _missing(path: Path, label: str | None = None, why: str = "") -> DatasetUnavailable:
     where = f"{label}: " if label else ""
     return DatasetUnavailable(
-        f"{where}movie-review sentences not found: {path} does not exist; fetch the vaderSentiment source "
+        f"{where}movie-review sentences not found: {path} does not exist{why}; fetch the vaderSentiment source "
         f"distribution with `{VADER_FETCH.format(folder=path.parent)}` (or pass the path of {VADER_SDIST})"
     )
 
 
+def fetch_sentiment_sdist() -> Path:
+    """The sdist at :func:`default_sentiment_path`, fetched there from PyPI first if it is missing.
+
+    The download goes to a scratch file, is checked against :data:`VADER_SDIST_SHA256` and installed atomically
+    under a file lock (:func:`iclr25_shared.fetch.verified_download`), so the cache holds the verified sdist or
+    nothing.
+
+    Raises:
+        DatasetUnavailable: the file is missing and fetching is off (``ICLR25_NO_FETCH``), the download failed, or
+            its checksum differs (nothing is installed then); the message gives the ``pip download`` command.
+    """
+    from iclr25_shared.fetch import FetchError, fetching_disabled, verified_download
+
+    target = default_sentiment_path()
+    if target.is_file():
+        return target
+    if fetching_disabled():
+        raise _missing(target, why=" and fetching is off (ICLR25_NO_FETCH)")
+    try:
+        # module globals read at call time (the tests point them at a local file)
+        return verified_download(
+            VADER_SDIST_URL,
+            VADER_SDIST_SHA256,
+            target,
+            what=f"the vaderSentiment 3.3.2 sdist ({VADER_SDIST})",
+        )
+    except FetchError as exc:
+        raise _missing(target, why=f" and fetching it failed ({exc})") from None
+
+
 def check_sentiment_path(path: str | Path | None, *, label: str | None = None) -> Path:
-    """The sdist's path (``None`` or ``""`` = :func:`default_sentiment_path`), checked to exist.
+    """The sdist's path (``None`` or ``""`` = :func:`default_sentiment_path`, fetched there on first use), checked
+    to exist. A given ``path`` is never fetched.
 
     Args:
         path: the sdist, or ``None``/``""`` for the default place.
         label: the option that named ``path`` (e.g. ``"--data-path"``), for messages.
 
     Raises:
-        DatasetUnavailable: the file does not exist (the message gives the ``pip download`` command).
+        DatasetUnavailable: the file does not exist and (for the default place) could not be fetched (the message
+            gives the ``pip download`` command).
         InputError: a given ``path`` is empty or a folder (the message names it).
     """
     if path in (None, ""):
-        resolved = default_sentiment_path()
-        if not resolved.is_file():
-            raise _missing(resolved)
-        return resolved
+        return fetch_sentiment_sdist()
     given = Path(path).expanduser()
     if not given.exists():
         raise _missing(given, label)
@@ -117,7 +158,8 @@ def movie_review_sentiment(
     A sentence that occurs twice is kept once (its first occurrence).
 
     Args:
-        path: ``vaderSentiment-3.3.2.tar.gz`` (the PyPI sdist); ``None`` = :func:`default_sentiment_path`.
+        path: ``vaderSentiment-3.3.2.tar.gz`` (the PyPI sdist); ``None`` = :func:`default_sentiment_path`,
+            fetched from PyPI on first use (:func:`fetch_sentiment_sdist`).
         label: the option that named ``path`` (e.g. ``"--data-path"``), for messages.
         neutral_margin: half-width of the dropped band around 0, in rating units (the scale is -4 ... +4).
             Of the 10 605 sentences 37 are rated exactly 0 and 2 repeat an earlier one; at margin 0 that leaves
@@ -129,7 +171,7 @@ def movie_review_sentiment(
         the mean ratings as strings.
 
     Raises:
-        DatasetUnavailable: the file does not exist (the message gives the fetch command).
+        DatasetUnavailable: the file does not exist and could not be fetched (the message gives the fetch command).
         InputError: the file is empty, a folder, not the sdist (not a tar archive, or the ratings file is missing),
             a line is not ``id<TAB>rating<TAB>sentence`` with a finite rating, or no sentence is left.
         ValueError: ``neutral_margin`` negative or not finite.
@@ -197,10 +239,12 @@ def check_task_data(task: str, data_path: str, neutral_margin: float) -> None:
 
 
 def require_task_data(task: str, data_path: str) -> None:
-    """At the start of a command, before any model loads: the sentiment task's source is there.
+    """At the start of a command, before any model loads: the sentiment task's source is there (the default sdist
+    is fetched into the user cache on first use).
 
     Raises:
-        DatasetUnavailable: the default sdist is missing (the message gives the ``pip download`` command).
+        DatasetUnavailable: the default sdist is missing and could not be fetched (the message gives the
+            ``pip download`` command).
         InputError: the given ``data_path`` is not the sdist.
     """
     if task == "sentiment":
