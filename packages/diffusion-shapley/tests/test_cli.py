@@ -119,7 +119,7 @@ def test_data_root_must_hold_the_fashion_mnist_files_or_exit_2_naming_it(tmp_pat
         (truncated / n).write_bytes(gzip.compress(b"\0\0\x08\x01" + (5).to_bytes(4, "big") + b"abc"))
     out = tmp_path / "out"
     for folder, needle in (
-        (empty, "lacks train-images-idx3-ubyte.gz"),
+        (empty, "has no train-images-idx3-ubyte.gz"),
         (truncated, "train-images-idx3-ubyte.gz"),
     ):
         for command in cli.COMMANDS:
@@ -132,3 +132,28 @@ def test_data_root_must_hold_the_fashion_mnist_files_or_exit_2_naming_it(tmp_pat
     real = cache_dir("fashion-mnist")
     if all((real / n).is_file() for n in files):  # the real files pass
         assert main(["attribute", "--data-root", str(real), "--quiet"]) == 0 and len(calls) == 1
+
+
+def test_data_root_whose_files_are_cut_short_exits_2_naming_the_file_before_training(tmp_path, capsys):
+    # The check before the run reads the files' IDX headers only; a file whose header is right but whose body was
+    # cut short is refused when it is read, the first thing the run does: exit 2 naming the option and the file,
+    # no model trained and nothing written.
+    import gzip
+
+    headers = {
+        "train-images-idx3-ubyte.gz": b"\0\0\x08\x03"
+        + b"".join(n.to_bytes(4, "big") for n in (60_000, 28, 28)),
+        "train-labels-idx1-ubyte.gz": b"\0\0\x08\x01" + (60_000).to_bytes(4, "big"),
+        "t10k-images-idx3-ubyte.gz": b"\0\0\x08\x03"
+        + b"".join(n.to_bytes(4, "big") for n in (10_000, 28, 28)),
+        "t10k-labels-idx1-ubyte.gz": b"\0\0\x08\x01" + (10_000).to_bytes(4, "big"),
+    }
+    folder = tmp_path / "FashionMNIST" / "raw"  # torchvision's layout below the folder given
+    folder.mkdir(parents=True)
+    for name, header in headers.items():
+        (folder / name).write_bytes(gzip.compress(header + b"abc"))
+    out = tmp_path / "out"
+    assert main(["attribute", "--data-root", str(tmp_path), *TINY, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--data-root" in err[0] and "train-images-idx3-ubyte.gz" in err[0], err
+    assert not out.exists()

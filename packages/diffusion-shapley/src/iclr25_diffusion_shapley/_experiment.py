@@ -46,7 +46,7 @@ def _classifier(root: Any, num_train: int = 2000) -> Any:
     from iclr25_diffusion_shapley._properties import PixelClassifier, downsample
     from iclr25_shared.data import fashion_mnist
 
-    x, y = fashion_mnist("test", root=root)
+    x, y = fashion_mnist("test", root=root, label="--data-root")
     x = downsample(x[:num_train].astype(np.float32) / 255.0, 2) * 2.0 - 1.0
     import warnings
 
@@ -65,7 +65,9 @@ def _setup(cfg: Any, ctx: RunContext, seed: int, *, classifier: Any = None) -> S
 
     device = ctx.torch_device()
     groups = parse_groups(cfg.contributors)
-    data = fashion_mnist_contributors(groups, per_class=cfg.per_class, root=cfg.data_root, seed=seed)
+    data = fashion_mnist_contributors(
+        groups, per_class=cfg.per_class, root=cfg.data_root, seed=seed, label="--data-root"
+    )
     model_kind, hidden = cfg.model, cfg.hidden
 
     def make_model(s: int) -> Any:

@@ -58,6 +58,7 @@ def fashion_mnist_contributors(
     factor: int = 2,
     root: str | None = None,
     seed: int = 0,
+    label: str | None = None,
 ):
     """Fashion-MNIST training images as contributors = groups of classes (``iclr25_shared.data.fashion_mnist``).
 
@@ -65,14 +66,18 @@ def fashion_mnist_contributors(
         groups: disjoint tuples of class ids in ``0..9``; at least 2.
         per_class: images drawn (without replacement, seeded) per class, ``1..6000``.
         factor: downsampling factor (2 gives 14×14).
-        root: a folder with the IDX files (default: Debian's package / the user cache).
+        root: a folder with the IDX files (directly or under ``FashionMNIST/raw``); only that folder is read then
+            (default: Debian's package / the user cache).
+        label: the option that named ``root`` (e.g. ``"--data-root"``), for error messages.
 
     Returns:
         :class:`~iclr25_diffusion_shapley._diffusion.ContributorData` with images ``(N, 1, H, W)`` in ``[-1, 1]``.
 
     Raises:
         ValueError: fewer than 2 groups, a class outside ``0..9``, overlapping or empty groups.
-        DatasetUnavailable: the data are not available offline and cannot be fetched.
+        InputError: ``root`` lacks the training files, or they are not the gzip-compressed IDX files of
+            Fashion-MNIST's training split (the file is named).
+        DatasetUnavailable: no ``root``, and the data are not available offline and cannot be fetched.
     """
     from iclr25_diffusion_shapley._diffusion import make_contributors
     from iclr25_shared.data import FASHION_MNIST_CLASSES, fashion_mnist
@@ -83,7 +88,7 @@ def fashion_mnist_contributors(
     for g in groups:
         for c in g:
             check_int("groups", c, low=0, high=9)
-    images, labels = fashion_mnist("train", root=root)
+    images, labels = fashion_mnist("train", root=root, label=label)
     rng = np.random.default_rng(seed)
     idx = np.concatenate(
         [rng.choice(np.flatnonzero(labels == c), size=per_class, replace=False) for g in groups for c in g]

@@ -11,12 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from iclr25_diffusion_shapley._checks import (
-    FIVE_PAIRS,
-    PROPERTIES,
-    check_contributors,
-    check_fashion_mnist_folder,
-)
+from iclr25_diffusion_shapley._checks import FIVE_PAIRS, PROPERTIES, check_contributors
 from iclr25_shared import inputs
 from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
@@ -31,11 +26,7 @@ DEFAULT = "attribute"
 class _Game(CommonOptions):
     """Options shared by every command: data, model, training and sampling."""
 
-    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
-        "data_root": inputs.folder(
-            expected="a folder with the four Fashion-MNIST IDX .gz files", check=check_fashion_mnist_folder
-        )
-    }
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"data_root": inputs.fashion_mnist_folder()}
 
     contributors: tuple[str, ...] = FIVE_PAIRS
     """Contributors as groups of Fashion-MNIST classes, one comma-separated group per contributor (>= 2 groups;
