@@ -2,6 +2,7 @@
 missing optional dependency exit 2 with one line naming what to fix, before any tower loads. None of these tests
 needs the towers extra."""
 
+import gzip
 import sys
 
 import numpy as np
@@ -146,6 +147,81 @@ def test_a_bad_checkpoint_exits_2_before_any_tower(tmp_path, capsys, no_towers, 
 def test_data_root_without_fashion_mnist_exits_2(tmp_path, capsys, no_towers):
     err = _exit_2_one_line(["train", "--data-root", str(tmp_path), "--quiet"], capsys)
     assert "--data-root" in err and str(tmp_path) in err
+
+
+_FASHION_HEADERS = {
+    "train-images-idx3-ubyte.gz": b"\0\0\x08\x03" + b"".join(n.to_bytes(4, "big") for n in (60_000, 28, 28)),
+    "train-labels-idx1-ubyte.gz": b"\0\0\x08\x01" + (60_000).to_bytes(4, "big"),
+    "t10k-images-idx3-ubyte.gz": b"\0\0\x08\x03" + b"".join(n.to_bytes(4, "big") for n in (10_000, 28, 28)),
+    "t10k-labels-idx1-ubyte.gz": b"\0\0\x08\x01" + (10_000).to_bytes(4, "big"),
+}
+
+
+@pytest.mark.parametrize(
+    ("broken", "needle"),
+    [
+        (b"not a gzip stream", "not a gzip-compressed IDX file"),
+        (gzip.compress(b"\0\0\x08\x01" + (5).to_bytes(4, "big") + b"abcde"), "holds 5 examples"),
+        (
+            gzip.compress(_FASHION_HEADERS["t10k-labels-idx1-ubyte.gz"] + b"x"),
+            "train-images-idx3-ubyte.gz: expected",
+        ),
+    ],
+    ids=["not-gzip", "wrong-count", "cut-short"],
+)
+@pytest.mark.parametrize("command", ["train", "evaluate", "reproduce"])
+def test_data_root_with_a_broken_fashion_mnist_file_exits_2_naming_it_before_any_tower(
+    tmp_path, capsys, no_towers, broken, needle, command
+):
+    """Regression: only the files' presence was checked, so a junk file loaded the towers and failed in the run
+    (exit 1). Now the core's check reads each header, and a body cut short is refused when read, before the towers."""
+    folder = tmp_path / "fmnist"
+    folder.mkdir()
+    for name, header in _FASHION_HEADERS.items():
+        (folder / name).write_bytes(gzip.compress(header + b"x" * 8))  # headers right, bodies short
+    (folder / "t10k-labels-idx1-ubyte.gz").write_bytes(broken)
+    argv = [command, "--data-root", str(folder), "--quiet"]
+    if command == "evaluate":
+        ckpt = tmp_path / "model.pt"
+        meta = {"towers": "tiny", "resolution": 16, "dim": 8, "image_dim": 8}
+        torch.save({"head": {"w": torch.ones(2)}, "meta": meta}, ckpt)
+        argv += ["--checkpoint", str(ckpt)]
+    err = _exit_2_one_line(argv, capsys)
+    assert "--data-root" in err and str(folder) in err and needle in err, err
+
+
+def test_frozen_tower_features_are_cached_per_copy_of_the_images(tmp_path, monkeypatch):
+    """Regression: the feature cache was keyed by pool size and resolution only, so a --data-root copy whose images
+    differ from the one encoded earlier silently got the earlier copy's cached features."""
+    import iclr25_semiclip._experiment as experiment
+    import iclr25_shared.data
+
+    class Stop(Exception):
+        pass
+
+    class Tower:
+        resolution = 16
+
+    names = []
+
+    def record(name, kind, fn, device, ctx):
+        names.append(name)
+        raise Stop
+
+    folder = tmp_path / "fmnist"
+    folder.mkdir()
+    for name, header in _FASHION_HEADERS.items():  # passes the header check; the arrays come from the patch
+        (folder / name).write_bytes(gzip.compress(header))
+    monkeypatch.setattr(experiment, "_towers", lambda *a, **k: (Tower(), None))
+    monkeypatch.setattr(experiment, "_encode_cached", record)
+    argv = ["train", "--data-root", str(folder), "--pool", "20", "--test-size", "10", "--quiet"]
+    for fill in (0, 255):
+        images, labels = np.full((20, 28, 28), fill, np.uint8), np.arange(20) % 10
+        monkeypatch.setattr(
+            iclr25_shared.data, "fashion_mnist", lambda *a, _x=images, _y=labels, **k: (_x, _y)
+        )
+        assert main(argv) == 1  # stopped at the first cache look-up
+    assert len(names) == 2 and names[0] != names[1], names
 
 
 @pytest.mark.parametrize(

@@ -224,32 +224,6 @@ def check_image_folder(path: Path, label: str) -> None:
         read_image(f, label=label, mode=None)
 
 
-FASHION_FILES = (
-    "train-images-idx3-ubyte.gz",
-    "train-labels-idx1-ubyte.gz",
-    "t10k-images-idx3-ubyte.gz",
-    "t10k-labels-idx1-ubyte.gz",
-)
-"""The Fashion-MNIST files ``--data-root`` must hold (directly or under ``FashionMNIST/raw``)."""
-
-
-def check_fashion_root(path: Path, label: str) -> None:
-    """The CLI's check of ``--data-root``: a folder holding the four Fashion-MNIST IDX files."""
-    from iclr25_shared.errors import InputError
-    from iclr25_shared.inputs import check_file, check_folder
-
-    folder = check_folder(path, label=label, expected="a folder with the Fashion-MNIST IDX .gz files")
-    for sub in (folder, folder / "FashionMNIST" / "raw"):
-        if all((sub / name).exists() for name in FASHION_FILES):
-            for name in FASHION_FILES:
-                check_file(sub / name, label=label, expected="a Fashion-MNIST IDX .gz file")
-            return
-    raise InputError(
-        f"{_where(path, label)} holds no Fashion-MNIST files ({', '.join(FASHION_FILES)}, directly or under "
-        "FashionMNIST/raw)"
-    )
-
-
 def emoji_pairs(
     root: str | Path, *, size: int = 64, style: str = "google"
 ) -> tuple[np.ndarray, list[str], list[str]]:

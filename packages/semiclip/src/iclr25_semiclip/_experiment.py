@@ -69,30 +69,49 @@ def _encode_cached(name: str, kind: str, fn, device: Any, ctx: RunContext) -> to
     return feats.to(device)
 
 
-def _fashion(pool: int, test_size: int, data_root: Path | None, tower: ImageTower, kind: str, device, ctx):
+def _fashion_images(pool: int, test_size: int, data_root: Path | None):
+    """The first ``pool`` training and ``test_size`` test images (uint8) and labels of Fashion-MNIST, read before
+    any tower loads. With ``--data-root`` only that folder is read, and a file the check before the run passed (its
+    header) but whose body is cut short is an InputError naming it (exit 2)."""
+    from iclr25_shared.data import fashion_mnist
+
+    x, y = fashion_mnist("train", root=data_root, label="--data-root")
+    xt, yt = fashion_mnist("test", root=data_root, label="--data-root")
+    return np.array(x[:pool]), y[:pool], np.array(xt[:test_size]), yt[:test_size]
+
+
+def _fashion(images, tower: ImageTower, kind: str, device, ctx):
+    """Frozen-tower features of :func:`_fashion_images`; the cache key holds a digest of the pixels encoded, so a
+    ``--data-root`` copy that differs from the one cached earlier is encoded afresh."""
+    import hashlib
+
     import torch
 
     from iclr25_semiclip._model import strong_view
-    from iclr25_shared.data import fashion_mnist
 
-    x, y = fashion_mnist("train", root=data_root)
-    xt, yt = fashion_mnist("test", root=data_root)
-    x, y, xt, yt = np.array(x[:pool]), y[:pool], np.array(xt[:test_size]), yt[:test_size]
+    x, y, xt, yt = images
+    pool, test_size = len(x), len(xt)
+    tag = hashlib.sha256(x.tobytes()).hexdigest()[:12]
+    test_tag = hashlib.sha256(xt.tobytes()).hexdigest()[:12]
     res = tower.resolution
     gen = torch.Generator().manual_seed(STRONG_VIEW_SEED)
     t0 = time.perf_counter()
     weak = _encode_cached(
-        f"fmnist-train{pool}-r{res}-weak", kind, lambda: tower.encode(torch.from_numpy(x)), device, ctx
+        f"fmnist-train{pool}-{tag}-r{res}-weak", kind, lambda: tower.encode(torch.from_numpy(x)), device, ctx
     )
     strong = _encode_cached(
-        f"fmnist-train{pool}-r{res}-strong{STRONG_VIEW_SEED}",
+        f"fmnist-train{pool}-{tag}-r{res}-strong{STRONG_VIEW_SEED}",
         kind,
         lambda: tower.encode(strong_view(torch.from_numpy(x), gen)),
         device,
         ctx,
     )
     test = _encode_cached(
-        f"fmnist-test{test_size}-r{res}", kind, lambda: tower.encode(torch.from_numpy(xt)), device, ctx
+        f"fmnist-test{test_size}-{test_tag}-r{res}",
+        kind,
+        lambda: tower.encode(torch.from_numpy(xt)),
+        device,
+        ctx,
     )
     ctx.log.info("image features ready in %.1f s", time.perf_counter() - t0)
     return _Fashion(y, weak, strong, yt, test)
@@ -289,6 +308,8 @@ def train(cfg: TrainConfig, ctx: RunContext) -> Result:
         pair_images, captions = read_pairs(cfg.pairs, size=cfg.resolution, label="--pairs")
         unl_images = read_image_folder(cfg.images, size=cfg.resolution, label="--images")
         _mine(captions, cfg)
+    else:
+        images = _fashion_images(cfg.pool, cfg.test_size, cfg.data_root)
     ctx.log.info("loading the %s towers ...", cfg.towers)
     image_tower, text_tower = _towers(cfg.towers, device, cfg.resolution, cfg.text_tower)
     text = _TextBank(text_tower)
@@ -299,7 +320,7 @@ def train(cfg: TrainConfig, ctx: RunContext) -> Result:
         strong = image_tower.encode(strong_view(torch.from_numpy(unl_images), gen))
         data = None
     else:
-        data = _fashion(cfg.pool, cfg.test_size, cfg.data_root, image_tower, cfg.towers, device, ctx)
+        data = _fashion(images, image_tower, cfg.towers, device, ctx)
         split = fashion_split(
             np.arange(cfg.pool), data.pool_labels, labelled_fraction=cfg.labelled_fraction, seed=cfg.seed
         )
@@ -411,6 +432,7 @@ def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
     state = read_checkpoint(cfg.checkpoint, label="--checkpoint")
     meta, head_state = state["meta"], state["head"]
     text_path = Path(meta["text_tower"]) if meta.get("text_tower") else None
+    images = _fashion_images(1, cfg.test_size, cfg.data_root)
     image_tower, text_tower = _towers(meta["towers"], device, meta["resolution"], text_path)
     head = SemiCLIPHead(meta["image_dim"], text_tower.dim, dim=meta["dim"])
     if "concept_emb" in head_state:
@@ -424,7 +446,7 @@ def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
             f"(image_dim {meta['image_dim']}, dim {meta['dim']}, text tower width {text_tower.dim})"
         ) from None
     head.to(device)
-    data = _fashion(1, cfg.test_size, cfg.data_root, image_tower, meta["towers"], device, ctx)
+    data = _fashion(images, image_tower, meta["towers"], device, ctx)
     return Result(metrics=_eval_fashion(head, data, _TextBank(text_tower)))
 
 
@@ -444,10 +466,11 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     size = SIZES[cfg.size]
     device = ctx.torch_device()
     t_start = time.perf_counter()
+    images = _fashion_images(size["pool"], size["test"], cfg.data_root)
     ctx.log.info("loading the %s towers ...", cfg.towers)
     image_tower, text_tower = _towers(cfg.towers, device, 64, None)
     text = _TextBank(text_tower)
-    data = _fashion(size["pool"], size["test"], cfg.data_root, image_tower, cfg.towers, device, ctx)
+    data = _fashion(images, image_tower, cfg.towers, device, ctx)
     t_ready = time.perf_counter()
     settings = _settings(cfg, unlabelled_batch=size["ubatch"])
     s1, s2 = size["stage1"], size["stage2"]
@@ -586,7 +609,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     image_tower, text_tower = _towers(cfg.towers, device, 64, None)
     text = _TextBank(text_tower)
     pool = max(4 * cfg.batch_size, 4 * cfg.unlabelled_batch, 200)
-    data = _fashion(pool, 10, None, image_tower, cfg.towers, device, ctx)
+    data = _fashion(_fashion_images(pool, 10, None), image_tower, cfg.towers, device, ctx)
     split = fashion_split(np.arange(pool), data.pool_labels, labelled_fraction=0.25, seed=cfg.seed)
     li, ui = torch.from_numpy(split.labelled_images), torch.from_numpy(split.unlabelled_images)
     concepts = mine_concepts(split.captions)

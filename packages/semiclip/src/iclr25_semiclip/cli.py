@@ -45,7 +45,8 @@ def _lazy(name: str, module: str = "_data") -> Any:
 _PAIRS = inputs.custom(_lazy("check_pairs"), kind="text")
 """--pairs: 'image_path<TAB>caption' lines; every listed image must exist and decode."""
 _IMAGES = inputs.custom(_lazy("check_image_folder"), is_folder=True, kind="image_folder")
-_DATA_ROOT = inputs.custom(_lazy("check_fashion_root"), is_folder=True, kind="folder")
+_DATA_ROOT = inputs.fashion_mnist_folder()
+"""--data-root: Fashion-MNIST's four IDX .gz files (both splits are read), directly or under FashionMNIST/raw."""
 _CHECKPOINT = inputs.custom(_lazy("check_checkpoint", "_experiment"), kind="torch_checkpoint")
 
 
