@@ -1,6 +1,7 @@
 """The user/method boundary (issue 37): bad files, options that do not fit the data and a missing optional
 dependency exit 2 with one line naming what to fix; a diverging run is a failure (exit 1), not bad input."""
 
+import gzip
 import sys
 
 import numpy as np
@@ -112,6 +113,52 @@ def test_root_without_fashion_mnist_files_exits_2(tmp_path, capsys):
     """An explicit --root that holds no Fashion-MNIST files was silently skipped for the system copy / cache."""
     err = _exit_2_one_line(["discover", "--root", str(tmp_path)], capsys)
     assert "--root" in err and str(tmp_path) in err
+
+
+_TRAIN_HEADERS = {
+    "train-images-idx3-ubyte.gz": b"\0\0\x08\x03" + b"".join(n.to_bytes(4, "big") for n in (60_000, 28, 28)),
+    "train-labels-idx1-ubyte.gz": b"\0\0\x08\x01" + (60_000).to_bytes(4, "big"),
+}
+
+
+@pytest.mark.parametrize(
+    ("broken", "needle"),
+    [
+        (b"not a gzip stream", "not a gzip-compressed IDX file"),
+        (gzip.compress(b"\0\0\x08\x01" + (5).to_bytes(4, "big") + b"abcde"), "holds 5 examples"),
+    ],
+    ids=["not-gzip", "wrong-count"],
+)
+@pytest.mark.parametrize("command", ["discover", "reproduce"])
+def test_root_with_a_broken_training_file_exits_2_naming_it_before_the_command_starts(
+    tmp_path, capsys, monkeypatch, broken, needle, command
+):
+    """Regression: --root was only checked to hold the two files, so a junk one passed the check and was refused
+    only once the command had started. Now the core's check reads each header before the run."""
+    from iclr25_debgcd import cli
+
+    calls = []
+    for name, (cls, _) in list(cli.COMMANDS.items()):
+        monkeypatch.setitem(cli.COMMANDS, name, (cls, lambda cfg, ctx: calls.append(cfg)))
+    folder = tmp_path / "FashionMNIST" / "raw"  # torchvision's layout below the folder given
+    folder.mkdir(parents=True)
+    (folder / "train-images-idx3-ubyte.gz").write_bytes(
+        gzip.compress(_TRAIN_HEADERS["train-images-idx3-ubyte.gz"])
+    )
+    (folder / "train-labels-idx1-ubyte.gz").write_bytes(broken)
+    err = _exit_2_one_line([command, "--root", str(tmp_path), "--quiet"], capsys)
+    assert "--root" in err and "train-labels-idx1-ubyte.gz" in err and needle in err, err
+    assert not calls
+
+
+def test_root_whose_file_is_cut_short_exits_2_naming_it_before_training(tmp_path, capsys, monkeypatch):
+    """The check before the run reads headers only; a body cut short is refused, naming --root and the file, when
+    the images are read (before any training)."""
+    _never_train(monkeypatch)
+    for name, header in _TRAIN_HEADERS.items():
+        (tmp_path / name).write_bytes(gzip.compress(header + b"abc"))
+    err = _exit_2_one_line(["discover", "--root", str(tmp_path), "--quiet"], capsys)
+    assert "--root" in err and "train-images-idx3-ubyte.gz" in err, err
 
 
 def test_npz_reader_raises_input_error_for_library_users(tmp_path):

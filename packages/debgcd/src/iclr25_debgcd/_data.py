@@ -102,25 +102,35 @@ def gcd_split(
 
 
 def load_images(
-    name: str, *, root: str | Path | None = None, per_class: int | None = None, seed: int = 0
+    name: str,
+    *,
+    root: str | Path | None = None,
+    per_class: int | None = None,
+    seed: int = 0,
+    label: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Real images as ``(n, 1, H, W)`` float32 in [0, 1] and ``(n,)`` int64 labels.
 
     Args:
         name: ``"fashion-mnist"`` (Xiao et al. 2017, 60 000 train images 28×28, through
-            :func:`iclr25_shared.data.fashion_mnist`, which reads ``root`` first, then Debian's
+            :func:`iclr25_shared.data.fashion_mnist`: ``root`` only when given, else Debian's
             ``dataset-fashion-mnist`` or the user cache) or ``"digits"`` (scikit-learn's 1 797 8×8 digits).
-        root: Fashion-MNIST folder with the four IDX ``.gz`` files (searched first).
+        root: Fashion-MNIST folder with the training IDX ``.gz`` files (directly or under ``FashionMNIST/raw``);
+            no other copy is read then.
         per_class: keep this many images per class (a seeded random subset); None = all.
+        label: the option that named ``root`` (e.g. ``"--root"``), for error messages.
 
     Raises:
         ValueError: unknown name or ``per_class`` < 1.
-        iclr25_shared.DatasetUnavailable: the data are not installed (the message names the install command).
+        iclr25_shared.errors.InputError: ``root`` lacks the training files, or one is not a gzip-compressed IDX file
+            of the training split's size (the file is named).
+        iclr25_shared.DatasetUnavailable: no ``root``, and the data are not installed (the message names the
+            install command).
     """
     from iclr25_shared import data
 
     if name == "fashion-mnist":
-        x, y = data.fashion_mnist("train", root=root)
+        x, y = data.fashion_mnist("train", root=root, label=label)
         x = x.astype(np.float32) / 255.0
     elif name == "digits":
         x, y = data.digits()

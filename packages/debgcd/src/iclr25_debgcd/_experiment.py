@@ -21,13 +21,11 @@ from iclr25_shared.inputs import validating
 if TYPE_CHECKING:
     from iclr25_debgcd.cli import BenchConfig, DiscoverConfig, ReproduceConfig
 
-__all__ = ["SIZES", "ReproduceSize", "bench", "check_data", "check_root", "discover", "load_npz", "reproduce"]
+__all__ = ["SIZES", "ReproduceSize", "bench", "check_data", "discover", "load_npz", "reproduce"]
 
 
 NAMED_DATA = ("fashion-mnist", "digits")
 _NPZ_KEYS = ("images", "labels")
-FASHION_TRAIN_FILES = ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz")
-"""The Fashion-MNIST files ``--root`` must hold (directly or under ``FashionMNIST/raw``, torchvision's layout)."""
 
 
 def load_npz(path: str | Path, *, label: str | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -82,32 +80,11 @@ def check_data(value: str | Path, label: str) -> None:
     load_npz(value, label=label)
 
 
-def check_root(path: Path, label: str) -> None:
-    """The CLI's check of ``--root``: a folder holding the Fashion-MNIST training files."""
-    from iclr25_shared.inputs import check_file, check_folder
-
-    folder = check_folder(path, label=label, expected="a folder with the Fashion-MNIST IDX .gz files")
-    for sub in (folder, folder / "FashionMNIST" / "raw"):
-        if all((sub / name).exists() for name in FASHION_TRAIN_FILES):
-            for name in FASHION_TRAIN_FILES:
-                check_file(sub / name, label=label, expected="a Fashion-MNIST IDX .gz file")
-            return
-    raise InputError(
-        f"{label}: {str(path)!r} holds no Fashion-MNIST training files ({', '.join(FASHION_TRAIN_FILES)}, "
-        "directly or under FashionMNIST/raw)"
-    )
-
-
 def _load(name: str, root: Path | None, per_class: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
     from iclr25_debgcd._data import load_images
 
-    if name in NAMED_DATA:
-        if root is None or name != "fashion-mnist":
-            return load_images(name, root=root, per_class=per_class or None, seed=seed)
-        try:  # the files come from the user's --root (checked to hold them): their problems are the user's
-            return load_images(name, root=root, per_class=per_class or None, seed=seed)
-        except (ValueError, OSError, EOFError) as exc:
-            raise InputError(f"--root: {str(root)!r} holds unreadable Fashion-MNIST files ({exc})") from None
+    if name in NAMED_DATA:  # --root's files are the user's: their problems are InputErrors naming --root
+        return load_images(name, root=root, per_class=per_class or None, seed=seed, label="--root")
     x, y = load_npz(name, label="--data")
     if per_class:
         rng = np.random.default_rng(seed)

@@ -27,16 +27,10 @@ def _check_data(value: Any, label: str) -> None:
     check_data(value, label)
 
 
-def _check_root(path: Path, label: str) -> None:
-    from iclr25_debgcd._experiment import check_root
-
-    check_root(path, label)
-
-
 _DATA = inputs.Input("npz", False, _check_data, may_be_name=True)
 """--data: a data set's name, or an .npz path read safely (images, labels) before the command starts."""
-_ROOT = inputs.custom(_check_root, is_folder=True, kind="folder")
-"""--root: a folder holding the Fashion-MNIST training IDX files."""
+_ROOT = inputs.fashion_mnist_folder(splits=("train",))
+"""--root: a folder holding Fashion-MNIST's training IDX .gz files (directly or under FashionMNIST/raw)."""
 
 
 @dataclass(frozen=True, kw_only=True)
