@@ -418,7 +418,7 @@ def _read_fashion(found: Path, split: str, label: str | None) -> tuple[np.ndarra
     except (OSError, EOFError, ValueError) as exc:  # truncated gzip, short payload
         if label is None:
             raise
-        raise InputError(f"{label}: {found}: {exc}") from None
+        raise InputError(f"{label}: {exc}") from None  # read_idx's message names the file
     if len(images) != expected or len(labels) != expected:
         message = f"{found}: expected {expected} {split} examples, found {len(images)} and {len(labels)}"
         raise InputError(f"{label}: {message}") if label is not None else ValueError(message)
