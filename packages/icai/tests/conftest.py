@@ -203,18 +203,36 @@ def _bag_of_words(text: str) -> list[float]:
     return [float(text.lower().count(k)) + 0.01 * i for i, k in enumerate(keys)]
 
 
-@pytest.fixture
-def stub_server():
-    """An OpenAI-compatible server on 127.0.0.1 (chat + embeddings); set ``.reply`` / ``.fail`` per test."""
+def _start_stub_server():
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.requests = []
     server.fail = []
     server.reply = lambda messages: "A"
     server.embed = _bag_of_words
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     server.url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-    yield server
+    return server, thread
+
+
+def _stop_stub_server(server, thread):
     server.shutdown()
     server.server_close()
     thread.join()
+
+
+@pytest.fixture
+def stub_server():
+    """An OpenAI-compatible server on 127.0.0.1 (chat + embeddings); set ``.reply`` / ``.fail`` per test.
+    ``.requests`` records (path, body, Authorization header)."""
+    server, thread = _start_stub_server()
+    yield server
+    _stop_stub_server(server, thread)
+
+
+@pytest.fixture
+def second_stub_server():
+    """Another server like ``stub_server``, on its own port."""
+    server, thread = _start_stub_server()
+    yield server
+    _stop_stub_server(server, thread)

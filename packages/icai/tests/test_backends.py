@@ -164,12 +164,15 @@ def test_the_real_client_talks_to_a_local_openai_compatible_server(stub_server):
     assert emb.shape == (2, 10) and emb[0, 0] == 1.0 and emb[1, 3] == pytest.approx(1.03)
 
 
-def test_base_url_and_key_come_from_the_environment(stub_server, monkeypatch):
+def test_base_url_comes_from_the_environment_and_the_key_from_the_variable_the_user_names(
+    stub_server, monkeypatch
+):
     monkeypatch.setenv("OPENAI_BASE_URL", stub_server.url)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
-    client = OpenAICompatibleBackend("m", backoff=0)
-    client.chat(MSG)
-    assert stub_server.requests[-1][2] == "Bearer sk-env"
+    OpenAICompatibleBackend("m", backoff=0).chat(MSG)
+    assert stub_server.requests[-1][2] is None  # not OpenAI's URL: $OPENAI_API_KEY stays home
+    OpenAICompatibleBackend("m", backoff=0, api_key_env="OPENAI_API_KEY").chat(MSG)
+    assert stub_server.requests[-1][2] == "Bearer sk-env"  # named: sent
 
 
 def test_429_and_500_are_retried_with_backoff_then_succeed(stub_server):
@@ -199,7 +202,9 @@ def test_an_unreachable_endpoint_fails_after_bounded_retries_and_the_cache_stays
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     path = tmp_path / "c.jsonl"
-    CachedBackend(ScriptedBackend(lambda m: "kept", model_name="m"), path).chat(MSG)
+    earlier = ScriptedBackend(lambda m: "kept", model_name="m")
+    earlier.endpoint = f"http://127.0.0.1:{port}/v1"  # as if that server had answered in an earlier run
+    CachedBackend(earlier, path).chat(MSG)
     before = path.read_bytes()
     slept = []
     client = OpenAICompatibleBackend(

@@ -133,3 +133,29 @@ def test_run_on_the_embedded_default_with_the_local_judge(tmp_path):
     assert metrics["pairs"] == 3 and metrics["llm_calls"] > 0
     assert 0.0 <= metrics["agreement_constitutional"]["value"] <= 1.0
     assert (out / "constitution.md").is_file() and (out / "votes.csv").is_file()
+
+
+def test_minilm_puts_colour_paraphrases_above_the_merge_threshold_and_the_votes_keep_an_inverse():
+    import pandas as pd
+
+    from iclr25_icai import VOTE_KINDS, ICAIConfig, merge_near_duplicates
+
+    embed = require(MiniLMEmbedder)
+    texts = [
+        "Select the response that mentions a colour",
+        "Select the response that names a colour",
+        "Select the response that refers to a colour",
+        "Select the response that is shorter",
+        "Select the response that is longer",
+    ]
+    threshold = ICAIConfig().dedup_similarity
+    e = embed(texts)
+    assert (e[:3] @ e[:3].T >= threshold).all()
+    assert e[3] @ e[4] >= threshold  # an inverse is as close as a paraphrase: only the votes tell them apart
+    counts = pd.DataFrame({"principle": texts, **{k: 0 for k in VOTE_KINDS}, "total": 0})
+    votes = [["for", "for", "against"]] * 3 + [["for", "against", "for"], ["against", "for", "against"]]
+    merged = pd.DataFrame(
+        [{"pair": j, "principle": i, "vote": v} for i, vs in enumerate(votes) for j, v in enumerate(vs)]
+    )
+    kept, _ = merge_near_duplicates(counts, embed, votes=merged, min_similarity=threshold)
+    assert list(kept["principle"]) == [texts[0], texts[3], texts[4]]

@@ -426,3 +426,47 @@ def test_probes_are_voted_but_never_enter_the_constitution(length_pairs):
     )
     assert set(res.counts["principle"]) == set(res.candidates)
     assert set(res.constitution.principles) <= set(res.candidates)
+
+
+def _perfect(messages):
+    shown = messages[-1]["content"].split("Response A: ")[1]
+    return "A" if shown.startswith("good") else "B"
+
+
+def test_reconstruct_takes_the_raw_table_run_icai_takes():
+    # regression (issue 42): without `input` it raised KeyError 'input'; with a/b labels agreement was silently 0.00
+    from iclr25_icai import reconstruct_many
+
+    raw = pd.DataFrame(
+        {
+            "text_a": ["good one", "bad two", "good three", "x"],
+            "text_b": ["bad one", "good two", "bad three", "y"],
+            "preferred_text": ["a", "B", "text_a", "tie"],
+        }
+    )
+    table = reconstruct(["Select the response that is good"], raw, ScriptedBackend(_perfect))
+    assert list(table["preferred_text"]) == ["text_a", "text_b", "text_a"]  # normalised, the tie dropped
+    assert table["agree"].mean() == 1.0
+    many = reconstruct_many({"none": None}, raw, ScriptedBackend(_perfect))
+    pd.testing.assert_frame_equal(
+        many["none"], reconstruct(None, validate_pairs(raw), ScriptedBackend(_perfect))
+    )
+
+
+@pytest.mark.parametrize(
+    ("frame", "match"),
+    [
+        (pd.DataFrame({"text_a": ["x"], "preferred_text": ["a"]}), r"lacks column\(s\) \['text_b'\]"),
+        (pd.DataFrame({"text_a": ["x"], "text_b": ["u"], "preferred_text": ["c"]}), "got 'c' in row 0"),
+    ],
+)
+def test_reconstruct_refuses_a_bad_table_as_run_icai_does(frame, match):
+    from iclr25_icai import ICAIConfig, reconstruct_many, run_icai
+
+    for call in (
+        lambda: reconstruct(None, frame, ScriptedBackend(_perfect)),
+        lambda: reconstruct_many({"c": None}, frame, ScriptedBackend(_perfect)),
+        lambda: run_icai(frame, ScriptedBackend(_perfect), TfidfEmbedder(), ICAIConfig()),
+    ):
+        with pytest.raises(ValueError, match=match):
+            call()

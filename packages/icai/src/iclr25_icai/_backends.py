@@ -10,13 +10,15 @@ Backends here:
 - :class:`OpenAICompatibleBackend`: ``POST {base_url}/chat/completions`` (and ``/embeddings``) over ``httpx`` for any
   OpenAI-compatible server (vLLM, llama.cpp server, Ollama ``/v1``, OpenAI). Retries with exponential backoff on
   408/409/429/5xx and on every error that carries no HTTP status code (connection refused, timeouts, a body that is
-  not the expected JSON); other 4xx fail at once.
+  not the expected JSON, a 200 without ``choices[0].message.content``); other 4xx fail at once. The API key comes
+  only from where the user says (:func:`resolve_api_key`): ``$OPENAI_API_KEY`` is sent to OpenAI's own URL only.
 - :class:`LocalChatBackend`: a ``transformers`` causal LM (SmolLM2-135M-Instruct from ``iclr25_shared.models`` by
   default); generation with the tokenizer's chat template, and next-token log-probabilities with a shared-prefix
   key/value cache so that many prompts that differ only at the end cost one prefix pass.
 - :class:`ScriptedBackend`: replies from a Python function, for tests and dry runs.
 - :class:`CachedBackend`: wraps any of them; every call is keyed by its inputs and appended to a JSONL file, so an
-  interrupted run resumes without repeating a call.
+  interrupted run resumes without repeating a call. The key holds the backend's endpoint (normalised base URL, for
+  an HTTP backend) and model name, so a cache written for one server is never served for another.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ import json
 import math
 import os
 import random
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
@@ -38,6 +42,7 @@ from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.errors import InputError, SourceUnavailable
 
 __all__ = [
+    "OPENAI_URL",
     "RETRY_STATUS",
     "CachedBackend",
     "ChoiceBackend",
@@ -48,7 +53,11 @@ __all__ = [
     "OpenAICompatibleBackend",
     "ScriptedBackend",
     "check_cache_file",
+    "default_base_url",
+    "is_openai_url",
     "is_retryable",
+    "normalise_base_url",
+    "resolve_api_key",
     "status_code_of",
 ]
 
@@ -181,23 +190,130 @@ class _BadResponse(RuntimeError):
     """A 2xx response whose body is not what the OpenAI API specifies (no status code: retried)."""
 
 
+OPENAI_URL = "https://api.openai.com/v1"
+"""OpenAI's own base URL: the only one ``$OPENAI_API_KEY`` is sent to unless the user names that variable."""
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def normalise_base_url(url: str) -> str:
+    """The identity of an endpoint: scheme and host lower-cased, default port (80/443) dropped, repeated and
+    trailing slashes removed. ``"HTTP://LocalHost:80/v1/"`` → ``"http://localhost/v1"``.
+
+    Raises:
+        ValueError: not ``http(s)://``, no host, a port that is not a number, or a URL holding credentials
+            (``user:password@``: keys go in an environment variable, never in a URL that is logged and cached),
+            a query or a fragment.
+    """
+    if not isinstance(url, str) or not url.strip().lower().startswith(("http://", "https://")):
+        raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
+    parts = urlsplit(url.strip())
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "base_url must not hold credentials (user:password@host); give the key through an environment "
+            "variable (api_key_env / --api-key-env)"
+        )
+    if parts.query or parts.fragment:
+        raise ValueError(f"base_url must not have a query or fragment, got {url!r}")
+    host = (parts.hostname or "").lower()
+    if not host:
+        raise ValueError(f"base_url has no host: {url!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"base_url has a port that is not a number: {url!r}") from None
+    scheme = parts.scheme.lower()
+    if (scheme, port) in {("http", 80), ("https", 443)}:
+        port = None
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc += f":{port}"
+    path = re.sub(r"/{2,}", "/", parts.path).rstrip("/")
+    return urlunsplit((scheme, netloc, path, "", ""))
+
+
+def default_base_url(base_url: str | None = None) -> str:
+    """``base_url``, else ``$OPENAI_BASE_URL``, else ``$OPENAI_API_BASE``, else OpenAI's own, normalised."""
+    url = base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE") or OPENAI_URL
+    return normalise_base_url(url)
+
+
+def is_openai_url(base_url: str) -> bool:
+    """Whether ``base_url`` is OpenAI's own API (``https://api.openai.com``)."""
+    parts = urlsplit(normalise_base_url(base_url))
+    return parts.scheme == "https" and parts.netloc == "api.openai.com"
+
+
+def resolve_api_key(
+    base_url: str, *, api_key: str | None = None, api_key_env: str | None = None, label: str = "api_key_env"
+) -> str | None:
+    """The API key for ``base_url``, read only from where the user says.
+
+    - ``api_key`` given: that key (``""``: no key).
+    - ``api_key_env`` given: the value of that environment variable, for any URL; unset or empty is an
+      :class:`~iclr25_shared.errors.InputError` naming the variable (the user said a key is needed).
+    - neither: ``$OPENAI_API_KEY`` for OpenAI's own URL (an InputError when it is unset), **no key for any other
+      server** (a local vLLM/llama.cpp/Ollama server needs none; name the variable to send one).
+
+    The key is never logged, cached or written; error messages name the variable, never its value.
+
+    Raises:
+        InputError: the named variable is unset or empty; no key for OpenAI's URL; ``api_key_env`` is not a
+            variable name (the message does not repeat it: it may be a key pasted by mistake).
+        ValueError: both ``api_key`` and ``api_key_env``.
+    """
+    if api_key is not None and api_key_env is not None:
+        raise ValueError("give api_key or api_key_env, not both")
+    if api_key is not None:
+        return api_key or None
+    if api_key_env is not None:
+        if not isinstance(api_key_env, str) or not _ENV_NAME.fullmatch(api_key_env):
+            raise InputError(
+                f"{label} takes the NAME of an environment variable (letters, digits and _, not starting with a "
+                "digit), not the key itself"
+            )
+        value = os.environ.get(api_key_env, "").strip()
+        if not value:
+            raise InputError(
+                f"{label}: the environment variable {api_key_env} is not set or empty; set it to the key of "
+                f"{normalise_base_url(base_url)} (or leave {label} unset for a server that needs no key)"
+            )
+        return value
+    if is_openai_url(base_url):
+        value = os.environ.get("OPENAI_API_KEY", "").strip()
+        if not value:
+            raise InputError(
+                f"{OPENAI_URL} needs an API key: set OPENAI_API_KEY (or name another variable with {label})"
+            )
+        return value
+    return None
+
+
 class OpenAICompatibleBackend:
     """Chat completions and embeddings from any OpenAI-compatible HTTP endpoint.
 
     Args:
         model: the model name the server expects (e.g. ``"gpt-4o-mini"``, a vLLM model id, an Ollama tag).
         base_url: e.g. ``"http://127.0.0.1:8000/v1"``; default ``$OPENAI_BASE_URL``, then ``$OPENAI_API_BASE``,
-            then ``https://api.openai.com/v1``.
-        api_key: bearer token; default ``$OPENAI_API_KEY`` (local servers usually need none).
+            then ``https://api.openai.com/v1``. Normalised (:func:`normalise_base_url`); credentials in the URL are
+            refused.
+        api_key: the bearer token itself (``""``: none).
+        api_key_env: the name of the environment variable holding the key (read once, here). With neither,
+            ``$OPENAI_API_KEY`` is sent to OpenAI's own URL only and no key to any other server
+            (:func:`resolve_api_key`).
         embedding_model: model name for :meth:`embed` (default: ``model``).
         timeout: seconds per HTTP request.
         max_retries: retries after the first attempt (so at most ``max_retries + 1`` requests per call).
         backoff: first retry delay in seconds; doubles per retry, with jitter in ``[0.5, 1]``, capped at
             ``max_backoff``; a numeric ``Retry-After`` header is honoured (capped too).
         transport: an ``httpx`` transport (tests use ``httpx.MockTransport``); default: real network.
-        sleep: the sleep function (tests pass a recorder).
+        sleep: the sleep function (tests pass a recorder); default ``time.sleep``, looked up when the backend is made.
+
+    Attributes:
+        endpoint: the normalised base URL (part of every :class:`CachedBackend` key).
 
     Raises:
+        InputError: no usable key where one is required (see :func:`resolve_api_key`).
         EndpointUnavailable: from :meth:`chat` / :meth:`embed` after the retries, naming the URL, the attempts
             and the last error.
     """
@@ -208,13 +324,14 @@ class OpenAICompatibleBackend:
         *,
         base_url: str | None = None,
         api_key: str | None = None,
+        api_key_env: str | None = None,
         embedding_model: str | None = None,
         timeout: float = 60.0,
         max_retries: int = 5,
         backoff: float = 1.0,
         max_backoff: float = 30.0,
         transport: Any = None,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         seed: int = 0,
     ) -> None:
         import httpx
@@ -223,28 +340,31 @@ class OpenAICompatibleBackend:
             raise ValueError(f"model must be a non-empty string, got {model!r}")
         self.model_name = model
         self.embedding_model = embedding_model or model
-        url = base_url or os.environ.get("OPENAI_BASE_URL") or os.environ.get("OPENAI_API_BASE")
-        url = url or "https://api.openai.com/v1"
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"base_url must start with http:// or https://, got {url!r}")
-        self.base_url = url.rstrip("/")
+        self.base_url = default_base_url(base_url)
+        self.endpoint = self.base_url
         self.max_retries = check_int("max_retries", max_retries, low=0)
         self.backoff = check_float("backoff", backoff, low=0.0)
         self.max_backoff = check_float("max_backoff", max_backoff, low=0.0)
         check_float("timeout", timeout, low=0.0, low_inclusive=False)
-        key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        key = resolve_api_key(self.base_url, api_key=api_key, api_key_env=api_key_env)
         headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._secret = key or ""  # only to scrub it from error messages
         self._client = httpx.Client(timeout=timeout, headers=headers, transport=transport)
-        self._sleep = sleep
+        self._sleep = sleep if sleep is not None else time.sleep
         self._rng = random.Random(seed)
         self.calls = 0  # logical calls
         self.requests = 0  # HTTP requests, retries included
+
+    def __repr__(self) -> str:  # never the headers
+        return f"OpenAICompatibleBackend({self.model_name!r}, base_url={self.base_url!r})"
 
     def close(self) -> None:
         """Close the HTTP connection pool."""
         self._client.close()
 
-    def _post(self, path: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def _post(self, path: str, payload: dict[str, Any], parse: Callable[[dict[str, Any]], Any]) -> Any:
+        """POST ``payload`` and return ``parse(body)``; a body ``parse`` refuses (:class:`_BadResponse`) is retried
+        like any error without a status code, with the same backoff and ``max_retries``."""
         import httpx
 
         url = f"{self.base_url}{path}"
@@ -260,7 +380,7 @@ class OpenAICompatibleBackend:
                     raise _BadResponse(f"response body is not JSON: {response.text[:200]!r}") from exc
                 if not isinstance(body, dict):
                     raise _BadResponse(f"response body is not a JSON object: {str(body)[:200]!r}")
-                return body
+                return parse(body)
             except (httpx.HTTPError, _BadResponse, OSError) as exc:
                 last = exc
                 if not is_retryable(exc) or attempt == self.max_retries:
@@ -272,18 +392,26 @@ class OpenAICompatibleBackend:
                         delay = min(self.max_backoff, max(delay, float(retry_after)))
                 self._sleep(delay)
         code = status_code_of(last) if last is not None else None
-        what = f"HTTP {code}" if code is not None else f"{type(last).__name__}: {last}"
-        raise EndpointUnavailable(
+        if code is not None:
+            what = f"HTTP {code}"
+        elif isinstance(last, _BadResponse):
+            what = str(last)
+        else:
+            what = f"{type(last).__name__}: {last}"
+        message = (
             f"LLM endpoint {url} failed after {attempt + 1} attempt(s) ({what}); check --base-url, the server and "
             "the API key"
         )
+        if self._secret:  # a server that echoes the request headers must not put the key into the log
+            message = message.replace(self._secret, "<api key>")
+        raise EndpointUnavailable(message)
 
     def chat(self, messages: Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0) -> str:
         """``POST /chat/completions``; returns ``choices[0].message.content``.
 
         Raises:
             EndpointUnavailable: after the bounded retries (a 2xx reply without that field counts as an error
-                without status code, so it is retried too).
+                without status code: retried with backoff, up to ``max_retries`` times).
         """
         msgs = _check_messages(messages)
         check_int("max_tokens", max_tokens, low=1)
@@ -295,44 +423,41 @@ class OpenAICompatibleBackend:
             "max_tokens": max_tokens,
             "temperature": temperature,
         }
-        for attempt in range(2):
-            body = self._post("/chat/completions", payload)
+
+        def content(body: dict[str, Any]) -> str:
             try:
-                content = body["choices"][0]["message"]["content"]
+                value = body["choices"][0]["message"]["content"]
             except (KeyError, IndexError, TypeError):
-                content = None
-            if isinstance(content, str):
-                return content
-            if attempt == 1:
-                raise EndpointUnavailable(
-                    f"LLM endpoint {self.base_url}/chat/completions returned no choices[0].message.content: "
-                    f"{json.dumps(body)[:200]}"
-                )
-        raise AssertionError("unreachable")
+                value = None
+            if not isinstance(value, str):
+                raise _BadResponse(f"a reply without choices[0].message.content: {json.dumps(body)[:200]}")
+            return value
+
+        return self._post("/chat/completions", payload, content)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """``POST /embeddings``: ``(n_texts, dim)`` float32 embeddings, in the order of ``texts``.
 
         Raises:
-            EndpointUnavailable: after the bounded retries, or when the reply does not hold one embedding per text.
+            EndpointUnavailable: after the bounded retries (a reply that does not hold one embedding per text is
+                retried like an error without status code).
         """
         texts = list(texts)
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         self.calls += 1
-        body = self._post("/embeddings", {"model": self.embedding_model, "input": texts})
-        try:
-            rows = sorted(body["data"], key=lambda r: r["index"])
-            emb = np.asarray([r["embedding"] for r in rows], dtype=np.float32)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise EndpointUnavailable(
-                f"LLM endpoint {self.base_url}/embeddings returned no data[].embedding"
-            ) from exc
-        if emb.ndim != 2 or emb.shape[0] != len(texts):
-            raise EndpointUnavailable(
-                f"LLM endpoint {self.base_url}/embeddings returned {emb.shape[0]} embeddings for {len(texts)} texts"
-            )
-        return emb
+
+        def embeddings(body: dict[str, Any]) -> np.ndarray:
+            try:
+                rows = sorted(body["data"], key=lambda r: r["index"])
+                emb = np.asarray([r["embedding"] for r in rows], dtype=np.float32)
+            except (KeyError, TypeError, ValueError):
+                raise _BadResponse("a reply without data[].embedding") from None
+            if emb.ndim != 2 or emb.shape[0] != len(texts):
+                raise _BadResponse(f"a reply with {emb.shape[0]} embeddings for {len(texts)} texts")
+            return emb
+
+        return self._post("/embeddings", {"model": self.embedding_model, "input": texts}, embeddings)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -585,10 +710,14 @@ def _cache_record(line: str) -> bool:
 class CachedBackend:
     """Any backend with an append-only JSONL cache of its calls.
 
-    Every call is keyed by SHA-256 of its inputs (model name, kind, messages, options or generation settings).
-    A hit returns the stored answer without calling the backend; a miss calls it and appends one line
-    ``{"key", "kind", "model", "request", "response"}`` (flushed and fsynced) before returning, so a run that is
-    killed at any point resumes with every finished call intact. A partly written last line (the process died while
+    Every call is keyed by SHA-256 of its inputs: the backend's ``endpoint`` (the normalised base URL of an HTTP
+    backend such as :class:`OpenAICompatibleBackend`; absent for local and scripted backends), its model name, the
+    kind of call, the messages, and the options or generation settings. So one cache file can serve several
+    servers: a reply cached for one endpoint is never served for another, even when both call their model
+    ``default``. A hit returns the stored answer without calling the backend; a miss calls it and appends one line
+    ``{"key", "kind", "endpoint", "model", "request", "response"}`` (flushed and fsynced) before returning, so a run
+    that is killed at any point resumes with every finished call intact. No header and no API key is ever
+    written. A partly written last line (the process died while
     writing it) is ignored on load and completed with a newline before the next append; no line is ever rewritten.
 
     Args:
@@ -603,6 +732,8 @@ class CachedBackend:
     def __init__(self, backend: LLMBackend, path: str | os.PathLike[str] | None) -> None:
         self.backend = backend
         self.model_name = backend.model_name
+        endpoint = getattr(backend, "endpoint", None)
+        self.endpoint = normalise_base_url(endpoint) if endpoint is not None else None
         self.path = Path(path) if path is not None else None
         self._store: dict[str, Any] = {}
         self.hits = 0
@@ -629,13 +760,25 @@ class CachedBackend:
         """Calls made to the wrapped backend (misses) since construction."""
         return self.misses
 
+    def _key(self, kind: str, model: str, request: Mapping[str, Any]) -> str:
+        """SHA-256 of the call: endpoint (when the backend has one), model, kind and request."""
+        record = {"kind": kind, "model": model, **request}
+        if self.endpoint is not None:
+            record["endpoint"] = self.endpoint
+        return _key(record)
+
     def _append(self, key: str, kind: str, request: Any, response: Any) -> None:
         self._store[key] = response
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        head = (
+            {"key": key, "kind": kind, "endpoint": self.endpoint}
+            if self.endpoint
+            else {"key": key, "kind": kind}
+        )
         line = json.dumps(
-            {"key": key, "kind": kind, "model": self.model_name, "request": request, "response": response},
+            {**head, "model": self.model_name, "request": request, "response": response},
             ensure_ascii=False,
             allow_nan=False,
         )
@@ -655,7 +798,7 @@ class CachedBackend:
             "max_tokens": max_tokens,
             "temperature": temperature,
         }
-        key = _key({"kind": "chat", "model": self.model_name, **request})
+        key = self._key("chat", self.model_name, request)
         if key in self._store:
             self.hits += 1
             return self._store[key]
@@ -672,7 +815,7 @@ class CachedBackend:
             {"messages": _check_messages(p), "max_tokens": max_tokens, "temperature": temperature}
             for p in prompts
         ]
-        keys = [_key({"kind": "chat", "model": self.model_name, **r}) for r in requests]
+        keys = [self._key("chat", self.model_name, r) for r in requests]
         todo = sorted({k: i for i, k in enumerate(keys) if k not in self._store}.values())
         self.hits += len(keys) - len(todo)
         if todo:
@@ -692,7 +835,7 @@ class CachedBackend:
 
     def _choice_logprobs(self, prompts: Sequence[Sequence[Message]], options: Sequence[str]) -> np.ndarray:
         requests = [{"messages": _check_messages(p), "options": list(options)} for p in prompts]
-        keys = [_key({"kind": "choice", "model": self.model_name, **r}) for r in requests]
+        keys = [self._key("choice", self.model_name, r) for r in requests]
         todo = sorted({k: i for i, k in enumerate(keys) if k not in self._store}.values())
         self.hits += len(keys) - len(todo)
         if todo:
@@ -712,9 +855,7 @@ class CachedBackend:
         if not hasattr(self.backend, "embed"):
             raise AttributeError(f"backend {self.model_name!r} has no embed()")
         request = {"texts": list(texts)}
-        key = _key(
-            {"kind": "embed", "model": getattr(self.backend, "embedding_model", self.model_name), **request}
-        )
+        key = self._key("embed", getattr(self.backend, "embedding_model", self.model_name), request)
         if key in self._store:
             self.hits += 1
             return np.asarray(self._store[key], dtype=np.float32).reshape(len(request["texts"]), -1)

@@ -7,7 +7,6 @@ results.json / results.md into ``--out`` (atomically, as one folder) and prints 
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
 import tempfile
 import time
@@ -59,11 +58,49 @@ def _backend(cfg: RunConfig, ctx: RunContext) -> Any:
     return OpenAICompatibleBackend(
         cfg.model,
         base_url=cfg.base_url,
-        api_key=os.environ.get(cfg.api_key_env),
+        api_key=_api_key(cfg),
         embedding_model=cfg.embedding_model,
         timeout=cfg.timeout,
         max_retries=cfg.retries,
         seed=cfg.seed,
+    )
+
+
+def _api_key(cfg: RunConfig) -> str:
+    """The endpoint's key, read only from where the user says (iclr25_icai._backends.resolve_api_key): the
+    variable --api-key-env names, else $OPENAI_API_KEY for OpenAI's own URL only, else none (``""``).
+
+    Raises:
+        InputError: the named variable is unset or empty, or OpenAI's URL without $OPENAI_API_KEY.
+    """
+    from iclr25_icai._backends import default_base_url, resolve_api_key
+
+    try:
+        url = default_base_url(cfg.base_url)
+    except ValueError as exc:
+        raise InputError(f"--base-url (or $OPENAI_BASE_URL): {exc}") from None
+    return resolve_api_key(url, api_key_env=cfg.api_key_env, label="--api-key-env") or ""
+
+
+def run_config(cfg: RunConfig) -> Any:
+    """The :class:`~iclr25_icai.ICAIConfig` that ``run`` uses for ``cfg``.
+
+    Flips default to ``balanced`` for every judge: with an even ``--reannotations`` each pair is voted on equally
+    often in both A/B orders, so a constant position bias cancels (an always-"A" judge abstains on every pair).
+    """
+    from iclr25_icai._icai import ICAIConfig
+
+    local = cfg.backend == "local"
+    return ICAIConfig(
+        num_principles_per_pair=cfg.principles_per_pair,
+        n_clusters=cfg.clusters,
+        max_principles=cfg.max_principles,
+        reannotations=cfg.reannotations,
+        merge=("logprob" if local else "unanimous") if cfg.merge == "auto" else cfg.merge,
+        flips="balanced" if cfg.flips == "auto" else cfg.flips,
+        vote_options=("A", "B") if local else ("A", "B", "Both", "Neither"),
+        prefill=local,
+        proposal_max_tokens=32 if local else 200,
     )
 
 
@@ -80,13 +117,21 @@ def _embedder(kind: str, backend: Any, device: Any = "cpu") -> Any:
 def run(cfg: RunConfig, ctx: RunContext) -> Result:
     """ICAI on ``--data`` (or the embedded planted-rule Wikipedia pairs): constitution, votes, reconstruction."""
     from iclr25_icai._backends import CachedBackend, check_cache_file
-    from iclr25_icai._icai import ICAIConfig, reconstruct, run_icai, validate_pairs
+    from iclr25_icai._icai import reconstruct, run_icai, validate_pairs
     from iclr25_shared import cache_dir
     from iclr25_shared.metrics import accuracy
 
     cache_path = None if cfg.no_cache else (cfg.cache or cache_dir("icai") / "calls.jsonl")
     if cache_path is not None:  # before any model loads
         check_cache_file(cache_path, label="--cache" if cfg.cache else "the default cache")
+    if cfg.backend == "openai":
+        _api_key(cfg)  # a named key variable that is unset exits 2 here, before any work
+    icai_cfg = run_config(cfg)
+    if icai_cfg.flips == "balanced" and icai_cfg.reannotations % 2:
+        ctx.log.info(
+            f"note: --reannotations {cfg.reannotations} is odd: balanced flips show one order once more than the "
+            "other, so a judge's position bias does not cancel exactly (use an even count)"
+        )
     pairs = validate_pairs(_load_data(cfg))
     rng = np.random.default_rng(cfg.seed)
     if cfg.max_pairs and len(pairs) > cfg.max_pairs:
@@ -107,17 +152,6 @@ def run(cfg: RunConfig, ctx: RunContext) -> Result:
         ctx.log.warning(f"cache {cache_path}: {llm.skipped_lines} unreadable line(s) ignored")
     embed = _embedder(cfg.embedder, llm, ctx.torch_device() if cfg.embedder == "minilm" else "cpu")
     local = cfg.backend == "local"
-    icai_cfg = ICAIConfig(
-        num_principles_per_pair=cfg.principles_per_pair,
-        n_clusters=cfg.clusters,
-        max_principles=cfg.max_principles,
-        reannotations=cfg.reannotations,
-        merge=("logprob" if local else "unanimous") if cfg.merge == "auto" else cfg.merge,
-        flips=("balanced" if local else "random") if cfg.flips == "auto" else cfg.flips,
-        vote_options=("A", "B") if local else ("A", "B", "Both", "Neither"),
-        prefill=local,
-        proposal_max_tokens=32 if local else 200,
-    )
     t0 = time.perf_counter()
     result = run_icai(train, llm, embed, icai_cfg, seed=cfg.seed, log=ctx.log.info)
     t_icai = time.perf_counter() - t0
@@ -198,8 +232,11 @@ def _settings(backend: str, size: str, settings: tuple[str, ...]) -> list[str]:
 def _icai_config(backend: str) -> Any:
     from iclr25_icai._icai import ICAIConfig
 
-    if backend == "oracle":  # the paper's settings (Appendix, synthetic configs)
-        return ICAIConfig(num_principles_per_pair=2, n_clusters=40, max_principles=5, reannotations=3)
+    if backend == "oracle":
+        # the paper's settings (Appendix, synthetic configs): random flips, 3 reannotations; no position bias here
+        return ICAIConfig(
+            num_principles_per_pair=2, n_clusters=40, max_principles=5, reannotations=3, flips="random"
+        )
     return ICAIConfig(
         num_principles_per_pair=1,
         n_clusters=3,
@@ -363,7 +400,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
 
     corpus = _wiki()
     pairs = make_planted_pairs(corpus, "person", cfg.pairs, seed=cfg.seed)
-    icai_cfg = ICAIConfig(n_clusters=40, max_principles=5, reannotations=3)
+    icai_cfg = ICAIConfig(n_clusters=40, max_principles=5, reannotations=3, flips="random")
     embed = TfidfEmbedder()
     embed(["warm up the vectorizer import"])
     rows = []

@@ -11,8 +11,9 @@ labels: ``argmax_c agreement(p_o, p_M(c))`` (Section 3, problem statement). The 
    neither; A/B order randomly flipped per call and flipped back; ``k`` reannotations merged unanimously or by
    majority (:func:`vote`, :func:`count_votes`);
 5. **filter** and rank: keep principles that agree with the labels more often than not, are relevant often enough
-   and mostly parsed; order by ``for - against``; cluster the top ``1.5 n`` again into ``n`` and keep the best per
-   cluster (:func:`filter_principles`).
+   and mostly parsed; order by ``for - against``; merge near-duplicates (same embedding neighbourhood and same
+   votes: a second deduplication, not in the paper, :func:`merge_near_duplicates`); cluster the top ``1.5 n`` again
+   into ``n`` and keep the best per cluster (:func:`filter_principles`).
 
 :func:`reconstruct` measures the objective: agreement of an annotator with and without the constitution.
 
@@ -47,6 +48,7 @@ __all__ = [
     "count_votes",
     "deduplicate_principles",
     "filter_principles",
+    "merge_near_duplicates",
     "merge_reannotations",
     "parse_principles",
     "parse_votes",
@@ -599,6 +601,9 @@ def filter_principles(
     ratio_to_cluster_again: float = 1.5,
     embed: Callable[[list[str]], np.ndarray] | None = None,
     seed: int = 0,
+    votes: pd.DataFrame | None = None,
+    dedup_similarity: float | None = 0.7,
+    dedup_agreement: float = 0.9,
 ) -> pd.DataFrame:
     """Stage 5: keep the principles the votes support and rank them (Section 3, step 5).
 
@@ -609,18 +614,27 @@ def filter_principles(
     - majority valid: ``invalid < total - invalid``;
     - majority relevant (off by default): ``for + against > both + neither + abstain``.
 
-    Kept principles are sorted by ``for - against`` (or ``for``), ties by their row order. When ``max_principles`` is
-    set, the first ``floor(ratio_to_cluster_again * max_principles)`` go on; if more than ``max_principles`` remain they
-    are clustered into ``max_principles`` clusters by KMeans on ``embed`` and the best-ranked of each cluster is
-    kept (so the constitution has no two near-duplicates), still in rank order.
+    Kept principles are sorted by ``for - against`` (or ``for``), ties by their row order. With ``embed`` and
+    ``votes`` given (as :func:`run_icai` does), a second deduplication follows (:func:`merge_near_duplicates`, not in
+    the paper): a principle that restates a better-ranked one (embedding similarity >= ``dedup_similarity`` and the
+    same votes on at least ``dedup_agreement`` of the pairs) is dropped, whether or not more than ``max_principles``
+    pass. When
+    ``max_principles`` is set, the first ``floor(ratio_to_cluster_again * max_principles)`` go on; if more than
+    ``max_principles`` remain they are clustered into ``max_principles`` clusters by KMeans on ``embed`` and the
+    best-ranked of each cluster is kept, still in rank order.
 
     Args:
         counts: the table from :func:`count_votes`.
         max_principles: constitution size ``n`` (``None``: keep all that pass).
-        embed: embedder for the second clustering (needed only when more than ``max_principles`` pass).
+        embed: embedder for the near-duplicate merge and the second clustering (needed when more than
+            ``max_principles`` pass).
+        votes: merged votes (``pair``, ``principle`` = row of ``counts``, ``vote``) from :func:`vote`; without them
+            (or without ``embed``) no near-duplicate is merged.
+        dedup_similarity: cosine threshold of the near-duplicate merge (``None``: off).
 
     Returns:
         The kept rows of ``counts`` in rank order, with a ``score`` column; index = principle id.
+        ``.attrs["merged_into"]`` maps each principle dropped as a near-duplicate to the one kept instead.
 
     Raises:
         ValueError: bad arguments; ``embed`` missing when the second clustering is needed.
@@ -645,20 +659,95 @@ def filter_principles(
     kept = c[keep].copy()
     kept["score"] = kept["for"] - kept["against"] if order_by == "for_minus_against" else kept["for"]
     kept = kept.sort_values("score", ascending=False, kind="stable")
-    if max_principles is None:
-        return kept
-    kept = kept.iloc[: math.floor(ratio_to_cluster_again * max_principles)]
-    if len(kept) <= max_principles:
-        return kept
-    if embed is None:
-        raise ValueError(
-            f"{len(kept)} principles pass but max_principles={max_principles}: pass embed= for the second clustering"
+    merged_into: dict[int, int] = {}
+    if embed is not None and votes is not None and dedup_similarity is not None:
+        kept, merged_into = merge_near_duplicates(
+            kept, embed, votes, min_similarity=dedup_similarity, min_agreement=dedup_agreement
         )
-    labels = cluster_principles(list(kept["principle"]), embed, max_principles, seed=seed)
-    first: dict[int, int] = {}
-    for pos, lab in enumerate(labels):
-        first.setdefault(int(lab), pos)
-    return kept.iloc[sorted(first.values())]
+    if max_principles is not None:
+        kept = kept.iloc[: math.floor(ratio_to_cluster_again * max_principles)]
+    if max_principles is not None and len(kept) > max_principles:
+        if embed is None:
+            raise ValueError(
+                f"{len(kept)} principles pass but max_principles={max_principles}: pass embed= for the second "
+                "clustering"
+            )
+        labels = cluster_principles(list(kept["principle"]), embed, max_principles, seed=seed)
+        first: dict[int, int] = {}
+        for pos, lab in enumerate(labels):
+            first.setdefault(int(lab), pos)
+        kept = kept.iloc[sorted(first.values())]
+    kept = kept.copy()
+    kept.attrs["merged_into"] = merged_into
+    return kept
+
+
+def merge_near_duplicates(
+    ranked: pd.DataFrame,
+    embed: Callable[[list[str]], np.ndarray],
+    votes: pd.DataFrame,
+    *,
+    min_similarity: float = 0.7,
+    min_agreement: float = 0.9,
+) -> tuple[pd.DataFrame, dict[int, int]]:
+    """The second deduplication (after the filter; not in the paper): drop principles that restate a better-ranked
+    one, so that paraphrases of one rule do not fill the constitution when no more than ``n`` pass.
+
+    Same embedder and merge rule as the first deduplication (:func:`cluster_principles` then one principle per
+    group), on the full principle texts, with the filter's choice of the survivor: ``ranked`` is walked in rank
+    order and a principle joins the group of the first kept one it is a near-duplicate of; the best-ranked member
+    of each group stays. Near-duplicates: cosine similarity of the embeddings ``>= min_similarity`` and the same
+    merged vote on at least ``min_agreement`` of the pairs where either of the two voted ``for`` or ``against``.
+
+    The vote check is there because embeddings alone cannot tell a paraphrase from an inverse or a sibling rule:
+    with all-MiniLM-L6-v2 (full texts, "Select the response that ..."), paraphrases of one rule score 0.70-0.99 and
+    unrelated rules about 0.45-0.65, but "...is shorter" vs "...is longer" scores 0.93 and "...is more
+    comprehensive" vs "...is more helpful" 0.85; a paraphrase selects the same text on the same pairs, an inverse
+    the other one. The default threshold 0.7 is set for that embedder; TF-IDF scores paraphrases high only when
+    they share most words, so with :class:`~iclr25_icai.TfidfEmbedder` few are merged.
+
+    Args:
+        ranked: kept rows of :func:`count_votes`'s table in rank order (index = principle id).
+        embed: ``fn(list[str]) -> (n, dim)``.
+        votes: merged votes (``pair``, ``principle`` = index of ``ranked``, ``vote``) from :func:`vote`.
+
+    Returns:
+        ``(rows of ranked that stay, in order; {dropped principle id: id of the principle kept instead})``.
+
+    Raises:
+        ValueError: embeddings of the wrong shape or non-finite.
+    """
+    check_float("min_similarity", min_similarity, low=-1.0, high=1.0)
+    check_float("min_agreement", min_agreement, low=0.0, high=1.0)
+    ids = [int(i) for i in ranked.index]
+    if len(ids) < 2:
+        return ranked, {}
+    emb = np.asarray(embed([str(p) for p in ranked["principle"]]), dtype=np.float64)
+    if emb.ndim != 2 or emb.shape[0] != len(ids):
+        raise ValueError(f"embed returned shape {emb.shape}, expected ({len(ids)}, dim)")
+    if not np.isfinite(emb).all():
+        raise ValueError("embed returned non-finite values")
+    norms = np.linalg.norm(emb, axis=1, keepdims=True)
+    emb = emb / np.where(norms > 0, norms, 1.0)
+    sim = emb @ emb.T
+    table = votes.pivot(index="principle", columns="pair", values="vote")
+
+    def same_votes(i: int, j: int) -> bool:
+        if ids[i] not in table.index or ids[j] not in table.index:
+            return False
+        a, b = table.loc[ids[i]].to_numpy(dtype=object), table.loc[ids[j]].to_numpy(dtype=object)
+        decisive = np.isin(a, ["for", "against"]) | np.isin(b, ["for", "against"])
+        return bool(decisive.any()) and float((a[decisive] == b[decisive]).mean()) >= min_agreement
+
+    stay: list[int] = []
+    merged: dict[int, int] = {}
+    for i in range(len(ids)):
+        home = next((k for k in stay if sim[i, k] >= min_similarity and same_votes(i, k)), None)
+        if home is None:
+            stay.append(i)
+        else:
+            merged[ids[i]] = ids[home]
+    return ranked.iloc[stay], merged
 
 
 @dataclass(frozen=True)
@@ -717,9 +806,17 @@ def reconstruct(
     the two orders are summed (position bias cancels); in chat mode (``json``) the two letters must agree, else the
     pair is a ``tie``. ``orders="random"`` shows one random order.
 
+    ``pairs`` is checked and normalised exactly as :func:`run_icai` does (:func:`validate_pairs`): ``a``/``b``
+    labels mean ``text_a``/``text_b``, ``input`` is optional, tie rows are dropped; so the raw table a user gave
+    ``run_icai`` can be given here too.
+
     Returns:
-        ``(n_pairs, 3)`` table: ``predicted`` (``text_a``/``text_b``/``tie``/``invalid``), ``preferred_text``,
-        ``agree`` (bool; ties and invalid count as disagreement). ``table["agree"].mean()`` is the agreement.
+        ``(n_pairs, 3)`` table, one row per validated pair (ties dropped, index ``0..n-1``): ``predicted``
+        (``text_a``/``text_b``/``tie``/``invalid``), ``preferred_text`` (normalised), ``agree`` (bool; ties and
+        invalid count as disagreement). ``table["agree"].mean()`` is the agreement.
+
+    Raises:
+        ValueError: an invalid pairs table (see :func:`validate_pairs`).
     """
     return reconstruct_many({"c": constitution}, pairs, backend, orders=orders, mode=mode, seed=seed)["c"]
 
@@ -736,10 +833,12 @@ def reconstruct_many(
     """:func:`reconstruct` for several constitutions at once (same shown orders for all), one table per name.
 
     In ``choice`` mode all prompts go to the backend in one call, ordered pair by pair, so that the annotators of
-    one pair share the prompt prefix (the two texts) and, with the local judge, its key/value cache.
+    one pair share the prompt prefix (the two texts) and, with the local judge, its key/value cache. ``pairs`` goes
+    through :func:`validate_pairs` first, as in :func:`run_icai`.
     """
     import pandas as pd
 
+    pairs = validate_pairs(pairs)
     check_choice("orders", orders, ("both", "random"))
     check_choice("mode", mode, ("auto", "json", "choice"))
     names = list(constitutions)
@@ -813,7 +912,9 @@ def reconstruct_many(
 
 @dataclass(frozen=True, kw_only=True)
 class ICAIConfig:
-    """Settings of :func:`run_icai` (paper defaults where the paper states them, Appendix experiment configs)."""
+    """Settings of :func:`run_icai` (paper defaults where the paper states them, Appendix experiment configs,
+    except ``flips="balanced"`` with 2 reannotations against position bias, and the near-duplicate merge after the
+    filter)."""
 
     num_principles_per_pair: int = 2
     """Principles proposed per pair (paper configs: 2)."""
@@ -821,10 +922,15 @@ class ICAIConfig:
     """KMeans clusters before sampling one principle each (paper synthetic configs: 40)."""
     max_principles: int = 5
     """Constitution size n (paper: 5)."""
-    reannotations: int = 3
-    """Votes per (pair, principle), each with its own order flip and shuffle."""
+    reannotations: int = 2
+    """Votes per (pair, principle), each with its own order flip and shuffle (the paper's configs use 3; an even
+    count lets ``flips="balanced"`` show every pair equally often in both orders)."""
     merge: Literal["unanimous", "majority", "logprob"] = "unanimous"
-    flips: Literal["random", "balanced"] = "random"
+    flips: Literal["random", "balanced"] = "balanced"
+    """A/B order per reannotation. ``balanced`` (default; not the paper's): the orders alternate from a random start,
+    so with an even ``reannotations`` a judge's constant position bias cancels: a judge that always answers "A"
+    votes for and against each pair once and merges to ``abstain``, so no principle passes on its bias. ``random``
+    (the paper's) can show a pair in one order only, and such a judge then passes principles by chance."""
     vote_mode: Literal["auto", "json", "choice"] = "auto"
     vote_options: tuple[str, ...] = ("A", "B", "Both", "Neither")
     min_relevance: float = 0.1
@@ -837,6 +943,11 @@ class ICAIConfig:
     proposal_max_tokens: int = 200
     extra_candidates: tuple[str, ...] = ()
     """Principles added to the candidates after deduplication (e.g. hypotheses a user wants tested)."""
+    dedup_similarity: float | None = 0.7
+    """Second deduplication, after the filter (:func:`merge_near_duplicates`): two kept principles whose embeddings
+    (the same embedder as the first deduplication) have cosine similarity >= this and whose votes agree on at least
+    ``dedup_agreement`` of the pairs are one rule, and only the better-ranked one stays. ``None`` turns it off."""
+    dedup_agreement: float = 0.9
 
     def __post_init__(self) -> None:
         check_int("num_principles_per_pair", self.num_principles_per_pair, low=1)
@@ -849,6 +960,9 @@ class ICAIConfig:
         check_float("min_relevance", self.min_relevance, low=0.0, high=1.0)
         check_choice("order_by", self.order_by, ("for_minus_against", "for"))
         check_int("proposal_max_tokens", self.proposal_max_tokens, low=1)
+        if self.dedup_similarity is not None:
+            check_float("dedup_similarity", self.dedup_similarity, low=-1.0, high=1.0)
+        check_float("dedup_agreement", self.dedup_agreement, low=0.0, high=1.0)
 
 
 @dataclass
@@ -958,7 +1072,11 @@ def run_icai(
         order_by=cfg.order_by,
         embed=embed,
         seed=seed,
+        votes=merged[merged["principle"] < len(candidates)],
+        dedup_similarity=cfg.dedup_similarity,
+        dedup_agreement=cfg.dedup_agreement,
     )
     constitution = Constitution(tuple(kept["principle"]))
+    stats["near_duplicates_merged"] = len(kept.attrs.get("merged_into", {}))
     stats["constitution_size"] = len(constitution.principles)
     return ICAIResult(constitution, proposals, clusters, candidates, raw, counts, kept, stats, probe_counts)

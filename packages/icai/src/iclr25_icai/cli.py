@@ -74,8 +74,10 @@ class RunConfig(CommonOptions):
     """Model: for local a name/path for iclr25_shared.models.load_causal_lm; for openai the server's model id."""
     base_url: str | None = None
     """OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (default $OPENAI_BASE_URL, then OpenAI)."""
-    api_key_env: str = "OPENAI_API_KEY"
-    """Name of the environment variable holding the API key (keys are never passed on the command line)."""
+    api_key_env: str | None = None
+    """NAME of the environment variable holding the endpoint's API key (never the key itself); sent to any
+    --base-url. Unset: $OPENAI_API_KEY for OpenAI's own URL only, no key for any other server. A named variable that
+    is unset or empty exits 2. Ignored by --backend local (it sends nothing anywhere)."""
     embedder: Literal["minilm", "tfidf", "endpoint"] = "minilm"
     """Principle embeddings for clustering: packaged all-MiniLM-L6-v2, TF-IDF, or the endpoint's /embeddings."""
     embedding_model: str | None = None
@@ -86,12 +88,14 @@ class RunConfig(CommonOptions):
     """Principles proposed per pair (>= 1)."""
     clusters: int = 40
     """KMeans clusters before deduplication (>= 1)."""
-    reannotations: int = 3
-    """Votes per (pair, principle) with their own order flip (>= 1)."""
+    reannotations: int = 2
+    """Votes per (pair, principle), each with its own A/B order (>= 1; even, so that balanced flips show every pair
+    equally often in both orders)."""
     merge: Literal["auto", "unanimous", "majority", "logprob"] = "auto"
     """How reannotations merge; auto = logprob for the local judge, unanimous (the paper's) for endpoints."""
     flips: Literal["auto", "random", "balanced"] = "auto"
-    """A/B order per reannotation; auto = balanced for the local judge, random (the paper's) for endpoints."""
+    """A/B order per reannotation; auto = balanced (half the reannotations in each order, so a judge's position
+    bias cancels; the paper flips at random, which lets an always-"A" judge pass principles by chance)."""
     max_pairs: int = 0
     """Use at most this many pairs (0 = all), chosen at random with --seed."""
     test_fraction: float = 0.0
