@@ -278,3 +278,109 @@ def test_on_cuda_k_equal_K_is_unchanged_and_sampling_is_seeded(make_tiny):
         with patch.mode_as("sample"):
             runs.append(_logits(model, ids))
     assert torch.equal(runs[0], runs[1])
+
+
+# -- the model stays a Hugging Face model: casts, removal, save/load (issue 38) ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dtype", "impl"),
+    [
+        (torch.bfloat16, None),
+        (torch.bfloat16, "batched_mm"),
+        (torch.float16, None),
+        (torch.float16, "eager"),
+        (torch.float64, "eager"),  # grouped_mm has no float64 kernel (the unpatched host fails too)
+    ],
+)
+def test_a_cast_after_patching_runs_in_that_dtype(make_tiny, dtype, impl):
+    # the allocator computed in a fixed float32 with weights the cast had moved: "mat1 and mat2 must have the same
+    # dtype" on the first forward after model.to(bfloat16)
+    model = make_tiny("qwen2_moe", experts_implementation=impl)
+    patch = apply_adak(model, init_logit=0.0)
+    with torch.no_grad():
+        for a in patch.allocators():
+            a.proj.weight.normal_(generator=torch.Generator().manual_seed(0))  # k varies per token
+    model.to(dtype)
+    assert {p.dtype for p in model.parameters()} == {dtype}
+    out = _logits(model)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    assert len(set(patch.routers[0].choose_k(torch.randn(64, 32, dtype=dtype))[0].tolist())) > 1
+
+
+def test_float64_allocator_keeps_float64(make_tiny):
+    model = make_tiny("mixtral", experts_implementation="eager")
+    patch = apply_adak(model)
+    model.to(torch.float64)
+    assert patch.allocators()[0](torch.randn(3, 32, dtype=torch.float64)).dtype == torch.float64
+
+
+def test_remove_gives_back_each_parameters_own_flag_and_each_modules_mode(make_tiny):
+    # remove() left every parameter requires_grad=False (30 of 30 in this model) although the user had trained
+    # some of them, and apply-time modes were not restored
+    model = make_tiny("mixtral")
+    params = list(model.parameters())
+    for i, p in enumerate(params):
+        p.requires_grad_(i % 2 == 0)
+    model.train()
+    model.model.layers[0].eval()
+    flags = [p.requires_grad for p in params]
+    modes = {n: m.training for n, m in model.named_modules()}
+    patch = apply_adak(model)
+    assert not any(p.requires_grad for p in params)  # frozen while patched
+    model.eval()
+    patch.remove()
+    assert [p.requires_grad for p in model.parameters()] == flags
+    assert {n: m.training for n, m in model.named_modules()} == modes
+    assert "save_pretrained" not in vars(model)
+    patch.remove()  # twice: nothing more happens
+    assert [p.requires_grad for p in model.parameters()] == flags
+
+
+def test_save_pretrained_of_a_patched_model_loads_back_exactly(make_tiny, tmp_path):
+    # save_pretrained stored the routers as gate.router.weight: from_pretrained reported gate.weight MISSING and
+    # initialised the routers at random, silently
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    model = make_tiny("olmoe")
+    host = _logits(model)
+    patch = apply_adak(model, k_max=5, init_logit=0.5, seed=3)
+    with torch.no_grad():
+        for a in patch.allocators():
+            a.proj.weight.normal_(generator=torch.Generator().manual_seed(1))
+    patched = _logits(model)
+    assert not torch.equal(patched, host)
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", framework="pt") as f:
+        keys = set(f.keys())
+    assert not [k for k in keys if ".router." in k or "allocator" in k]
+    assert "model.layers.0.mlp.gate.weight" in keys
+    assert type(model.model.layers[0].mlp.gate).__name__ == "AdaKRouter"  # still patched after saving
+
+    plain = AutoModelForCausalLM.from_pretrained(tmp_path).eval()  # the host's checkpoint, routers included
+    # (a tolerance, not equality: from_pretrained leaves weights off 64-byte boundaries, where MKL may round one ulp
+    # differently; a re-initialised router moves logits by ~1e-1)
+    torch.testing.assert_close(_logits(plain), host, rtol=0, atol=1e-5)
+    from iclr25_adak import ALLOCATORS_FILE, load_pretrained
+
+    loaded = load_pretrained(tmp_path)
+    assert (loaded.names, loaded.settings) == (patch.names, patch.settings)
+    assert torch.equal(_logits(loaded.model), patched)
+    assert (tmp_path / ALLOCATORS_FILE).is_file()
+
+
+def test_load_pretrained_of_a_plain_checkpoint_says_what_to_do(make_tiny, tmp_path):
+    from iclr25_adak import load_pretrained
+
+    make_tiny("mixtral").save_pretrained(tmp_path)
+    with pytest.raises(FileNotFoundError, match="not saved from an Ada-K model.*apply_adak"):
+        load_pretrained(tmp_path)
+
+
+def test_push_to_hub_from_a_patched_model_is_refused(make_tiny, tmp_path):
+    model = make_tiny("mixtral")
+    apply_adak(model)
+    with pytest.raises(ValueError, match="save it locally, then upload the folder"):
+        model.save_pretrained(tmp_path, push_to_hub=True)
+    assert not list(tmp_path.iterdir())

@@ -4,10 +4,12 @@ A lightweight allocator per MoE layer (a linear map of the layer input to a soft
 many experts each token activates; the host router still decides which ones. The allocators are trained with PPO
 against the model's log-likelihood minus a cost per activated expert, with the backbone and routers frozen.
 
-    from iclr25_adak import apply_adak, PPOConfig, train_allocators
+    from iclr25_adak import apply_adak, load_pretrained, PPOConfig, train_allocators
     patch = apply_adak(model)                          # Mixtral / Qwen2-MoE / Qwen3-MoE / OLMoE / DeepSeek-V2/V3
     train_allocators(patch, batches, PPOConfig(lam=0.05))   # batches: iterable of (batch, seq) token ids
     model(input_ids)                                   # argmax k per token; patch.mean_k_per_layer(), patch.flops()
+    model.save_pretrained("out"); patch = load_pretrained("out")   # the host's checkpoint + the allocators
+    patch.remove()                                     # the original model, flags and modes restored
 
 Nothing heavy is imported by ``import iclr25_adak``; torch and transformers load on first use of a name.
 """
@@ -17,11 +19,13 @@ from iclr25_shared import distribution_version, lazy_exports
 __version__ = distribution_version("iclr25-adak")
 
 _LAZY = {
+    "ALLOCATORS_FILE": "_routing",
     "AdaKAllocator": "_routing",
     "AdaKPatch": "_routing",
     "AdaKRouter": "_routing",
     "SUPPORTED_BLOCKS": "_routing",
     "apply_adak": "_routing",
+    "load_pretrained": "_routing",
     "expert_flops_per_token": "_routing",
     "variable_k_route": "_routing",
     "PPOConfig": "_ppo",

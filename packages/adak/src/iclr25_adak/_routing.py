@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,6 +29,7 @@ from torch import nn
 from iclr25_shared.checks import check_choice, check_int
 
 __all__ = [
+    "ALLOCATORS_FILE",
     "SUPPORTED_BLOCKS",
     "AdaKAllocator",
     "AdaKPatch",
@@ -34,6 +37,7 @@ __all__ = [
     "apply_adak",
     "expert_flops_per_token",
     "find_moe_blocks",
+    "load_pretrained",
     "variable_k_route",
 ]
 
@@ -48,6 +52,10 @@ SUPPORTED_BLOCKS: tuple[tuple[str, str], ...] = (
 )
 
 Mode = Literal["sample", "argmax", "fixed"]
+
+ALLOCATORS_FILE = "adak_allocators.safetensors"
+"""What a patched model's ``save_pretrained`` writes beside the host's files: the allocators' weights, with the
+:func:`apply_adak` settings and the patched block names in the file's metadata."""
 
 
 def _supported_classes() -> dict[type, str]:
@@ -71,8 +79,9 @@ class AdaKAllocator(nn.Module):
             ``init_k`` and 0 elsewhere, so the initial argmax policy is the host's static top-k.
         init_logit: that bias (>= 0). 0 gives the uniform policy.
 
-    Shapes: ``forward(x)``: ``x`` ``(tokens, d)`` any float dtype -> logits ``(tokens, k_max - k_min + 1)``
-    float32 (the allocator always computes in float32).
+    Shapes: ``forward(x)``: ``x`` ``(tokens, d)`` any float dtype -> logits ``(tokens, k_max - k_min + 1)`` in
+    float32, or float64 when the allocator is float64. The parameters are created in float32 and follow the model's
+    casts (``model.to(torch.bfloat16)`` casts them too); the product is always taken in at least float32.
 
     References:
         Yue et al., "Ada-K Routing: Boosting the Efficiency of MoE-based LLMs", ICLR 2025, arXiv:2410.10456,
@@ -99,7 +108,8 @@ class AdaKAllocator(nn.Module):
         return self.k_max - self.k_min + 1
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(x.to(torch.float32))
+        dtype = torch.promote_types(self.proj.weight.dtype, torch.float32)
+        return nn.functional.linear(x.to(dtype), self.proj.weight.to(dtype), self.proj.bias.to(dtype))
 
     def k_values(self, device: Any = None) -> torch.Tensor:
         """``(actions,)`` int64: the ``k`` of each action index (``k = k_min + a``)."""
@@ -280,6 +290,11 @@ class AdaKPatch:
         self._generators: dict[str, torch.Generator] = {}
         self._host_max_k = 0
         self._ep_flags: list[bool | None] = []
+        self.settings: dict[str, Any] = {}  # the apply_adak arguments, saved with the allocators
+        # what remove() puts back: each parameter's own requires_grad and each module's training mode
+        self._requires_grad = [(p, p.requires_grad) for p in model.parameters()]
+        self._training = [(m, m.training) for m in model.modules()]
+        self._save_installed = False
 
     # -- policy ------------------------------------------------------------------------------------------------
     def allocators(self) -> list[AdaKAllocator]:
@@ -299,6 +314,7 @@ class AdaKPatch:
 
     def reseed(self, seed: int) -> None:
         self.seed = check_int("seed", seed, low=0)
+        self.settings["seed"] = self.seed
         self._generators.clear()
 
     def set_mode(self, mode: Mode, k: int | None = None) -> None:
@@ -366,12 +382,64 @@ class AdaKPatch:
 
     # -- undo ------------------------------------------------------------------------------------------------
     def remove(self) -> None:
-        """Put the host routers back (the model is then the original one again)."""
+        """Undo the patch: the host routers go back in place, every parameter gets back its own ``requires_grad``
+        and every module the training mode it had when :func:`apply_adak` was called, and the model's
+        ``save_pretrained`` is the class's again. The model is then the original one (same outputs, bit for bit).
+        Calling it twice does nothing the second time."""
         for block, router, flag in zip(self.blocks, self.routers, self._ep_flags, strict=True):
             block.gate = router.router
             if flag is not None:
                 block.experts._is_expert_parallel = flag
+        if self.routers:
+            for p, requires_grad in self._requires_grad:
+                p.requires_grad_(requires_grad)
+            for m, training in self._training:
+                m.training = training
+        if self._save_installed:
+            self.model.__dict__.pop("save_pretrained", None)
+            self._save_installed = False
         self.routers, self.blocks, self.names, self._ep_flags = [], [], [], []
+
+    @contextlib.contextmanager
+    def _host_routers(self) -> Iterator[None]:
+        """The host routers in place for the duration (the model's own state dict keys, ``gate.weight``)."""
+        for block, router in zip(self.blocks, self.routers, strict=True):
+            block.gate = router.router
+        try:
+            yield
+        finally:
+            for block, router in zip(self.blocks, self.routers, strict=True):
+                block.gate = router
+
+    # -- save and load -------------------------------------------------------------------------------------------
+    def save_pretrained(self, save_directory: str | os.PathLike[str], **kwargs: Any) -> None:
+        """Save the patched model so that :func:`load_pretrained` restores it exactly.
+
+        The host model is saved by its own ``save_pretrained`` (keyword arguments pass through) with the host
+        routers in place, so the folder is an ordinary checkpoint of the host (``gate.weight`` keys, no
+        ``gate.router``): ``AutoModelForCausalLM.from_pretrained`` loads the host alone, with its static top-K
+        routing. Beside it, :data:`ALLOCATORS_FILE` holds the allocators and the :func:`apply_adak` settings.
+        A patched model's ``model.save_pretrained`` calls this.
+
+        Raises:
+            RuntimeError: the patch was removed (save the model itself).
+            ValueError: ``push_to_hub=True`` (the allocators file would not be uploaded: save locally, then
+                upload the folder).
+        """
+        if not self.routers:
+            raise RuntimeError("this Ada-K patch was removed: save the model with its own save_pretrained")
+        if kwargs.get("push_to_hub"):
+            raise ValueError(
+                "push_to_hub is not supported for an Ada-K model (the allocators file would not be uploaded):"
+                " save it locally, then upload the folder (huggingface_hub.upload_folder)"
+            )
+        from safetensors.torch import save_file
+
+        with self._host_routers():
+            type(self.model).save_pretrained(self.model, save_directory, **kwargs)
+        tensors = {k: v.detach().cpu().contiguous() for k, v in self.allocator_state_dict().items()}
+        metadata = {"format": "pt", "adak": json.dumps({**self.settings, "blocks": self.names})}
+        save_file(tensors, os.path.join(os.fspath(save_directory), ALLOCATORS_FILE), metadata=metadata)
 
     def allocator_state_dict(self) -> dict[str, torch.Tensor]:
         return {
@@ -386,6 +454,61 @@ class AdaKPatch:
             r.allocator.load_state_dict(
                 {k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)}
             )
+
+
+def _align_cpu_tensors(model: nn.Module) -> None:
+    """Move CPU parameters and buffers that sit off a 64-byte boundary into fresh (aligned) memory.
+
+    transformers' loader leaves most CPU weights at 8-byte offsets (56 mod 64 here); MKL's small matrix products
+    round differently there (one ulp, 2.4e-7 on a router logit of a single-token routing call), so a loaded model
+    would differ from the one that was saved (whose weights, built by the constructor, are 64-byte aligned).
+    """
+    with torch.no_grad():
+        seen: set[int] = set()
+        for t in [*model.parameters(), *model.buffers()]:
+            if id(t) in seen or t.device.type != "cpu" or t.data_ptr() % 64 == 0:
+                continue
+            seen.add(id(t))
+            t.data = t.data.clone()
+
+
+def load_pretrained(folder: str | os.PathLike[str], **kwargs: Any) -> AdaKPatch:
+    """Load what a patched model's ``save_pretrained`` wrote: the host model, patched again with the saved
+    :func:`apply_adak` settings and allocators (the same outputs as the saved model, bit for bit).
+
+    Args:
+        folder: the folder ``save_pretrained`` wrote (the host's files and :data:`ALLOCATORS_FILE`).
+        **kwargs: passed to ``AutoModelForCausalLM.from_pretrained`` (``dtype``, ``device_map``, ...).
+
+    Returns:
+        The :class:`AdaKPatch` (``patch.model`` is the model) in ``"argmax"`` mode.
+
+    Raises:
+        FileNotFoundError: the folder has no :data:`ALLOCATORS_FILE` (it was saved from a model without Ada-K).
+        ValueError: the allocators belong to other MoE blocks than the loaded model's.
+    """
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM
+
+    path = os.path.join(os.fspath(folder), ALLOCATORS_FILE)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(
+            f"{path} not found: {folder} was not saved from an Ada-K model (load it with from_pretrained and"
+            " call apply_adak)"
+        )
+    with safe_open(path, framework="pt") as f:
+        settings = json.loads((f.metadata() or {}).get("adak", "{}"))
+        state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (safe_open has no __iter__)
+    blocks = settings.pop("blocks", None)
+    model = AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+    _align_cpu_tensors(model)
+    patch = apply_adak(model, **settings)
+    if blocks != patch.names:
+        patch.remove()
+        raise ValueError(f"{path} holds allocators for blocks {blocks}, the model has {patch.names}")
+    device = patch.routers[0].allocator.proj.weight.device
+    patch.load_allocator_state_dict({k: v.to(device) for k, v in state.items()})
+    return patch
 
 
 def _max_k_of(block: nn.Module, num_experts: int) -> int:
@@ -445,7 +568,10 @@ def apply_adak(
 
     Returns:
         An :class:`AdaKPatch` in ``"argmax"`` mode. Every model parameter gets ``requires_grad=False``; the
-        allocators' parameters are the only trainable ones.
+        allocators' parameters are the only trainable ones (``patch.remove()`` gives each parameter back its own
+        flag). The allocators are created in float32 and follow later casts of the model. The model's
+        ``save_pretrained`` becomes :meth:`AdaKPatch.save_pretrained` (the host's checkpoint plus the allocators;
+        :func:`load_pretrained` loads it back exactly).
 
     Raises:
         ValueError: the model has no MoE block, or only MoE blocks of an unsupported architecture (the message
@@ -471,6 +597,13 @@ def apply_adak(
         if init_k is None
         else check_int("init_k", init_k, low=k_min, high=k_max)
     )
+    patch.settings = {
+        "k_min": k_min,
+        "k_max": k_max,
+        "init_k": init_k,
+        "init_logit": float(init_logit),
+        "seed": seed,
+    }
     patch.host_top_k = host_k
     patch.num_experts = int(blocks[0][1].experts.num_experts)
     patch._host_max_k = n_reach
@@ -489,4 +622,12 @@ def apply_adak(
         patch.routers.append(router)
         patch.blocks.append(block)
         patch.names.append(name)
+    if callable(getattr(model, "save_pretrained", None)):
+
+        def save_pretrained(save_directory: str | os.PathLike[str], **kwargs: Any) -> None:
+            patch.save_pretrained(save_directory, **kwargs)
+
+        save_pretrained.__doc__ = AdaKPatch.save_pretrained.__doc__
+        model.save_pretrained = save_pretrained  # an instance attribute; remove() deletes it
+        patch._save_installed = True
     return patch
