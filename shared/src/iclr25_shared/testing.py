@@ -417,6 +417,14 @@ class ContractTests:
         assert done.returncode == 0, done.stderr
         assert not done.stdout.split(), f"--help imports {done.stdout.split()}"
 
+    def test_the_cli_module_imports_no_numpy_so_ctrl_c_at_start_up_is_caught(self) -> None:
+        """The console script imports ``<package>.cli`` before ``main`` installs the runner's SIGINT handler; a
+        Ctrl-C in that window prints Python's traceback. Keeping it to the core's light modules (no numpy: 0.3-0.7 s
+        under load when a package's ``__init__`` imported it eagerly) keeps the window to ~0.1 s."""
+        code = f"import sys, {self.package}.cli; print('numpy' in sys.modules)"
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        assert done.stdout.strip() == "False", f"import {self.package}.cli imports numpy (use lazy_exports)"
+
     def test_import_loads_no_heavy_module_it_does_not_need(self) -> None:
         code = (
             f"import sys, {self.package}, {self.package}.cli; "

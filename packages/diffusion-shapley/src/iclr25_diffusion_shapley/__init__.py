@@ -11,33 +11,31 @@ game (:class:`DiffusionGame`)::
     from iclr25_diffusion_shapley import kernel_shap, exact_shapley
     phi = kernel_shap(lambda m: float(m[0] and m[1]) + m[2], 3, num_samples=64).values   # (3,), sums to v(N)-v(∅)
 
-Only the estimators are imported eagerly; the torch-based names load lazily on first use.
+Every public name loads on first use (PEP 562), so `import iclr25_diffusion_shapley` (and its CLI's start) imports no numpy.
 """
 
-from iclr25_diffusion_shapley._shapley import (
-    AttributionResult,
-    CachedGame,
-    all_subsets,
-    banzhaf,
-    banzhaf_from_samples,
-    banzhaf_from_table,
-    datamodel,
-    datamodel_from_samples,
-    exact_shapley,
-    kernel_shap,
-    kernel_shap_from_samples,
-    lds,
-    lds_interval,
-    leave_one_out,
-    sample_datamodel_subsets,
-    sample_shapley_kernel,
-    shapley_from_table,
-    shapley_kernel_size_probabilities,
-    subset_table,
-)
 from iclr25_shared import distribution_version, lazy_exports
 
 _LAZY = {
+    "AttributionResult": "_shapley",
+    "CachedGame": "_shapley",
+    "all_subsets": "_shapley",
+    "banzhaf": "_shapley",
+    "banzhaf_from_samples": "_shapley",
+    "banzhaf_from_table": "_shapley",
+    "datamodel": "_shapley",
+    "datamodel_from_samples": "_shapley",
+    "exact_shapley": "_shapley",
+    "kernel_shap": "_shapley",
+    "kernel_shap_from_samples": "_shapley",
+    "lds": "_shapley",
+    "lds_interval": "_shapley",
+    "leave_one_out": "_shapley",
+    "sample_datamodel_subsets": "_shapley",
+    "sample_shapley_kernel": "_shapley",
+    "shapley_from_table": "_shapley",
+    "shapley_kernel_size_probabilities": "_shapley",
+    "subset_table": "_shapley",
     "ContributorData": "_diffusion",
     "DiffusionGame": "_diffusion",
     "GradientAscentUnlearn": "_diffusion",

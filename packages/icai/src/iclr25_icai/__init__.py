@@ -18,42 +18,50 @@ Nothing heavy is imported at ``import iclr25_icai``: pandas, sklearn, torch, tra
 functions that use them.
 """
 
-from iclr25_icai._backends import (
-    RETRY_STATUS,
-    CachedBackend,
-    ChoiceBackend,
-    EndpointUnavailable,
-    LLMBackend,
-    LocalChatBackend,
-    OpenAICompatibleBackend,
-    ScriptedBackend,
-    is_retryable,
-    status_code_of,
-)
-from iclr25_icai._embed import Embedder, EndpointEmbedder, MiniLMEmbedder, TfidfEmbedder
-from iclr25_icai._formats import read_alpacaeval, read_arena, read_pairs
-from iclr25_icai._icai import (
-    VOTE_KINDS,
-    Constitution,
-    ICAIConfig,
-    ICAIResult,
-    cluster_principles,
-    count_votes,
-    deduplicate_principles,
-    filter_principles,
-    merge_near_duplicates,
-    merge_reannotations,
-    parse_principles,
-    parse_votes,
-    propose_principles,
-    reconstruct,
-    reconstruct_many,
-    run_icai,
-    validate_pairs,
-    vote,
-)
-from iclr25_icai._synthetic import RULES, SETTINGS, feature_oracle, make_planted_pairs, matches_rule
-from iclr25_shared import distribution_version
+from iclr25_shared import distribution_version, lazy_exports
+
+_LAZY = {
+    "CachedBackend": "_backends",
+    "ChoiceBackend": "_backends",
+    "EndpointUnavailable": "_backends",
+    "LLMBackend": "_backends",
+    "LocalChatBackend": "_backends",
+    "OpenAICompatibleBackend": "_backends",
+    "RETRY_STATUS": "_backends",
+    "ScriptedBackend": "_backends",
+    "is_retryable": "_backends",
+    "status_code_of": "_backends",
+    "Embedder": "_embed",
+    "EndpointEmbedder": "_embed",
+    "MiniLMEmbedder": "_embed",
+    "TfidfEmbedder": "_embed",
+    "read_alpacaeval": "_formats",
+    "read_arena": "_formats",
+    "read_pairs": "_formats",
+    "Constitution": "_icai",
+    "ICAIConfig": "_icai",
+    "ICAIResult": "_icai",
+    "VOTE_KINDS": "_icai",
+    "cluster_principles": "_icai",
+    "count_votes": "_icai",
+    "deduplicate_principles": "_icai",
+    "filter_principles": "_icai",
+    "merge_near_duplicates": "_icai",
+    "merge_reannotations": "_icai",
+    "parse_principles": "_icai",
+    "parse_votes": "_icai",
+    "propose_principles": "_icai",
+    "reconstruct": "_icai",
+    "reconstruct_many": "_icai",
+    "run_icai": "_icai",
+    "validate_pairs": "_icai",
+    "vote": "_icai",
+    "RULES": "_synthetic",
+    "SETTINGS": "_synthetic",
+    "feature_oracle": "_synthetic",
+    "make_planted_pairs": "_synthetic",
+    "matches_rule": "_synthetic",
+}
 
 __all__ = [
     "RETRY_STATUS",
@@ -99,3 +107,5 @@ __all__ = [
     "vote",
 ]
 __version__ = distribution_version("iclr25-icai")
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

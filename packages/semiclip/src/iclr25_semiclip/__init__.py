@@ -14,10 +14,13 @@ Public API (torch is imported only when a torch-based name is first used)::
 
 from __future__ import annotations
 
-from iclr25_semiclip._concepts import STOPWORDS, concept_multi_hot, mine_concepts, words
 from iclr25_shared import distribution_version, lazy_exports
 
 _LAZY = {
+    "STOPWORDS": "_concepts",
+    "concept_multi_hot": "_concepts",
+    "mine_concepts": "_concepts",
+    "words": "_concepts",
     "clip_contrastive_loss": "_losses",
     "normalize_multi_hot": "_losses",
     "select_top_fraction": "_losses",

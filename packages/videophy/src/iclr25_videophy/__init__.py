@@ -9,68 +9,60 @@ adherence (SA) and physical commonsense (PC) with an evaluator (human labels, a 
     from iclr25_videophy import read_labels, leaderboard
     rows = leaderboard(read_labels("videophy_test_public.csv"))   # [{'rank', 'source', 'joint', 'sa', 'pc', ...}]
 
-Nothing heavy is imported at ``import iclr25_videophy``: torch, PyAV and scikit-learn load inside the functions.
+Nothing is imported at ``import iclr25_videophy`` beyond the core: every public name loads on first use (PEP 562).
 """
 
-from iclr25_shared import distribution_version
-from iclr25_videophy._aggregate import (
-    AGGREGATION_MODES,
-    ConstantScoresWarning,
-    aggregate,
-    dedupe,
-    leaderboard,
-    rule_summary,
-    warn_if_constant,
-)
-from iclr25_videophy._evaluators import (
-    Evaluator,
-    FrameEvaluator,
-    HumanLabels,
-    LogitJudge,
-    TemporalCoherence,
-    evaluate_videos,
-)
-from iclr25_videophy._generate import DiffusersGenerator, generate
-from iclr25_videophy._io import (
-    STATES_OF_MATTER,
-    Judgement,
-    Prompt,
-    caption_filename_stem,
-    match_videos,
-    read_judge_output,
-    read_labels,
-    read_mapping,
-    read_prompts,
-    write_labels,
-    write_mapping,
-    write_prompts,
-)
-from iclr25_videophy._judge import (
-    PC_TEMPLATE,
-    SA_TEMPLATE,
-    entailment_score,
-    last_non_pad_index,
-    pc_prompt,
-    sa_prompt,
-    task_prompt,
-    yes_no_token_ids,
-)
-from iclr25_videophy._physics import (
-    VIOLATIONS,
-    PhysicsPlausibility,
-    frame_difference_features,
-    held_out_split,
-    make_dataset,
-    render_clip,
-    trajectory_features,
-)
-from iclr25_videophy._video import (
-    VideoDecodeError,
-    count_frames,
-    read_video,
-    sample_frame_indices,
-    write_video,
-)
+from iclr25_shared import distribution_version, lazy_exports
+
+_LAZY = {
+    "AGGREGATION_MODES": "_aggregate",
+    "ConstantScoresWarning": "_aggregate",
+    "aggregate": "_aggregate",
+    "dedupe": "_aggregate",
+    "leaderboard": "_aggregate",
+    "rule_summary": "_aggregate",
+    "warn_if_constant": "_aggregate",
+    "Evaluator": "_evaluators",
+    "FrameEvaluator": "_evaluators",
+    "HumanLabels": "_evaluators",
+    "LogitJudge": "_evaluators",
+    "TemporalCoherence": "_evaluators",
+    "evaluate_videos": "_evaluators",
+    "DiffusersGenerator": "_generate",
+    "generate": "_generate",
+    "Judgement": "_io",
+    "Prompt": "_io",
+    "STATES_OF_MATTER": "_io",
+    "caption_filename_stem": "_io",
+    "match_videos": "_io",
+    "read_judge_output": "_io",
+    "read_labels": "_io",
+    "read_mapping": "_io",
+    "read_prompts": "_io",
+    "write_labels": "_io",
+    "write_mapping": "_io",
+    "write_prompts": "_io",
+    "PC_TEMPLATE": "_judge",
+    "SA_TEMPLATE": "_judge",
+    "entailment_score": "_judge",
+    "last_non_pad_index": "_judge",
+    "pc_prompt": "_judge",
+    "sa_prompt": "_judge",
+    "task_prompt": "_judge",
+    "yes_no_token_ids": "_judge",
+    "PhysicsPlausibility": "_physics",
+    "VIOLATIONS": "_physics",
+    "frame_difference_features": "_physics",
+    "held_out_split": "_physics",
+    "make_dataset": "_physics",
+    "render_clip": "_physics",
+    "trajectory_features": "_physics",
+    "VideoDecodeError": "_video",
+    "count_frames": "_video",
+    "read_video": "_video",
+    "sample_frame_indices": "_video",
+    "write_video": "_video",
+}
 
 __all__ = [
     "AGGREGATION_MODES",
@@ -123,3 +115,5 @@ __all__ = [
     "yes_no_token_ids",
 ]
 __version__ = distribution_version("iclr25-videophy")
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)
