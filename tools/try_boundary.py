@@ -128,8 +128,12 @@ def _sigint(slug: str, tmp: Path, command: list[str], at: float, label: str) -> 
     left = _leftovers(tmp, out)
     good = proc.returncode == 130 and _ok_stderr(err) and not left
     row = {"case": label, "command": " ".join(command), "exit": proc.returncode, "ok": good, "left": left}
-    if finished_first:
+    complete = (out / "results.json").is_file() and left == [out.name]
+    if finished_first or (complete and proc.returncode in (0, -signal.SIGINT) and not err.strip()):
+        # the command had committed its results: the signal came after the work (during interpreter shutdown, where
+        # Python has restored the default disposition), so there was nothing left to interrupt
         row["note"] = "finished before the signal"
+        row["ok"] = complete
     if not good:
         row["stderr"] = err.strip()[-400:]
     for name in left:
