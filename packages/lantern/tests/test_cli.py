@@ -23,6 +23,9 @@ from iclr25_lantern.cli import main
         (["reproduce", "--seeds", "0"], "seeds must be"),
         (["bench", "--k", "300"], "k must be an integer in [0, V - 1 = 255]"),
         (["bench", "--delta", "0"], "delta must be"),
+        (["generate", "--delta", "3"], "delta must be in [0, 1]"),
+        (["generate", "--delta", "1.5", "--lam", "2"], "pass --lam 1.5 instead of --delta"),
+        (["bench", "--delta", "2"], "`generate --lam 2` runs the lambda mode"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, needle, capsys, tmp_path):

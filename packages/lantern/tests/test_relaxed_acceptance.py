@@ -346,6 +346,17 @@ def test_bad_relaxation_settings_are_refused(kwargs, match):
         Relaxation(**kwargs)
 
 
+def test_delta_above_one_is_refused_pointing_at_the_lambda_mode():
+    """The official code reads delta > 1 as the lambda mode; here it acted as delta = 1, so a ported config changed
+    meaning silently (issue 38)."""
+    table = latent_proximity(torch.randn(8, 2), 3)
+    for delta in (1.0000001, 1.5, 3.0):
+        with pytest.raises(ValueError, match=rf"delta must be in \[0, 1\].*lambda mode: pass lam={delta:g}"):
+            Relaxation(neighbours=table, delta=delta)
+    assert Relaxation(neighbours=table, delta=1.0).delta == 1.0  # the whole budget is still allowed
+    assert Relaxation(neighbours=table, lam=3.0).lam == 3.0
+
+
 def test_table_wider_than_v_minus_1_and_float_tables_are_refused():
     with pytest.raises(ValueError, match=r"k must be an integer in \[0, V - 1 = 3\]"):
         Relaxation(neighbours=torch.zeros(4, 4, dtype=torch.int16), delta=0.1)

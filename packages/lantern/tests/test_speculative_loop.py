@@ -2,6 +2,7 @@
 the bonus token, the drafter's q, greedy equivalence, KV caches and bad inputs (arXiv:2410.03355)."""
 
 import itertools
+import math
 import warnings
 
 import numpy as np
@@ -265,3 +266,78 @@ def test_greedy_speculative_decoding_on_cuda_equals_target_greedy():
     out = speculative_generate(t, d, prefix, max_new_tokens=20, gamma=3, relax=relax, processor=greedy,
                                generator=torch.Generator(device="cuda").manual_seed(0))  # fmt: skip
     assert torch.equal(out.tokens, ref.tokens)
+
+
+# -- non-finite logits (issue 38: greedy NaN logits returned tokens, all 0, silently) -------------------------------
+
+
+def _broken(after: int, value: float):
+    """A Markov model whose logits at positions ``after`` onwards are all ``value`` (with a prefix of one token,
+    position ``i`` gives new token ``i + 1``)."""
+
+    def fn(ids):
+        logits = T_LOGITS[ids].clone()
+        if ids.shape[1] > after:
+            logits[:, after:] = value
+        return logits
+
+    return FunctionDecoder(fn)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_non_finite_target_logits_raise_naming_the_target_and_step(temperature, value):
+    proc = LogitsProcessor(temperature=temperature)
+    bad = _broken(after=2, value=value)  # the logits of new token 3 onwards are broken
+    with pytest.raises(FloatingPointError, match=r"the target \(FunctionDecoder\).*new token 3 of 6"):
+        autoregressive_generate(bad, torch.tensor([0]), max_new_tokens=6, processor=proc,
+                                generator=torch.Generator().manual_seed(0))  # fmt: skip
+    with pytest.raises(
+        FloatingPointError, match=r"the target \(FunctionDecoder\) returned non-finite logits"
+    ):
+        speculative_generate(bad, _markov(D_LOGITS), torch.tensor([0]), max_new_tokens=6, gamma=2, processor=proc,
+                             generator=torch.Generator().manual_seed(0))  # fmt: skip
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_non_finite_drafter_logits_raise_naming_the_drafter_and_step(temperature):
+    proc = LogitsProcessor(temperature=temperature)
+    bad = _broken(after=0, value=math.nan)  # the drafter's very first draft reads NaN
+    with pytest.raises(
+        FloatingPointError, match=r"the drafter \(FunctionDecoder\).*new token 1 of 4.*drafter call 1"
+    ):
+        speculative_generate(_markov(T_LOGITS), bad, torch.tensor([0]), max_new_tokens=4, gamma=2, processor=proc,
+                             generator=torch.Generator().manual_seed(0))  # fmt: skip
+
+
+def test_non_finite_logits_of_a_hugging_face_target_name_its_class():
+    transformers = pytest.importorskip("transformers")
+    from iclr25_lantern import HFDecoder
+
+    cfg = transformers.LlamaConfig(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32)  # fmt: skip
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.fill_(math.nan)
+    with pytest.raises(FloatingPointError, match=r"HFDecoder of LlamaForCausalLM.*new token 1 of 3"):
+        autoregressive_generate(HFDecoder(model), torch.tensor([1, 2]), max_new_tokens=3,
+                                processor=LogitsProcessor(temperature=0.0))  # fmt: skip
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_minus_inf_logits_are_a_mask_not_an_error(temperature):
+    masked = T_LOGITS.clone()
+    masked[:, 0] = -math.inf  # token 0 is never allowed
+    proc = LogitsProcessor(temperature=temperature)
+    gen = torch.Generator().manual_seed(0)
+    out = speculative_generate(_markov(masked), _markov(masked), torch.tensor([1]), max_new_tokens=20, gamma=3,
+                               processor=proc, generator=gen)  # fmt: skip
+    ar = autoregressive_generate(
+        _markov(masked), torch.tensor([1]), max_new_tokens=20, processor=proc, generator=gen
+    )
+    assert len(out.tokens) == 20 and (out.tokens != 0).all() and (ar.tokens != 0).all()
+    every = torch.full_like(T_LOGITS, -math.inf)
+    with pytest.raises(FloatingPointError, match="no probability distribution"):
+        autoregressive_generate(
+            _markov(every), torch.tensor([1]), max_new_tokens=2, processor=proc, generator=gen
+        )

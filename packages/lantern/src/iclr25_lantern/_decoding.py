@@ -268,6 +268,36 @@ def _check_logits(logits: torch.Tensor, vocab: int | None, who: str) -> int:
     return v
 
 
+def _describe(model: Any) -> str:
+    inner = getattr(model, "model", None) if isinstance(model, HFDecoder) else None
+    name = type(model).__name__
+    return f"{name} of {type(inner).__name__}" if inner is not None else name
+
+
+def _finite(logits: torch.Tensor, probs: torch.Tensor, who: str, model: Any, tokens: str, call: str) -> None:
+    """Raise ``FloatingPointError`` when the logits a draw reads hold NaN or +inf, or give no distribution.
+
+    ``-inf`` entries are a mask (probability 0) and allowed as long as each row keeps a finite logit. Without this
+    check greedy decoding takes the argmax of NaN (token 0) and returns tokens silently.
+    """
+    import torch
+
+    if bool(torch.isfinite(probs).all()):  # NaN or +inf in a row's logits always makes its probabilities NaN
+        return
+    nan = int(torch.isnan(logits).sum())
+    posinf = int(torch.isposinf(logits).sum())
+    if nan or posinf:
+        raise FloatingPointError(
+            f"{who} ({_describe(model)}) returned non-finite logits for {tokens} ({call}): {nan} NaN and "
+            f"{posinf} +inf of {logits.numel()} entries; check the model's weights and dtype (float16 overflows "
+            "above 65504)"
+        )
+    raise FloatingPointError(
+        f"{who} ({_describe(model)}) gave no probability distribution for {tokens} ({call}): every logit of "
+        "a row is -inf, or guidance combined -inf logits"
+    )
+
+
 def speculative_generate(
     target: CachedDecoder,
     drafter: CachedDecoder,
@@ -297,6 +327,9 @@ def speculative_generate(
     Raises:
         ValueError: bad ``prefix``/``max_new_tokens``/``gamma``; the drafter's, the target's and the proximity
             table's vocabulary sizes differ.
+        FloatingPointError: the drafter or the target returned NaN or +inf logits (or a row of only ``-inf``) for
+            a token it is about to draw or verify, in every mode (greedy and sampling); the message names the
+            model and the step. ``-inf`` entries alone are a mask and allowed.
 
     Warns:
         UserWarning: relaxed acceptance with temperature 0 (greedy decoding degrades visual AR quality;
@@ -329,11 +362,13 @@ def speculative_generate(
         drafts: list[torch.Tensor] = []
         qs: list[torch.Tensor] = []
         pending = _sync(drafter, seq)
-        for _ in range(g):
+        for i in range(g):
             logits = drafter.forward(pending)
             out.drafter_calls += 1
             vocab = _check_logits(logits, vocab, "the drafter")
             q = processor(logits[:, -1])
+            where = f"new token {seq.shape[1] - start + i + 1} of {max_new_tokens}"
+            _finite(logits[:, -1], q, "the drafter", drafter, where, f"drafter call {out.drafter_calls}")
             x = _draw(q, processor.greedy, generator)
             drafts.append(x)
             qs.append(q)
@@ -345,6 +380,20 @@ def speculative_generate(
         out.target_calls += 1
         vocab = _check_logits(logits, vocab, "the target")
         ps = processor(logits[:, tpending.shape[1] - 1 :])  # (g + 1, V)
+        done = seq.shape[1] - start
+        where = (
+            f"new tokens {done + 1}-{done + g + 1} of {max_new_tokens}"
+            if g
+            else f"new token {done + 1} of {max_new_tokens}"
+        )
+        _finite(
+            logits[:, tpending.shape[1] - 1 :],
+            ps,
+            "the target",
+            target,
+            where,
+            f"target call {out.target_calls}",
+        )
         # 3. accept / reject in order (the acceptance tests of all g drafts are computed in one batch)
         accepted = 0
         new_token = None
@@ -395,6 +444,9 @@ def autoregressive_generate(
     """Target-only autoregressive decoding (the baseline): one target call per token.
 
     Args and returns as :func:`speculative_generate` (no drafter, no relaxation).
+
+    Raises:
+        FloatingPointError: the target returned NaN or +inf logits (or a row of only ``-inf``); names the step.
     """
     import torch
 
@@ -406,10 +458,19 @@ def autoregressive_generate(
     tic, cpu = time.perf_counter(), time.process_time()
     target.reset()
     pending = seq
-    for _ in range(max_new_tokens):
+    for i in range(max_new_tokens):
         logits = target.forward(pending)
         out.target_calls += 1
-        x = _draw(processor(logits[:, -1]), processor.greedy, generator)
+        p = processor(logits[:, -1])
+        _finite(
+            logits[:, -1],
+            p,
+            "the target",
+            target,
+            f"new token {i + 1} of {max_new_tokens}",
+            f"target call {i + 1}",
+        )
+        x = _draw(p, processor.greedy, generator)
         pending = x.view(1, 1).expand(seq.shape[0], 1).to(seq.device)
         seq = torch.cat([seq, pending], dim=1)
     out.tokens = seq[0, start:].cpu()

@@ -7,9 +7,6 @@ and the file (exit 2), never a torch traceback or its advice to unpickle unsafel
 
 from __future__ import annotations
 
-import gzip
-import zlib
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +17,6 @@ MODELS_FILE = "models.pt"
 MODEL_KEYS = ("vq", "vq_shape", "target", "target_cfg", "drafter", "drafter_cfg", "clf")
 """What ``reproduce --out`` saves in models.pt: state dicts plus plain numbers (``vq_shape`` a tuple, the two
 ``*_cfg`` dicts of ints), all loadable with ``torch.load(weights_only=True)``."""
-
-FASHION_FILES = {
-    "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
-    "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),
-}
 
 
 def _where(path: Path | str, label: str | None) -> str:
@@ -131,47 +123,12 @@ def read_sweep(folder: str | Path, *, label: str = "--models") -> list[dict[str,
     return rows
 
 
-def check_fashion_folder(path: Path, label: str | None, splits: Sequence[str] = ("train", "test")) -> Path:
-    """A folder holding the Fashion-MNIST IDX ``.gz`` files of ``splits`` (or in ``FashionMNIST/raw`` below it),
-    each a gzip stream that starts with a uint8 IDX header.
-
-    Raises:
-        InputError: missing, a file, a file absent, or a file that is not a gzip-compressed uint8 IDX file.
-    """
-    expected = "a folder holding the Fashion-MNIST IDX .gz files"
-    root = check_folder(path, label=label, expected=expected)
-    names = [n for s in splits for n in FASHION_FILES[s]]
-    found = next(
-        (d for d in (root, root / "FashionMNIST" / "raw") if all((d / n).is_file() for n in names)), None
-    )
-    if found is None:
-        absent = [n for n in names if not (root / n).is_file()]
-        raise InputError(f"{_where(root, label)} has no {', '.join(absent)}; expected {expected}")
-    for name in names:
-        file = check_file(found / name, label=label, expected="a gzip-compressed IDX file")
-        try:
-            with gzip.open(file, "rb") as fh:
-                head = fh.read(4)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise InputError(
-                f"{_where(file, label)} is not a gzip-compressed idx file ({_first_line(exc)})"
-            ) from None
-        if len(head) < 4 or head[:3] != b"\x00\x00\x08":
-            raise InputError(
-                f"{_where(file, label)} is not a uint8 idx file inside its gzip (header {head!r})"
-            )
-    return found
-
-
 def fashion_images(split: str, data: Any, *, label: str = "--data") -> tuple[Any, Any]:
-    """``iclr25_shared.data.fashion_mnist(split, root=data)``; a user's folder whose files are truncated or hold the
-    wrong number of examples raises :class:`InputError` naming ``label``."""
+    """``iclr25_shared.data.fashion_mnist(split, root=data, label=label)``: with a user's folder only that folder is
+    read, and a folder without the split's files, or with truncated or foreign ones, raises :class:`InputError`
+    naming ``label`` and the folder."""
     from iclr25_shared.data import fashion_mnist
 
     if data is None:
         return fashion_mnist(split)
-    root = check_fashion_folder(Path(data), label, (split,))
-    try:
-        return fashion_mnist(split, root=root)
-    except (ValueError, OSError, EOFError, zlib.error) as exc:
-        raise InputError(f"{label}: {str(data)!r}: {_first_line(exc)}") from None
+    return fashion_mnist(split, root=Path(data), label=label)

@@ -113,6 +113,15 @@ def latent_proximity(codebook, k: int | None = None, *, chunk_size: int = 256, p
     return out
 
 
+def delta_above_one(delta: float, how: str | None = None) -> str:
+    """The message that refuses ``δ > 1``; ``how`` says how to ask for the λ mode (default: ``lam=<delta>``)."""
+    how = how if how is not None else f"pass lam={delta:g} instead of delta"
+    return (
+        f"delta must be in [0, 1] (a total-variation budget; 1 already lets a draft collect all its neighbours' "
+        f"mass), got {delta:g}; the official LANTERN code reads delta > 1 as LANTERN++'s lambda mode: {how}"
+    )
+
+
 @dataclass(frozen=True, eq=False)
 class Relaxation:
     """How much target mass a drafted token may collect from its latent neighbours.
@@ -120,7 +129,8 @@ class Relaxation:
     Attributes:
         neighbours: ``(V, k)`` integer proximity table from :func:`latent_proximity`, or ``None`` (no relaxation,
             ``k = 0``).
-        delta: total-variation budget ``δ >= 0`` (the paper's TVD bound): ``Σ_{y∈B} p(y) ≤ δ``.
+        delta: total-variation budget ``δ`` in ``[0, 1]`` (the paper's TVD bound): ``Σ_{y∈B} p(y) ≤ δ``. ``δ > 1``
+            is refused: it would act as ``δ = 1`` here, while the official code reads ``δ > 1`` as the λ mode.
         lam: LANTERN++ relative budget ``λ >= 1`` instead of ``δ``: ``Σ_{y∈B} p(y) ≤ (λ − 1) p(x)``; ``None``
             uses ``delta``.
         residual: after a rejection, ``"lantern"`` resamples from ``max(0, p − q)`` with the rejected token and its
@@ -128,8 +138,8 @@ class Relaxation:
             the standard rule when ``B`` is empty.
 
     Raises:
-        ValueError: ``delta < 0`` or non-finite; ``lam < 1``; ``residual`` not one of the two names; a
-            ``neighbours`` table that is not 2-D integer.
+        ValueError: ``delta`` outside ``[0, 1]`` or non-finite (``delta > 1``: the message points at ``lam``);
+            ``lam < 1``; ``residual`` not one of the two names; a ``neighbours`` table that is not 2-D integer.
     """
 
     neighbours: torch.Tensor | None = None
@@ -139,6 +149,8 @@ class Relaxation:
 
     def __post_init__(self) -> None:
         check_float("delta", self.delta, low=0.0)
+        if self.delta > 1.0:
+            raise ValueError(delta_above_one(self.delta))
         if self.lam is not None:
             check_float("lam", self.lam, low=1.0)
         check_choice("residual", self.residual, ("lantern", "standard"))

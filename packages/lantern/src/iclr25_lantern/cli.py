@@ -37,13 +37,12 @@ def _models_folder() -> inputs.Input:
     return inputs.folder(expected="a folder written by `reproduce --out` holding models.pt", check=check)
 
 
-def _fashion_folder(*splits: str) -> inputs.Input:
-    def check(path: Path, label: str) -> None:
-        from iclr25_lantern._inputs import check_fashion_folder
+def _check_delta(delta: float, how: str) -> None:
+    """δ in [0, 1]: the official code reads δ > 1 as the λ mode, so a ported config would change meaning."""
+    from iclr25_lantern._relaxed import delta_above_one
 
-        check_fashion_folder(path, label, splits)
-
-    return inputs.folder(expected="a folder holding the Fashion-MNIST IDX .gz files", check=check)
+    if delta > 1.0:
+        raise ValueError(delta_above_one(delta, how))
 
 
 def _check_k(k: int, vocab: int) -> None:
@@ -61,7 +60,7 @@ class GenerateConfig(CommonOptions):
 
     INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
         "models": _models_folder(),
-        "data": _fashion_folder("train"),
+        "data": inputs.fashion_mnist_folder(splits=("train",)),
     }
 
     model: Literal["fashion", "smollm2"] = "fashion"
@@ -74,7 +73,8 @@ class GenerateConfig(CommonOptions):
     k: int = 32
     """Latent neighbours per token, an integer in [0, V - 1] (0 = standard speculative decoding)."""
     delta: float = 0.2
-    """Total-variation budget per drafted token (>= 0; 0 = standard speculative decoding)."""
+    """Total-variation budget per drafted token, in [0, 1] (0 = standard speculative decoding; the official code's
+    delta > 1, its lambda mode, is --lam here)."""
     lam: float = 0.0
     """LANTERN++ relative budget lambda >= 1 instead of delta (0 = use delta)."""
     gamma: int = 4
@@ -99,6 +99,7 @@ class GenerateConfig(CommonOptions):
         check_choice("model", self.model, ("fashion", "smollm2"))
         check_int("k", self.k, low=0)
         check_float("delta", self.delta, low=0.0)
+        _check_delta(self.delta, f"pass --lam {self.delta:g} instead of --delta")
         if self.lam != 0.0:
             check_float("lam", self.lam, low=1.0)
         check_int("gamma", self.gamma, low=1, high=64)
@@ -126,7 +127,9 @@ class ReproduceConfig(CommonOptions):
     the quality proxies, then decodes the same class prompts with target-only AR, standard speculative decoding
     (delta = 0) and LANTERN at each (k, delta); paired differences against standard SD across seeds."""
 
-    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"data": _fashion_folder("train", "test")}
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "data": inputs.fashion_mnist_folder(splits=("train", "test"))
+    }
 
     size: Literal["quick", "tiny"] = "quick"
     """quick: about 4 minutes on one CPU core (210 s measured); tiny: a smoke test (not a result)."""
@@ -156,7 +159,7 @@ class BenchConfig(CommonOptions):
 
     INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
         "models": _models_folder(),
-        "data": _fashion_folder("train"),
+        "data": inputs.fashion_mnist_folder(splits=("train",)),
     }
 
     models: Path | None = None
@@ -168,7 +171,7 @@ class BenchConfig(CommonOptions):
     k: int = 32
     """LANTERN neighbours (>= 1)."""
     delta: float = 0.2
-    """LANTERN budget (> 0)."""
+    """LANTERN budget, in (0, 1] (the official code's delta > 1, its lambda mode, is generate --lam)."""
     gamma: int = 4
     """Draft tokens per round (>= 1)."""
     text: bool = False
@@ -185,6 +188,9 @@ class BenchConfig(CommonOptions):
         check_int("images", self.images, low=1, high=100000)
         check_int("k", self.k, low=1)
         check_float("delta", self.delta, low=0.0, low_inclusive=False)
+        _check_delta(
+            self.delta, f"bench times delta only; `generate --lam {self.delta:g}` runs the lambda mode"
+        )
         check_int("gamma", self.gamma, low=1, high=64)
         if self.match_quality and self.models is None:
             raise ValueError("match_quality needs --models DIR (a reproduce --out folder with results.json)")
