@@ -33,7 +33,7 @@ def test_edit_runs_and_reports_before_and_after(tmp_path):
             [
                 "edit",
                 "--objects",
-                "cat",
+                "dog",
                 "--alpha",
                 "1.0",
                 "--max-new-tokens",
@@ -46,8 +46,24 @@ def test_edit_runs_and_reports_before_and_after(tmp_path):
         == 0
     )
     res = json.loads((out / "results.json").read_text())
-    assert res["metrics"]["edited_image_rows_lens_and_prefill"] == 32
     assert {"c_o_before", "c_o_after"} <= set(res["tables"]["project_away"][0])
+    # the rows the edit changes, counted here without the hook: the image rows of hidden state l_I = 2 with
+    # <h, t> > 0 (the positive-only rule), in each of the two passes over the prompt (the lens and the caption's
+    # prefill). Issue 38: the hook reported all 2 x 16 image rows.
+    from iclr25_vl_interp import text_direction, vlm_parts
+    from iclr25_vl_interp._lens import capture_hidden_states
+    from iclr25_vl_interp._tiny import tiny_llava, tiny_prompt, tiny_tokenizer
+
+    model, tok = tiny_llava(seed=0), tiny_tokenizer()
+    x = tiny_prompt(tok, "Describe the image in detail.", seed=0)
+    t = text_direction(model, torch.tensor([[tok.bos_token_id, *tok("dog", add_special_tokens=False)["input_ids"]]]),
+                       layer=1)  # fmt: skip
+    with torch.no_grad(), capture_hidden_states(vlm_parts(model)) as states:
+        model(**x, use_cache=False)
+    image = x["input_ids"][0] == vlm_parts(model).image_token_id
+    positive = int((states[2][0][image].double() @ t.double() > 0).sum())
+    assert 0 < positive < 16
+    assert res["metrics"]["edited_image_rows_lens_and_prefill"] == 2 * positive
 
 
 @pytest.mark.parametrize(
@@ -61,6 +77,7 @@ def test_edit_runs_and_reports_before_and_after(tmp_path):
         (["edit", "--text-layer", "4"], "text_layer must be an integer in [0, 3] for this model, got 4"),
         (["edit", "--alpha", "-1"], "alpha must be"),
         (["lens", "--image", "x.png"], "image needs model"),
+        (["lens", "--dtype", "float8"], "dtype"),
         (
             ["lens", "--model", "/nonexistent/folder", "--image", "x.png"],
             "--model: '/nonexistent/folder' does not exist",
@@ -102,6 +119,90 @@ def local_model(tmp_path_factory):
     img = folder / "img.png"
     Image.fromarray((np.random.default_rng(0).random((20, 24, 3)) * 255).astype("uint8")).save(img)
     return folder, img
+
+
+@pytest.fixture(scope="module")
+def bf16_model(local_model, tmp_path_factory):
+    """The tiny LLaVA folder saved in bfloat16 (config.json says so): "auto" must keep it, not transformers'
+    release-dependent default (float32 on 4.x)."""
+    import shutil
+
+    from iclr25_vl_interp._tiny import tiny_llava
+
+    folder, img = local_model
+    bf16 = tmp_path_factory.mktemp("tiny_llava_bf16")
+    for f in folder.iterdir():
+        if f.suffix != ".safetensors" and f.name != "config.json":
+            shutil.copy(f, bf16 / f.name)
+    tiny_llava(dtype=torch.bfloat16).save_pretrained(bf16)
+    config = json.loads((bf16 / "config.json").read_text())
+    assert "bfloat16" in (config.get("dtype"), config.get("torch_dtype"))
+    return bf16, img
+
+
+def test_a_model_loads_in_the_checkpoints_dtype_unless_dtype_is_given(bf16_model, tmp_path):
+    from iclr25_vl_interp._experiment import load_local_vlm
+
+    folder, img = bf16_model
+    model, _, inputs = load_local_vlm(folder, img, "a cat", torch.device("cpu"))
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert inputs["pixel_values"].dtype == torch.bfloat16
+    for dtype, want in (("auto", "bfloat16"), ("float32", "float32"), ("float16", "float16")):
+        out = tmp_path / dtype
+        argv = ["lens", "--model", str(folder), "--image", str(img), "--objects", "cat", "--dtype", dtype]
+        assert main([*argv, "--device", "cpu", "--quiet", "--out", str(out)]) == 0
+        res = json.loads((out / "results.json").read_text())
+        assert res["metrics"]["dtype"] == want, dtype
+        assert 0 < res["tables"]["internal_confidence"][0]["c_o"] <= 1
+    model, _, inputs = load_local_vlm(folder, img, "a cat", torch.device("cpu"), dtype="float32")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert inputs["pixel_values"].dtype == torch.float32
+
+
+def test_the_weights_load_straight_onto_the_device(local_model, monkeypatch):
+    """With accelerate, from_pretrained places the weights (device_map); without it they load and are moved."""
+    from iclr25_vl_interp import _inputs
+
+    folder, _ = local_model
+    calls = []
+    original = transformers.AutoModelForImageTextToText.from_pretrained
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(transformers.AutoModelForImageTextToText, "from_pretrained", spy)
+    _, model = _inputs.load_hf_folder(folder, device=torch.device("cpu"), dtype="float32")
+    if _inputs._can_place_while_loading():
+        assert calls[-1]["device_map"] == {"": torch.device("cpu")}
+    assert calls[-1]["dtype"] == torch.float32 and not model.training
+    monkeypatch.setattr(_inputs, "_can_place_while_loading", lambda: False)
+    _, model = _inputs.load_hf_folder(folder, device=torch.device("cpu"))
+    assert "device_map" not in calls[-1] and calls[-1]["dtype"] == "auto"
+    assert next(model.parameters()).device.type == "cpu"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_model_loads_directly_on_cuda(bf16_model, tmp_path, monkeypatch):
+    from iclr25_vl_interp import _inputs
+
+    folder, img = bf16_model
+    seen = []
+    original = transformers.AutoModelForImageTextToText.from_pretrained
+
+    def spy(*args, **kwargs):
+        model = original(*args, **kwargs)
+        seen.append({p.device.type for p in model.parameters()})  # before any .to()
+        return model
+
+    monkeypatch.setattr(transformers.AutoModelForImageTextToText, "from_pretrained", spy)
+    assert _inputs._can_place_while_loading(), "accelerate is installed in the workspace"
+    out = tmp_path / "lens"
+    argv = ["lens", "--model", str(folder), "--image", str(img), "--objects", "cat", "--device", "cuda"]
+    assert main([*argv, "--quiet", "--out", str(out)]) == 0
+    assert seen == [{"cuda"}]
+    assert json.loads((out / "results.json").read_text())["metrics"]["dtype"] == "bfloat16"
 
 
 def test_lens_on_a_local_model_folder_matches_the_library(local_model, tmp_path):

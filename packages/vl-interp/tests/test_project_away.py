@@ -72,14 +72,35 @@ def test_hook_edits_image_rows_exactly_and_leaves_text_rows_untouched(only_posit
     t = text_direction(model, torch.tensor([[1, 22]]), layer=1).float()
     with ProjectAway(model, [t], layer=layer, alpha=alpha, only_positive=only_positive) as hook:
         after, _ = _captured(model, x, layer)
-    assert hook.edited_rows == N_IMAGE
     assert torch.equal(after[~mask], before[~mask])  # text rows bit for bit
     h, h2 = before[mask].double(), after[mask].double()
     td = t.double()
     edited = (h @ td > 0) if only_positive else torch.ones(N_IMAGE, dtype=torch.bool)
+    # the hook counts the rows it changed, computed here from the captured states (issue 38: it counted all 16
+    # image rows although the positive-only rule changed one)
+    assert hook.edited_rows == int((after[mask] != before[mask]).any(-1).sum()) == int(edited.sum())
+    if only_positive:
+        assert 0 < hook.edited_rows < N_IMAGE, "this case must leave some image rows untouched"
     torch.testing.assert_close(h2[edited] @ td, (1 - alpha) * (h[edited] @ td), rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(_orth(h2, td), _orth(h, td), rtol=1e-5, atol=1e-5)
     assert torch.equal(after[mask][~edited], before[mask][~edited])
+
+
+def test_edited_rows_sums_changed_rows_over_calls_and_counts_none_at_alpha_zero():
+    model = tiny_llava()
+    x = tiny_inputs()
+    t = torch.randn(32, generator=torch.Generator().manual_seed(6))
+    mask = x["input_ids"][0] == vlm_parts(model).image_token_id
+    before, _ = _captured(model, x, 1)
+    positive = int((before[mask].double() @ t.double() > 0).sum())
+    assert 0 < positive < N_IMAGE
+    with ProjectAway(model, [t], layer=1, alpha=1.0) as hook:
+        _captured(model, x, 1)
+        _captured(model, x, 1)
+    assert hook.edited_rows == 2 * positive
+    with ProjectAway(model, [t], layer=1, alpha=0.0, only_positive=False) as hook:
+        _captured(model, x, 1)
+    assert hook.edited_rows == 0  # alpha = 0 changes nothing
 
 
 def test_removing_the_hook_restores_outputs_bit_for_bit():

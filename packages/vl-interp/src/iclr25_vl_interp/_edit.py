@@ -12,6 +12,7 @@ other, in the order given (the result depends on the order unless the directions
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +91,48 @@ def text_direction(model: Any, input_ids: torch.Tensor, *, layer: int) -> torch.
     return states[layer, 0, -1].clone()
 
 
+SAVE_REFUSAL = (
+    "ProjectAway is installed on this model, and save_pretrained would save the unedited model (the edit is a "
+    "forward hook, not a weight): call remove() (or leave the `with` block) first, save the base model, and apply "
+    "ProjectAway again after loading it"
+)
+
+_ACTIVE: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
+"""model → {"hooks": ids of the ProjectAway hooks installed on it, "previous": its own instance save_pretrained}."""
+_NONE = object()
+
+
+def _refuse_save(*_args: Any, **_kwargs: Any) -> None:
+    raise RuntimeError(SAVE_REFUSAL)
+
+
+def _guard_save(model: Any, hook: ProjectAway) -> None:
+    """While a hook is installed, ``model.save_pretrained`` (and ``push_to_hub``, which calls it) raises."""
+    if not hasattr(model, "save_pretrained"):
+        return
+    state = _ACTIVE.get(model)
+    if state is None:
+        state = {"hooks": set(), "previous": model.__dict__.get("save_pretrained", _NONE)}
+        _ACTIVE[model] = state
+        model.save_pretrained = _refuse_save
+    state["hooks"].add(id(hook))
+
+
+def _release_save(model: Any, hook: ProjectAway) -> None:
+    state = _ACTIVE.get(model)
+    if state is None:
+        return
+    state["hooks"].discard(id(hook))
+    if state["hooks"]:
+        return
+    del _ACTIVE[model]
+    if model.__dict__.get("save_pretrained") is _refuse_save:
+        if state["previous"] is _NONE:
+            del model.__dict__["save_pretrained"]
+        else:
+            model.__dict__["save_pretrained"] = state["previous"]
+
+
 class ProjectAway:
     """ProjectAway as a removable forward hook (paper Sec. 5.1).
 
@@ -99,7 +142,12 @@ class ProjectAway:
     (their ``input_ids`` hold no image token). The image rows are read from the ``input_ids`` of each forward call
     through a pre-hook on the model, so the image span may sit anywhere in a long prompt.
 
-    Use as a context manager or call :meth:`remove`; removing restores the model's outputs bit for bit::
+    While it is installed, ``model.save_pretrained`` raises ``RuntimeError`` (:data:`SAVE_REFUSAL`): the edit is
+    a hook, not a weight, so the saved folder would load as the unedited model. Save the base model after
+    :meth:`remove` and apply ProjectAway again after loading.
+
+    Use as a context manager or call :meth:`remove`; removing restores the model's outputs bit for bit (and its
+    ``save_pretrained``)::
 
         with ProjectAway(model, [t_cat], layer=20, alpha=1.5):
             out = model.generate(**inputs)
@@ -147,11 +195,14 @@ class ProjectAway:
         self._image_token_id = parts.image_token_id
         self._mask: torch.Tensor | None = None
         self.edited_rows = 0
-        """Image rows edited so far (summed over forward calls)."""
+        """Image rows this hook changed so far, summed over forward calls (a row the positive-only rule leaves as
+        it was is not counted)."""
         self._handles = [
             model.register_forward_pre_hook(self._grab_ids, with_kwargs=True),
             parts.layers[self.layer - 1].register_forward_hook(self._edit),
         ]
+        self._model = weakref.ref(model)
+        _guard_save(model, self)
 
     def _grab_ids(self, _module: Any, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -166,12 +217,14 @@ class ProjectAway:
         mask = self._mask
         if mask is None or mask.shape != hidden.shape[:2] or not bool(mask.any()):
             return None  # decode step or no image: untouched
-        rows = hidden[mask]
+        before = hidden[mask]
+        rows = before
         for t in self.directions:
             rows = project_away(rows, t, alpha=self.alpha, only_positive=self.only_positive)
         new = hidden.clone()
         new[mask] = rows
-        self.edited_rows += int(mask.sum())
+        # rows the positive-only rule (or alpha = 0) leaves as they are are not counted
+        self.edited_rows += int((rows != before).any(dim=-1).sum())
         if isinstance(output, tuple):
             return (new, *output[1:])
         if isinstance(output, list):
@@ -179,10 +232,13 @@ class ProjectAway:
         return new
 
     def remove(self) -> None:
-        """Remove both hooks (idempotent)."""
+        """Remove both hooks and the save guard (idempotent)."""
         for handle in self._handles:
             handle.remove()
         self._handles = []
+        model = self._model()
+        if model is not None:
+            _release_save(model, self)
 
     def __enter__(self) -> ProjectAway:
         return self

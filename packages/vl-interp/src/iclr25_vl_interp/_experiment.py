@@ -20,11 +20,15 @@ if TYPE_CHECKING:
 __all__ = ["bench", "edit", "lens", "load_local_vlm", "reproduce"]
 
 
-def load_local_vlm(model_dir: Path, image: Path, prompt: str, device: Any) -> tuple[Any, Any, dict[str, Any]]:
+def load_local_vlm(
+    model_dir: Path, image: Path, prompt: str, device: Any, dtype: str = "auto"
+) -> tuple[Any, Any, dict[str, Any]]:
     """Load a local HF image-text-to-text model and its processor (no hub) and build inputs for one image.
 
-    Returns ``(model, tokenizer, inputs)``. The prompt goes through the processor's chat template when it has one,
-    else ``"<image>\\n" + prompt``.
+    The weights load in ``dtype`` (``"auto"``: the checkpoint's own) directly onto ``device`` (see
+    :func:`iclr25_vl_interp._inputs.load_hf_folder`). Returns ``(model, tokenizer, inputs)``; the inputs' floating
+    tensors (``pixel_values``) are in the model's dtype. The prompt goes through the processor's chat template when
+    it has one, else ``"<image>\\n" + prompt``.
 
     Raises:
         InputError: the image is missing or not an image; the folder is not a loadable model and processor (the
@@ -36,15 +40,21 @@ def load_local_vlm(model_dir: Path, image: Path, prompt: str, device: Any) -> tu
     from iclr25_vl_interp._inputs import load_hf_folder
 
     img = read_image(image, label="--image")  # the image first: it is checked before any weights load
-    processor, model = load_hf_folder(model_dir, label="--model")
-    model = model.eval().to(device)
+    processor, model = load_hf_folder(model_dir, label="--model", dtype=dtype, device=device)
     if getattr(processor, "chat_template", None):
         conv = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": prompt}]}]
         text = processor.apply_chat_template(conv, add_generation_prompt=True)
     else:
         text = f"{getattr(processor, 'image_token', '<image>')}\n{prompt}"
     inputs = processor(images=img, text=text, return_tensors="pt")
-    inputs = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+    inputs = {
+        k: (
+            v.to(device, dtype=model.dtype if v.is_floating_point() else v.dtype)
+            if isinstance(v, torch.Tensor)
+            else v
+        )
+        for k, v in inputs.items()
+    }
     return model, processor.tokenizer, inputs
 
 
@@ -52,16 +62,25 @@ def _load(cfg: LensConfig, ctx: RunContext) -> tuple[Any, Any, dict[str, Any], s
     from iclr25_vl_interp._tiny import tiny_llava, tiny_prompt, tiny_tokenizer
 
     if cfg.model is None:  # the config refused --image without --model
+        import torch
+
         ctx.log.info("no --model: tiny random-weight LLaVA (smoke test; numbers are meaningless)")
         tok = tiny_tokenizer()
-        return (
-            tiny_llava(seed=cfg.seed),
-            tok,
-            tiny_prompt(tok, cfg.prompt, seed=cfg.seed),
-            "tiny random LLaVA",
-        )
-    model, tok, inputs = load_local_vlm(cfg.model, cfg.image, cfg.prompt, ctx.torch_device())
+        device = ctx.torch_device()
+        dtype = None if cfg.dtype == "auto" else getattr(torch, cfg.dtype)
+        model = tiny_llava(seed=cfg.seed, dtype=dtype).to(device)
+        inputs = tiny_prompt(tok, cfg.prompt, seed=cfg.seed)
+        inputs = {
+            k: v.to(device, dtype=model.dtype if v.is_floating_point() else v.dtype)
+            for k, v in inputs.items()
+        }
+        return model, tok, inputs, "tiny random LLaVA"
+    model, tok, inputs = load_local_vlm(cfg.model, cfg.image, cfg.prompt, ctx.torch_device(), cfg.dtype)
     return model, tok, inputs, str(cfg.model)
+
+
+def _dtype(model: Any) -> str:
+    return str(model.dtype).removeprefix("torch.")
 
 
 def _words(tok: Any, objects: tuple[str, ...]) -> list[list[int]]:
@@ -124,7 +143,12 @@ def lens(cfg: LensConfig, ctx: RunContext) -> Result:
     rows, grid = _rows(cfg.objects, token_ids, tok, conf, maps)
     _save_maps(ctx, "maps", cfg.objects, maps, grid)
     return Result(
-        metrics={"model": label, "layers": int(maps.shape[1]), "image_tokens": int(maps.shape[2])},
+        metrics={
+            "model": label,
+            "dtype": _dtype(model),
+            "layers": int(maps.shape[1]),
+            "image_tokens": int(maps.shape[2]),
+        },
         tables={"internal_confidence": rows},
         timings={"lens": time.perf_counter() - t0},
         notes=[
@@ -183,6 +207,7 @@ def edit(cfg: EditConfig, ctx: RunContext) -> Result:
     return Result(
         metrics={
             "model": label,
+            "dtype": _dtype(model),
             "caption_before": cap0,
             "caption_after": cap1,
             "edited_image_rows_lens_and_prefill": edited,
@@ -198,11 +223,11 @@ def edit(cfg: EditConfig, ctx: RunContext) -> Result:
 def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     """The paper's claims on a VLM composed offline and trained here (README, Reproduction)."""
     from iclr25_shared._paths import cache_dir
-    from iclr25_vl_interp._inputs import check_fashion_folder
+    from iclr25_shared.inputs import check_fashion_mnist_folder
     from iclr25_vl_interp._repro import run_reproduction
 
     if cfg.data_root is not None:  # also checked by the CLI before this module loads
-        check_fashion_folder(cfg.data_root, "--data-root")
+        check_fashion_mnist_folder(cfg.data_root, label="--data-root")
     cache = cfg.cache if cfg.cache is not None else cache_dir("vl-interp")
     cache.mkdir(parents=True, exist_ok=True)
     res = run_reproduction(

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from iclr25_shared import inputs
-from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
 __all__ = [
@@ -25,12 +25,6 @@ __all__ = [
 
 PROG = "iclr25-vl-interp"
 DEFAULT = "lens"
-
-
-def _check_data_root(path: Path, label: str) -> None:
-    from iclr25_vl_interp._inputs import check_fashion_folder
-
-    check_fashion_folder(path, label)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,9 +46,14 @@ class LensConfig(CommonOptions):
     """Object words to score (multi-token words: max over their tokens)."""
     final_norm: bool = True
     """Apply the LM's final norm before the unembedding (--no-final-norm: raw residual, as the official notebooks)."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Dtype of the weights: auto = the checkpoint's own (config.json; float16 for llava-hf/llava-1.5-7b-hf, and
+    float32 for the tiny smoke model), else float32, bfloat16 or float16. The weights load straight onto --device
+    (with accelerate installed)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_choice("dtype", self.dtype, ("auto", "float32", "bfloat16", "float16"))
         if not self.objects:
             raise ValueError("objects must name at least one object word, got ()")
         if self.model is None and self.image is not None:
@@ -90,9 +89,7 @@ class ReproduceConfig(CommonOptions):
     --lm-layers layers kept) captioning Fashion-MNIST composites: c_o AUROC per layer, localisation, ProjectAway."""
 
     INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
-        "data_root": inputs.folder(
-            expected="a folder holding the Fashion-MNIST IDX .gz files", check=_check_data_root
-        )
+        "data_root": inputs.fashion_mnist_folder(splits=("train", "test"))
     }
     OUTPUTS: ClassVar[Mapping[str, inputs.Input]] = {"cache": inputs.output_folder()}
 
