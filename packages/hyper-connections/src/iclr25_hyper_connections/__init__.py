@@ -2,7 +2,8 @@
 
 :class:`HyperConnection` wraps one branch (attention or FFN) of any network; :func:`apply_hyper_connections`
 rewires a Hugging Face decoder (Llama, OLMo, OLMo2, Gemma, Phi-3, Qwen, ... see ``SUPPORTED_MODEL_TYPES``) so
-that at initialisation it computes the same function as before.
+that at initialisation it computes the same function as before; :func:`load_pretrained` loads what such a model's
+``save_pretrained`` wrote.
 
 Nothing heavy is imported by ``import iclr25_hyper_connections``: torch is imported when a public name is first
 used, transformers only by the Hugging Face adapter (``apply_hyper_connections`` and friends).
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
         HyperConnectedDecoderLayer,
         apply_hyper_connections,
         hyper_connections_of,
+        load_pretrained,
     )
     from iclr25_hyper_connections._hyper_connection import (
         HyperConnection,
@@ -36,6 +38,7 @@ _LAZY = {
     "SUPPORTED_MODEL_TYPES": "_hf",
     "HyperConnectedDecoderLayer": "_hf",
     "apply_hyper_connections": "_hf",
+    "load_pretrained": "_hf",
     "hyper_connections_of": "_hyper_connection",
     "HyperConnection": "_hyper_connection",
     "WidthConnection": "_hyper_connection",
@@ -57,6 +60,7 @@ __all__ = [
     "expand_streams",
     "hyper_connection_num_params",
     "hyper_connections_of",
+    "load_pretrained",
     "parallel_arrangement",
     "param_groups",
     "reduce_streams",

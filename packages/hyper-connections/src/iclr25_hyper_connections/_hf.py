@@ -49,6 +49,7 @@ __all__ = [
     "LayerLayout",
     "apply_hyper_connections",
     "hyper_connections_of",
+    "load_pretrained",
 ]
 
 try:  # transformers >= 4.52: lets model.gradient_checkpointing_enable() reach the wrapped layers
@@ -295,8 +296,8 @@ def apply_hyper_connections(
     Each branch gets a :class:`HyperConnection` (``layer_index`` counts branches in forward order: ``2k`` and
     ``2k + 1`` for layer ``k``'s attention and FFN; ``k`` for a parallel layer), initialised as in eq. 14, so **at
     initialisation the model computes the same function** (exactly with ``reduce="mean"``; with ``"sum"`` up to
-    the final norm's ``eps`` acting on ``n·h``, a relative change below ~1e-6 in practice): a pretrained model can
-    continue training with hyper-connections. New modules take the dtype and device of the layer's parameters.
+    the final norm's ``eps`` acting on ``n·h``, see ``reduce``): a pretrained model can continue training with
+    hyper-connections. New modules take the dtype and device of the layer's parameters.
 
     Args:
         model: a ``transformers`` model (``*ForCausalLM`` or the bare ``*Model``) whose ``config.model_type`` is
@@ -305,8 +306,14 @@ def apply_hyper_connections(
         expansion_rate: ``n >= 1``.
         dynamic, tanh, norm, trainable, fused: see :class:`HyperConnection`.
         reduce: ``"sum"`` (the paper) or ``"mean"`` of the streams before the final norm. The final RMSNorm /
-            LayerNorm makes them the same function except for its ``eps`` (``Norm_eps(n·h) = Norm_{eps/n²}(h)``);
-            ``"mean"`` gives outputs identical to the original model at init even for tiny random models.
+            LayerNorm makes them the same function except for its ``eps`` (``Norm_eps(n·h) = Norm_{eps/n²}(h)``),
+            so at init ``"sum"`` scales each token's logits by ``sqrt((σ² + eps) / (σ² + eps/n²))``, a relative
+            change of at most ``(1 − 1/n²)·eps/(2σ²)``, where ``σ²`` is the mean square (RMSNorm) or variance
+            (LayerNorm) of that token's last-layer output. It is not negligible when ``σ²`` is small, as in a
+            freshly initialised model: measured 1.8e-3 (Llama, eps 1e-6) to 1.9e-2 (OLMo, eps 1e-5) on tiny
+            random models with transformers' default init (d = 16, ``σ²`` ≈ 2.5e-4), 2.5e-4 on the package's
+            bench model at init (d = 256, eps 1e-5); 0.0 on SmolLM2-135M (large ``σ²``). ``"mean"`` gives
+            outputs identical to the original model at init, whatever ``σ²``.
         output_scale: the paper's training detail for models trained **from scratch**: the initial weights of
             every output projection (attention ``o_proj`` and FFN ``down_proj``, or the layout's names) are
             divided (``"divide"``) or multiplied (``"multiply"``) by ``√n`` (the paper says "rescaled by √n"
@@ -324,7 +331,10 @@ def apply_hyper_connections(
     Notes:
         Intermediate ``output_hidden_states`` are not recorded for the rewired layers (they are no longer the
         model's decoder-layer class); use forward pre-hooks on the norms to read each branch input ``h_0``.
-        Save with ``torch.save(model.state_dict())`` and reload by applying again, then ``load_state_dict``.
+        The settings are recorded in ``model.config.hyper_connections``, so ``model.save_pretrained(folder)``
+        saves them in ``config.json``; load the folder with :func:`load_pretrained` (the same model, bit for bit).
+        ``AutoModelForCausalLM.from_pretrained(folder)`` does **not** restore it: it builds the plain decoder,
+        whose weights are named without the wrapper's ``.layer``, and drops every hyper-connection weight.
 
     References:
         arXiv 2409.19606, §2, eq. 14 and Appendix J (Algorithm 3, the transformer with hyper-connections).
@@ -388,8 +398,110 @@ def apply_hyper_connections(
         "expansion_rate": n,
         "dynamic": bool(dynamic),
         "tanh": bool(tanh),
+        "norm": norm if isinstance(norm, str) else _CUSTOM_NORM,
+        "trainable": bool(trainable),
         "reduce": reduce,
         "output_scale": output_scale,
         "fused": bool(fused),
     }
+    return model
+
+
+_CUSTOM_NORM = "custom"
+_HUB_KWARGS = (
+    "cache_dir",
+    "force_download",
+    "local_files_only",
+    "token",
+    "revision",
+    "subfolder",
+    "trust_remote_code",
+)
+
+
+def _align_cpu_tensors(model: nn.Module) -> None:
+    """Move CPU parameters and buffers that sit off a 64-byte boundary into fresh (aligned) memory.
+
+    transformers' loader leaves most CPU weights at 8-byte offsets; MKL's small matrix products round differently
+    there (one ulp), so a loaded model would differ from the saved one, whose weights the constructor allocated
+    64-byte aligned.
+    """
+    with torch.no_grad():
+        seen: set[int] = set()
+        for t in [*model.parameters(), *model.buffers()]:
+            if id(t) in seen or t.device.type != "cpu" or t.data_ptr() % 64 == 0:
+                continue
+            seen.add(id(t))
+            t.data = t.data.clone()
+
+
+def load_pretrained(folder: Any, *, norm: NormSpec | None = None, **kwargs: Any) -> nn.Module:
+    """Load what ``save_pretrained`` wrote for a model with hyper-connections: the same model, bit for bit.
+
+    The settings :func:`apply_hyper_connections` recorded in ``config.json`` (``hyper_connections``) rebuild the
+    rewired model, then transformers' own loader fills every weight (the decoder's and the hyper-connections'; a
+    weight missing from the folder is an error, not a random initialisation).
+
+    Args:
+        folder: a local folder or Hub id that ``model.save_pretrained`` wrote after :func:`apply_hyper_connections`.
+        norm: the norm factory, needed only when the model was converted with a callable ``norm`` (recorded as
+            ``"custom"``).
+        **kwargs: passed to ``from_pretrained`` of the saved class (``config.architectures``): ``dtype``,
+            ``device_map``, ``attn_implementation``, ...
+
+    Returns:
+        The model (the saved ``*ForCausalLM`` or bare ``*Model`` class), in eval mode.
+
+    Raises:
+        ValueError: the folder's config has no ``hyper_connections`` entry (it was not saved from a model with
+            hyper-connections: load it with ``AutoModelForCausalLM.from_pretrained``), or a custom norm and no
+            ``norm`` argument; a weight of the rewired model is missing from the folder.
+    """
+    import transformers
+    from transformers import AutoConfig
+
+    config = kwargs.pop("config", None) or AutoConfig.from_pretrained(
+        folder, **{k: kwargs[k] for k in _HUB_KWARGS if k in kwargs}
+    )
+    record = getattr(config, "hyper_connections", None)
+    if not isinstance(record, dict):
+        raise ValueError(
+            f"{folder}: config.json has no 'hyper_connections' entry, so it was not saved from a model with "
+            "hyper-connections; load it with AutoModelForCausalLM.from_pretrained (and apply_hyper_connections)"
+        )
+    settings = dict(record)
+    saved_norm = settings.pop("norm", "layernorm")
+    if saved_norm == _CUSTOM_NORM and norm is None:
+        raise ValueError(
+            f"{folder} was converted with a custom norm factory, which config.json cannot hold: pass norm= "
+            "(the same callable dim -> nn.Module) to load_pretrained"
+        )
+    settings["norm"] = norm if norm is not None else saved_norm
+    output_scale = settings.pop(
+        "output_scale", None
+    )  # an initialisation detail: the loaded weights replace it
+    names = list(getattr(config, "architectures", None) or [])
+    base = getattr(transformers, names[0], None) if names else None
+    if base is None:
+        from transformers import AutoModelForCausalLM
+
+        base = AutoModelForCausalLM._model_mapping[type(config)]
+
+    def __init__(self: Any, config: Any, *args: Any, **kw: Any) -> None:
+        base.__init__(self, config, *args, **kw)
+        apply_hyper_connections(self, **settings)
+
+    # transformers reads the class's module source for capabilities: keep the base class's module and name
+    rewired = type(
+        base.__name__,
+        (base,),
+        {"__init__": __init__, "__module__": base.__module__, "__qualname__": base.__qualname__},
+    )
+    model, info = rewired.from_pretrained(folder, config=config, output_loading_info=True, **kwargs)
+    model.__class__ = base  # the same class as apply_hyper_connections on a plain model gives
+    model.config.hyper_connections["output_scale"] = output_scale
+    missing = list(info.get("missing_keys") or [])
+    if missing:
+        raise ValueError(f"{folder}: weights of the model with hyper-connections are missing: {missing[:5]}")
+    _align_cpu_tensors(model)
     return model
