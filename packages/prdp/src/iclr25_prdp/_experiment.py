@@ -9,10 +9,26 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from iclr25_shared.cli import Result, RunContext
+# numpy first, from Python: imported first from a C extension's init instead (jaxlib._jax, torch._C), a Ctrl-C
+# landing in that import is printed with a traceback (numpy's import_array) or swallowed (torch), not raised.
+import numpy  # noqa: F401
+
+from iclr25_shared.cli import Result, RunContext, check_interrupted
+from iclr25_shared.inputs import validating
 
 if TYPE_CHECKING:
     from iclr25_prdp.cli import BenchConfig, ReproduceConfig, RunConfig
+
+
+def _device(ctx: RunContext) -> Any:
+    """The first JAX device ``--device`` names; one that is not there (``cuda`` without a GPU) is bad input.
+
+    Importing JAX takes seconds: a Ctrl-C during it that JAX swallowed stops the run here, before any work.
+    """
+    with validating("--device"):
+        device = ctx.jax_devices()[0]
+    check_interrupted()
+    return device
 
 
 def run_experiment(cfg: RunConfig, ctx: RunContext) -> Result:
@@ -22,9 +38,10 @@ def run_experiment(cfg: RunConfig, ctx: RunContext) -> Result:
     from iclr25_prdp._problems import controller_for, make_experiment
     from iclr25_prdp._reproduce import save_plots, summary_row
 
-    device = ctx.jax_devices()[0]
+    device = _device(ctx)
     method = cfg.method or ("conjugate_gradient" if cfg.experiment == "navier-stokes" else "jacobi")
     experiment = make_experiment(cfg.experiment, method=method, diff=cfg.diff, grid=cfg.grid)
+    check_interrupted()
     spec = experiment.spec
     epochs = cfg.epochs or spec.epochs
     controller = None
@@ -41,6 +58,7 @@ def run_experiment(cfg: RunConfig, ctx: RunContext) -> Result:
         )
 
     def progress(epoch: int, log: Any) -> None:
+        check_interrupted()  # a Ctrl-C that JAX swallowed (in its gc callback) stops the run at the next epoch
         if epoch % 10 == 0 or epoch == epochs:
             ctx.log.info(
                 f"epoch {epoch:4d}  K {log.iterations[-1]}  metric {log.metric[-1]:.4g}  "
@@ -90,7 +108,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
 
     from iclr25_prdp._reproduce import reproduce_experiment, save_plots, summary_row, summary_rows
 
-    device = ctx.jax_devices()[0]
+    device = _device(ctx)
     seeds = [cfg.seed + i for i in range(cfg.seeds)]
     rows, per_seed, summaries, metrics, timings = [], [], [], {}, {}
     diagnostics: list[dict[str, Any]] = []
@@ -105,6 +123,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                 seeds=seeds,
                 say=ctx.log.info,
                 grid=cfg.grid,
+                tick=check_interrupted,
             )
             baseline = next(iter(arms.values()))
             rows += [summary_row(name, label, result, baseline) for label, result in arms.items()]
@@ -145,11 +164,13 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     from iclr25_prdp._problems import make_experiment
     from iclr25_prdp._reproduce import bench_rows, solve_call_rows
 
-    device = ctx.jax_devices()[0]
+    device = _device(ctx)
     problem = make_experiment(cfg.experiment, diff="implicit")
     with jax.default_device(device):
-        rows = bench_rows(problem, cfg.iterations, cfg.repeats, ctx.log.info, cfg.methods)
-        calls = solve_call_rows(cfg.solve_grid, cfg.iterations, cfg.repeats)
+        rows = bench_rows(
+            problem, cfg.iterations, cfg.repeats, ctx.log.info, cfg.methods, tick=check_interrupted
+        )
+        calls = solve_call_rows(cfg.solve_grid, cfg.iterations, cfg.repeats, tick=check_interrupted)
     return Result(
         metrics={"device_kind": device.device_kind},
         tables={"step time and memory": rows, "public solve vs a solve inside the caller's jit": calls},

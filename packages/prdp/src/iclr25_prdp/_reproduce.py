@@ -29,6 +29,11 @@ __all__ = [
 ]
 
 
+def _nothing() -> None:
+    """The default ``tick``: the CLI passes :func:`iclr25_shared.cli.check_interrupted` instead, so that a Ctrl-C
+    a library swallowed stops a long loop at its next step."""
+
+
 def summary_row(experiment: str, arm: str, result: ArmResult, baseline: ArmResult | None) -> dict[str, Any]:
     row: dict[str, Any] = {
         "experiment": experiment,
@@ -119,11 +124,14 @@ def reproduce_experiment(
     seeds: Sequence[int],
     say: Callable[[str], None],
     grid: int | None = None,
+    tick: Callable[[], None] = _nothing,
 ) -> tuple[dict[str, ArmResult], dict[str, Any], list[dict[str, Any]]]:
     """Train ``name`` with the converged fixed ``K_eps`` and with PRDP for every seed; the first seed also with a
     coarse fixed ``K`` (and a direct solve for 1-D heat and Navier-Stokes). For Navier-Stokes the two compared arms
     run interleaved epoch by epoch (:func:`interleave`), and the timing diagnostic (:func:`solve_share`) is measured
     first and returned in the summary under ``"timing diagnostic"``.
+
+    ``tick()`` runs after every epoch of every arm (the CLI passes the runner's Ctrl-C check).
 
     Returns ``(arms of the first seed, summary, per-seed equal-accuracy rows)``.
     """
@@ -137,7 +145,7 @@ def reproduce_experiment(
     rows: list[dict[str, Any]] = []
     timing: dict[str, Any] = {}
     if ns and diff == "implicit":
-        timing = solve_share(experiment, data, spec.converged_iterations)
+        timing = solve_share(experiment, data, spec.converged_iterations, tick=tick)
         say(
             f"  {name}: compile {timing['compile s']:.1f} s (excluded from wall times); epoch at K=0 "
             f"{timing['epoch s at K=0']:.3f} s, at K_eps={spec.converged_iterations} "
@@ -156,7 +164,9 @@ def reproduce_experiment(
         arms: dict[str, ArmResult] = {}
         if ns:  # the two compared arms interleaved epoch by epoch in this process
             start = time.perf_counter()
-            pair = interleave(experiment, plan[:2], epochs=epochs, key=jax.random.key(seed), data=data)
+            pair = interleave(
+                experiment, plan[:2], epochs=epochs, key=jax.random.key(seed), data=data, tick=tick
+            )
             for label, result in pair.items():
                 result.label = label
                 arms[label] = result
@@ -170,7 +180,13 @@ def reproduce_experiment(
             plan_rest = plan
         for label, kwargs in plan_rest:
             start = time.perf_counter()
-            result = experiment.train(epochs=epochs, key=jax.random.key(seed), **kwargs, **extra_kwargs)
+            result = experiment.train(
+                epochs=epochs,
+                key=jax.random.key(seed),
+                callback=lambda epoch, log: tick(),
+                **kwargs,
+                **extra_kwargs,
+            )
             result.label = label
             arms[label] = result
             say(
@@ -217,11 +233,13 @@ def interleave(
     epochs: int,
     key: jax.Array,
     data: tuple[jax.Array, jax.Array],
+    tick: Callable[[], None] = _nothing,
 ) -> dict[str, ArmResult]:
     """Train the arms of ``plan`` (``(label, train kwargs)``) with the same ``key``, one epoch of each in turn.
 
     The order within a round alternates (first arm first in even rounds, last arm first in odd rounds), so a
-    load change on the machine hits every arm alike; each arm's wall time counts only its own epochs.
+    load change on the machine hits every arm alike; each arm's wall time counts only its own epochs. ``tick()``
+    runs after every epoch.
     """
     started = [
         (label, *experiment.start(epochs=epochs, key=key, data=data, **kwargs)) for label, kwargs in plan
@@ -232,12 +250,17 @@ def interleave(
         for _, run, _ in order:
             if not run.done:
                 run.step()
+                tick()
         rounds += 1
     return {label: finish() for label, _, finish in started}
 
 
 def solve_share(
-    experiment: NavierStokesEmulator, data: tuple[jax.Array, jax.Array], iterations: int, repeats: int = 3
+    experiment: NavierStokesEmulator,
+    data: tuple[jax.Array, jax.Array],
+    iterations: int,
+    repeats: int = 3,
+    tick: Callable[[], None] = _nothing,
 ) -> dict[str, float]:
     """Compile time and the share of a ``K = iterations`` training epoch spent in the pressure solves.
 
@@ -249,6 +272,7 @@ def solve_share(
     again = experiment.warm_up(data)
     t0, tk = math.inf, math.inf
     for _ in range(repeats):  # alternated, so a load change hits both
+        tick()
         t0 = min(t0, experiment.epoch_seconds(data, 0, repeats=1))
         tk = min(tk, experiment.epoch_seconds(data, iterations, repeats=1))
     return {
@@ -350,6 +374,7 @@ def bench_rows(
     repeats: int,
     say: Callable[[str], None],
     methods: Sequence[str] = ("jacobi", "conjugate_gradient"),
+    tick: Callable[[], None] = _nothing,
 ) -> list[dict[str, Any]]:
     """Per (method, K): seconds per training step and XLA temporary memory, unrolled vs implicit, in one run.
 
@@ -361,6 +386,7 @@ def bench_rows(
         for k in iterations:
             row: dict[str, Any] = {"method": method, "K": k}
             for diff in ("unrolled", "implicit"):
+                tick()
                 step, args = _train_step(problem, k, diff, method)
                 compiled = step.lower(*args).compile()
                 memory = compiled.memory_analysis()
@@ -389,7 +415,9 @@ def bench_rows(
     return rows
 
 
-def solve_call_rows(grid: int, iterations: Sequence[int], repeats: int) -> list[dict[str, Any]]:
+def solve_call_rows(
+    grid: int, iterations: Sequence[int], repeats: int, tick: Callable[[], None] = _nothing
+) -> list[dict[str, Any]]:
     """ms per call of the public :func:`solve` (compiled internally) against the same solve inside the caller's
     ``jax.jit``, and the number of compilations, for Jacobi on the 2-D heat operator ``grid x grid``.
 
@@ -411,6 +439,7 @@ def solve_call_rows(grid: int, iterations: Sequence[int], repeats: int) -> list[
                 ("user jit", lambda k=k, user=user: user(b, k)),
             )
             for name, call in calls:
+                tick()
                 jax.block_until_ready(call())
                 times = []
                 for _ in range(repeats):
