@@ -115,15 +115,59 @@ def test_bad_graph_files_exit_2(tmp_path, capsys, name, text, message):
     assert len(err.strip().splitlines()) == 1
 
 
-def test_bad_reproduce_and_bench_options(capsys):
+def test_bad_reproduce_and_bench_options(tmp_path, capsys):
     assert run_cli(capsys, "reproduce", "--sa-reads", "0")[0] == 2
-    code, _, err = run_cli(capsys, "bench", "--instances", "G999", "--gset-dir", "/nonexistent")
+    code, _, err = run_cli(capsys, "bench", "--instances", "G999", "--gset-dir", str(tmp_path), "--quiet")
     assert code == 2
     assert "G999" in err
     assert "--gset-dir" in err
+    assert len(err.strip().splitlines()) == 1
+    code, _, err = run_cli(capsys, "bench", "--instances", "G11", "--gset-dir", "/nonexistent")
+    assert code == 2
+    assert "--gset-dir: '/nonexistent' does not exist" in err
     code, _, err = run_cli(capsys, "bench", "--budget", "0")
     assert code == 2
     assert "budget" in err
     code, _, err = run_cli(capsys, "bench", "--qqa-replicas", "0")
     assert code == 2
     assert "qqa_replicas" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["solve", "maxcut", "--k", "3"], "k is only used by coloring and partition, not maxcut"),
+        (["solve", "mis", "--graph", "{folder}"], r"--graph: '.*' is a folder"),
+        (["solve", "mis", "--graph", "{binary}"], r"--graph: '.*junk.txt' is not a text file"),
+        (["bench", "--instances", "torus:4x6", "{missing}"], r"--instances: '.*missing.txt' does not exist"),
+        (["bench", "--official-python", "{text}"], r"--official-python: '.*edges.txt' is not executable"),
+        (["bench", "--official-python", "{folder}"], r"--official-python: '.*' is a folder"),
+    ],
+)
+def test_bad_paths_and_options_exit_2_before_any_work(tmp_path, monkeypatch, capsys, argv, message):
+    """Every path option is checked before the command runs (issue 37): exit 2, one line naming the option."""
+    from iclr25_qqa import cli
+
+    ran = []
+    for name, (cls, _) in list(cli.COMMANDS.items()):
+        monkeypatch.setitem(cli.COMMANDS, name, (cls, lambda cfg, ctx: ran.append(cfg)))
+    (tmp_path / "junk.txt").write_bytes(b"\x89\x00\xff\xfe")
+    (tmp_path / "edges.txt").write_text("1 2\n")
+    paths = {"folder": tmp_path, "binary": tmp_path / "junk.txt", "missing": tmp_path / "missing.txt",
+             "text": tmp_path / "edges.txt"}  # fmt: skip
+    code, _, err = run_cli(capsys, *[a.format(**paths) for a in argv])
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert __import__("re").search(message, err), err
+    assert not ran
+
+
+def test_an_executable_official_python_passes_the_check(monkeypatch, capsys):
+    import sys
+
+    from iclr25_qqa import cli
+
+    ran = []
+    monkeypatch.setitem(cli.COMMANDS, "bench", (cli.BenchConfig, lambda cfg, ctx: ran.append(cfg)))
+    assert run_cli(capsys, "bench", "--official-python", sys.executable)[0] == 0
+    assert str(ran[0].official_python) == sys.executable

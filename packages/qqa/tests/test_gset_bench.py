@@ -11,8 +11,8 @@ import pytest
 from scipy import stats
 
 from iclr25_qqa._gset import (
-    DEFAULT_GSET_DIR,
     GSET_BEST_KNOWN,
+    default_gset_dir,
     first_time,
     load_instance,
     paired_interval,
@@ -34,8 +34,27 @@ def test_load_instance_reads_g_names_from_the_folder(tmp_path):
     assert inst.best_known == GSET_BEST_KNOWN["G11"] == 564
     assert inst.problem.num_nodes == 24
     assert len(inst.problem.edge_u) == 48
-    with pytest.raises(FileNotFoundError, match=r"G12.*--gset-dir"):
+    with pytest.raises(FileNotFoundError, match=r"G12.*G12\.txt"):
         load_instance("G12", tmp_path)
+
+
+def test_the_default_gset_folder_is_found_without_a_machine_specific_path(tmp_path, monkeypatch):
+    """Regression (issue 37): --gset-dir defaulted to /work/shared/data/gset, a path of the development machines."""
+    from iclr25_qqa import _gset
+    from iclr25_qqa.cli import BenchConfig
+    from iclr25_shared.errors import DatasetUnavailable
+
+    assert BenchConfig().gset_dir is None
+    monkeypatch.setenv("ICLR25_DATA", str(tmp_path))
+    assert default_gset_dir() == tmp_path / "gset"
+    (tmp_path / "gset").mkdir()
+    write_rudy(tmp_path / "gset" / "G11.txt", nx.convert_node_labels_to_integers(nx.cycle_graph(6)))
+    assert load_instance("G11").problem.num_nodes == 6
+    monkeypatch.delenv("ICLR25_DATA")
+    monkeypatch.setattr(_gset, "__file__", str(tmp_path / "site-packages" / "iclr25_qqa" / "_gset.py"))
+    assert default_gset_dir() is None  # an installed wheel, no kit data above it
+    with pytest.raises(DatasetUnavailable, match="--gset-dir"):
+        load_instance("G11")
 
 
 def test_torus_spec_carries_its_proven_optimum(tmp_path):
@@ -59,17 +78,20 @@ def test_first_time_is_the_first_point_at_or_above_target():
     assert first_time(trace, 100.5) is None
 
 
+_KIT_GSET = default_gset_dir()
+
+
 @pytest.mark.skipif(
-    not (DEFAULT_GSET_DIR / "G11.txt").is_file(), reason="G-set files not in /work/shared/data"
+    _KIT_GSET is None or not (_KIT_GSET / "G11.txt").is_file(), reason="the kit's G-set files are not here"
 )
 def test_real_gset_files_match_their_documented_sizes():
     for name, n, m in [("G11", 800, 1600), ("G15", 800, 4661), ("G1", 800, 19176)]:
-        inst = load_instance(name, DEFAULT_GSET_DIR)
+        inst = load_instance(name)  # found without a folder: $ICLR25_DATA or the checkout's shared/data
         assert (inst.problem.num_nodes, len(inst.problem.edge_u)) == (n, m)
-    g11 = load_instance("G11", DEFAULT_GSET_DIR).problem
+    g11 = load_instance("G11", _KIT_GSET).problem
     assert set(np.unique(g11.edge_w)) == {-1.0, 1.0}  # toroidal ±1 weights
     assert g11.resolved_layout() == "edges"
-    assert load_instance("G1", DEFAULT_GSET_DIR).problem.resolved_layout() == "dense"  # 6 % fill
+    assert load_instance("G1", _KIT_GSET).problem.resolved_layout() == "dense"  # 6 % fill
 
 
 @pytest.mark.slow

@@ -3,10 +3,12 @@ against simulated annealing and greedy as quality-per-time ratios."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import networkx as nx
 import numpy as np
@@ -16,23 +18,56 @@ from iclr25_qqa._anneal import anneal
 from iclr25_qqa._baselines import exact_mis, greedy, rrg_mis_density_rs, simulated_annealing
 from iclr25_qqa._graphs import load_graph, parse_spec
 from iclr25_qqa._problems import BinaryProblem, Problem, make_problem
-from iclr25_shared.cli import Result, RunContext
+from iclr25_shared.checks import check_int
+from iclr25_shared.cli import Result, RunContext, check_interrupted
+from iclr25_shared.errors import InputError
+from iclr25_shared.inputs import validating
 
 if TYPE_CHECKING:
     from iclr25_qqa.cli import BenchConfig, ReproduceConfig, SolveConfig
+
+T = TypeVar("T")
 
 
 def _device_label(devices: list[Any]) -> str:
     return f"{len(devices)}x {devices[0].platform}" if devices else "none"
 
 
-def _bar(ctx: RunContext, desc: str) -> Any:
-    """A ``callback(done, total)`` for :func:`anneal` driving a progress bar (nothing when ``--quiet``)."""
-    if ctx.quiet:
-        return None
+def _devices(ctx: RunContext) -> list[Any]:
+    """The JAX devices ``--device`` names; one that is not there (``cuda`` without a GPU) is bad input.
+
+    Importing JAX takes seconds: a Ctrl-C during it that JAX swallowed stops the run here, before any work.
+    """
+    with validating("--device"):
+        devices = ctx.jax_devices()
+    check_interrupted()
+    return devices
+
+
+def _read_graph(option: str, read: Callable[[], T]) -> T:
+    """``read()`` of a graph the user named with ``option``; a missing or malformed file, an unknown spec, or a graph
+    the problem cannot take is bad input (exit 2), named with the option."""
+    try:
+        with validating(option):
+            return read()
+    except FileNotFoundError as exc:
+        raise InputError(f"{option}: {exc}") from None
+
+
+@contextlib.contextmanager
+def _bar(ctx: RunContext, desc: str) -> Iterator[Callable[[int, int], None]]:
+    """A ``callback(done, total)`` for :func:`anneal`: the runner's Ctrl-C check (a Ctrl-C that JAX swallowed in
+    its garbage-collection callback stops the anneal at the next chunk) and a progress bar (none when ``--quiet``).
+
+    The bar is closed on the way out, also when a Ctrl-C or an error stops the anneal, so that the runner's one
+    line is not printed onto the half-drawn bar.
+    """
     state: dict[str, Any] = {}
 
     def cb(done: int, total: int) -> None:
+        check_interrupted()
+        if ctx.quiet:
+            return
         if "bar" not in state:
             state["bar"] = ctx.progress(range(total), total=total, desc=desc)
             state["n"] = 0
@@ -40,10 +75,17 @@ def _bar(ctx: RunContext, desc: str) -> Any:
         if hasattr(bar, "update"):
             bar.update(done - state["n"])
             state["n"] = done
-            if done >= total:
-                bar.close()
 
-    return cb
+    try:
+        yield cb
+    finally:
+        if hasattr(state.get("bar"), "close"):
+            state["bar"].close()
+
+
+def _check(done: int, total: int) -> None:
+    """:func:`anneal`'s callback in ``reproduce`` and ``bench``: the runner's Ctrl-C check after every chunk."""
+    check_interrupted()
 
 
 def _gap(problem: Problem, value: float, best: float | None) -> str:
@@ -62,28 +104,28 @@ def _solution_csv(problem: Problem, solution: np.ndarray) -> str:
 
 def solve(cfg: SolveConfig, ctx: RunContext) -> Result:
     """Solve one problem on one graph; writes solution.csv (and solution_local_search.csv) with ``--out``."""
-    spec = load_graph(cfg.graph, fmt=cfg.fmt)
+    spec = _read_graph("--graph", lambda: load_graph(cfg.graph, fmt=cfg.fmt))
     k = cfg.k
     if cfg.problem == "coloring" and k is None:
         if "chromatic" not in spec.best_known:
-            raise ValueError("coloring needs --k (the number of colours); the graph spec does not fix it")
+            raise InputError(
+                "--k: coloring needs --k (the number of colours); the graph spec does not fix it"
+            )
         k = int(spec.best_known["chromatic"])
-    problem = make_problem(cfg.problem, spec.graph, k=k, penalty=cfg.penalty)
+    if k is not None:  # at most one class per node
+        with validating("--k"):
+            check_int("k", k, low=1, high=spec.graph.number_of_nodes())
+    problem = _read_graph("--graph", lambda: make_problem(cfg.problem, spec.graph, k=k, penalty=cfg.penalty))
     best = cfg.best_known
     if best is None and cfg.problem == "coloring":
         chi = spec.best_known.get("chromatic")
         best = 0.0 if chi is not None and problem.num_classes >= chi else None
     elif best is None:
         best = spec.best_known.get(cfg.problem)
-    devices = ctx.jax_devices()
+    devices = _devices(ctx)
     acfg = cfg.anneal_config(local_search=cfg.local_search)
-    result = anneal(
-        problem,
-        key=cfg.seed,
-        devices=devices,
-        callback=_bar(ctx, f"QQA {cfg.problem}"),
-        **dataclasses.asdict(acfg),
-    )
+    with _bar(ctx, f"QQA {cfg.problem}") as callback:
+        result = anneal(problem, key=cfg.seed, devices=devices, callback=callback, **dataclasses.asdict(acfg))
     n_edges = spec.graph.number_of_edges()
     feas = "feasible" if result.feasible else f"INFEASIBLE ({result.violations} violations)"
     summary = (
@@ -135,7 +177,7 @@ def solve(cfg: SolveConfig, ctx: RunContext) -> Result:
 
 def _qqa(problem: Problem, seed: int, devices: list[Any], **kw: Any) -> AnnealResult:
     kw.setdefault("local_search", True)
-    return anneal(problem, key=seed, devices=devices, **kw)
+    return anneal(problem, key=seed, devices=devices, callback=_check, **kw)
 
 
 def _ratio(problem: Problem, value: float, ref: float | None) -> float | None:
@@ -205,7 +247,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     """The paper's benchmark at small scale: QQA beside SA, greedy and exact references; quality_vs_time.png."""
     from iclr25_qqa import _gset
 
-    devices = ctx.jax_devices()
+    devices = _devices(ctx)
     rows: list[dict[str, Any]] = []
     ablation_rows: list[dict[str, Any]] = []
     curves: dict[str, dict[str, Any]] = {}
@@ -390,10 +432,23 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     and the QQA step time against the edge-list / dense gradient floor."""
     from iclr25_qqa import _gset
 
-    devices = ctx.jax_devices()
-    instances = [_gset.load_instance(name, cfg.gset_dir, cfg.layout) for name in cfg.instances]
+    def instance(option: str, name: str) -> Any:
+        try:
+            with validating(option):  # an unknown spec, a malformed file
+                return _gset.load_instance(name, cfg.gset_dir, cfg.layout)
+        except FileNotFoundError as exc:  # a G-set name whose file is not in the folder
+            hint = (
+                f"--gset-dir is {str(cfg.gset_dir)!r}"
+                if cfg.gset_dir is not None
+                else "pass --gset-dir FOLDER"
+            )
+            raise InputError(f"{option}: {exc} ({hint})") from None
+
+    instances = [instance("--instances", name) for name in cfg.instances]  # every file read before any work
+    tune = instance("--tune-on", cfg.tune_on) if cfg.tune_on else None
+    devices = _devices(ctx)
     t_start = time.perf_counter()
-    qqa_kw: dict[str, Any] = {"devices": devices}
+    qqa_kw: dict[str, Any] = {"devices": devices, "callback": _check}
     grid_rows: list[dict[str, Any]] = []
     best_qqa = (cfg.qqa_replicas[0], cfg.qqa_lr[0], cfg.qqa_gamma_start[0])
 
@@ -401,12 +456,12 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         return (-c * _gset.mean_weighted_degree(prob), 0.1)
 
     best_reads = cfg.sa_reads[0]
-    if cfg.tune_on:
-        tune = _gset.load_instance(cfg.tune_on, cfg.gset_dir, cfg.layout)
+    if tune is not None:
         tune_seed = cfg.seed + 10_000  # not one of the scored seeds
         ctx.log.info(f"tuning on {tune.label} at {cfg.budget:g} s per run")
         scores: dict[Any, float] = {}
         for replicas in cfg.qqa_replicas:
+            check_interrupted()
             step_s = _gset.calibrate_qqa(tune.problem, replicas, tune_seed, **qqa_kw)
             for lr in cfg.qqa_lr:
                 for c in cfg.qqa_gamma_start:
@@ -419,6 +474,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                                       f" ({c:g}·d̄)", "steps/sweeps": run["steps"], "cut": run["cut"],
                                       "seconds": round(run["seconds"], 2)})  # fmt: skip
         for reads in cfg.sa_reads:
+            check_interrupted()  # simulated annealing is not JAX, but JAX's gc callback runs during it too
             sweeps = _gset.calibrate_sa(tune.problem, tune_seed, reads, cfg.budget)
             run = _gset.sa_run(tune.problem, cfg.budget, tune_seed, reads, sweeps)
             scores[("sa", reads)] = run["cut"]
@@ -466,6 +522,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             official = {r["seed"]: r for r in runs}
             official_version = version
         for seed in seeds:
+            check_interrupted()
             q = _gset.qqa_run(prob, cfg.budget, seed, replicas, step_s, lr=lr, gamma=gamma, **qqa_kw)
             a = _gset.sa_run(prob, cfg.budget, seed, best_reads, sa_sweeps)
             row: dict[str, Any] = {"instance": inst.label, "seed": seed}

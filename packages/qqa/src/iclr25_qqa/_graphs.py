@@ -16,6 +16,7 @@ import networkx as nx
 __all__ = [
     "GraphFormatError",
     "GraphSpec",
+    "is_graph_file",
     "load_graph",
     "parse_spec",
     "read_dimacs",
@@ -358,6 +359,15 @@ _READERS = {
 }
 
 
+def is_graph_file(text: str) -> bool:
+    """Whether :func:`load_graph` (``fmt="auto"``) reads ``text`` as a file rather than a spec or a name: an existing
+    file wins over a spec of the same name; otherwise a value with a suffix, a path separator, or that exists."""
+    path = Path(text)
+    if text.partition(":")[0].strip().lower() in _SPEC_KINDS and not path.is_file():
+        return False
+    return path.suffix != "" or os.sep in text or path.exists()
+
+
 def load_graph(source: str | os.PathLike[str] | nx.Graph, *, fmt: str = "auto") -> GraphSpec:
     """Load a graph from a networkx graph, a file path or a spec string (see :func:`parse_spec`).
 
@@ -385,9 +395,7 @@ def load_graph(source: str | os.PathLike[str] | nx.Graph, *, fmt: str = "auto") 
     if not text.strip():
         raise ValueError(f"graph must be a file path or a non-empty spec; forms: {_SPEC_HELP}")
     path = Path(text)
-    is_spec = text.partition(":")[0].strip().lower() in _SPEC_KINDS and not path.is_file()
-    looks_like_path = path.suffix != "" or os.sep in text or path.exists()
-    if fmt == "auto" and (is_spec or not looks_like_path):
+    if fmt == "auto" and not is_graph_file(text):
         return parse_spec(text)
     if fmt != "auto":
         reader = readers[fmt]

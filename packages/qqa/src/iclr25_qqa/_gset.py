@@ -23,16 +23,32 @@ from iclr25_qqa._graphs import load_graph, read_gset
 from iclr25_qqa._problems import MaxCut
 
 __all__ = [
-    "DEFAULT_GSET_DIR",
+    "DATA_ENV",
     "GSET_BEST_KNOWN",
     "Instance",
+    "default_gset_dir",
     "load_instance",
     "paired_interval",
     "step_floor",
 ]
 
-DEFAULT_GSET_DIR = Path("/work/shared/data/gset")
-"""Where the offline copies of the G-set files live on the development machines (``--gset-dir`` overrides)."""
+DATA_ENV = "ICLR25_DATA"
+"""Environment variable naming the folder of the kit's offline data (its ``gset/`` holds the G-set files)."""
+
+
+def default_gset_dir() -> Path | None:
+    """The kit's G-set folder, used when no folder is given: ``$ICLR25_DATA/gset`` when that variable is set, else
+    ``shared/data/gset`` in the nearest folder above this package that has one (a checkout of the project beside
+    its offline data); ``None`` when there is none (an installed wheel)."""
+    env = os.environ.get(DATA_ENV, "").strip()
+    if env:
+        return Path(env).expanduser() / "gset"
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "shared" / "data" / "gset"
+        if candidate.is_dir():
+            return candidate
+    return None
+
 
 GSET_BEST_KNOWN: dict[str, float] = {
     "G1": 11624,
@@ -62,20 +78,36 @@ class Instance:
     kind: str
 
 
-def load_instance(name: str, gset_dir: Path, layout: str = "auto") -> Instance:
+def load_instance(name: str, gset_dir: Path | None = None, layout: str = "auto") -> Instance:
     """``G<k>`` (read as ``gset_dir/G<k>.txt``), a path to a rudy file, or a graph spec such as ``torus:60x50``.
 
+    Args:
+        name: the instance.
+        gset_dir: the folder of G-set files; ``None``: :func:`default_gset_dir`.
+        layout: how ``Q`` reaches the solver (see :class:`~iclr25_qqa.MaxCut`).
+
     Raises:
-        FileNotFoundError: a ``G<k>`` name whose file is not in ``gset_dir`` (the message names both).
+        FileNotFoundError: a ``G<k>`` name whose file is not in ``gset_dir`` (the message names both); a rudy file
+            that does not exist.
+        DatasetUnavailable: a ``G<k>`` name, no ``gset_dir`` and no kit data found.
         ValueError: an unknown spec or a malformed file (named with file and line).
     """
     stem = name.strip()
     if stem.upper().startswith("G") and stem[1:].isdigit():
         key = "G" + stem[1:]
-        path = Path(gset_dir) / f"{key}.txt"
+        folder = gset_dir if gset_dir is not None else default_gset_dir()
+        if folder is None:
+            from iclr25_shared.errors import DatasetUnavailable
+
+            raise DatasetUnavailable(
+                f"G-set instance {name!r}: no G-set folder given and none found; pass --gset-dir FOLDER (holding "
+                f"{key}.txt; the files are at web.stanford.edu/~yyye/yyye/Gset/) or set {DATA_ENV} to a folder "
+                "holding gset/"
+            )
+        path = Path(folder) / f"{key}.txt"
         if not path.is_file():
             raise FileNotFoundError(
-                f"instances: {name!r} needs the file {path} (set --gset-dir to the folder holding G-set files)"
+                f"G-set instance {name!r} needs the file {str(path)!r}, which does not exist"
             )
         return Instance(key, MaxCut(read_gset(path), layout=layout), GSET_BEST_KNOWN.get(key), "best known")
     spec = load_graph(stem)

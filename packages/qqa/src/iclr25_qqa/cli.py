@@ -3,14 +3,32 @@ graph problem, reproduce the paper's benchmark, bench against simulated annealin
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-import tyro
-
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_float, check_int, check_probability
-from iclr25_shared.cli import CommonOptions, run
+from iclr25_shared.cli import CommonOptions, check_interrupted, run
+from iclr25_shared.errors import InputError
+
+if TYPE_CHECKING:
+    import tyro
+else:
+
+    class _LazyTyro:
+        """``tyro``, imported when the parser first evaluates the annotations below rather than with this module:
+        it takes most of the ~0.2 s before ``main`` runs, during which a Ctrl-C still gets Python's traceback."""
+
+        def __getattr__(self, name: str) -> Any:
+            import tyro
+
+            return getattr(tyro, name)
+
+    tyro = _LazyTyro()
 
 __all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "ReproduceConfig", "SolveConfig", "main"]
 
@@ -18,6 +36,36 @@ PROG = "iclr25-qqa"
 DEFAULT = "solve"
 
 ProblemName = Literal["mis", "clique", "maxcut", "coloring", "partition"]
+
+
+def _check_graph_file(value: Any, label: str) -> None:
+    """A graph given as a file (a value that is not a spec such as ``torus:60x50`` or a G-set name such as ``G11``
+    must be a non-empty UTF-8 text file); the file's own format is checked when it is read (``--fmt`` decides)."""
+    from iclr25_qqa._graphs import is_graph_file
+
+    text = str(value)
+    if not is_graph_file(text):
+        return
+    path = inputs.check_file(text, label=label, expected="a graph file (G-set/rudy, DIMACS or an edge list)")
+    try:
+        content = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InputError(
+            f"{label}: {text!r} is not a text file; expected a graph file (G-set/rudy, DIMACS or an edge list)"
+        ) from None
+    if not content.strip():
+        raise InputError(f"{label}: {text!r} holds only blank lines; expected a graph file")
+
+
+def _check_python(path: Path, label: str) -> None:
+    """An interpreter to run: an existing, executable file."""
+    p = inputs.check_file(path, label=label, expected="a Python interpreter (e.g. ~/qqa-env/bin/python)")
+    if not os.access(p, os.X_OK):
+        raise InputError(f"{label}: {str(path)!r} is not executable; expected a Python interpreter")
+
+
+_GRAPH = inputs.custom(_check_graph_file, kind="graph_file", may_be_name=True)
+"""A graph spec or name (not checked here) or a graph file."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,6 +129,8 @@ class _AnnealOptions(CommonOptions):
 class SolveConfig(_AnnealOptions):
     """Solve one problem on one graph with QQA; print the objective, feasibility, gap and time."""
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"graph": _GRAPH}
+
     problem: tyro.conf.Positional[ProblemName] = "maxcut"
     """mis, clique, maxcut, coloring or partition."""
     graph: str = "torus:60x50"
@@ -101,6 +151,8 @@ class SolveConfig(_AnnealOptions):
         super().__post_init__()
         if self.k is not None:
             check_int("k", self.k, low=1)
+            if self.problem not in ("coloring", "partition"):
+                raise ValueError(f"k is only used by coloring and partition, not {self.problem}")
         check_float("penalty", self.penalty, low=0.5, low_inclusive=False)
         if self.best_known is not None:
             check_float("best_known", self.best_known)
@@ -144,10 +196,18 @@ class BenchConfig(CommonOptions):
     the time to reach 99 % and 99.5 % of it, paired differences with 95 % intervals, and the milliseconds of one
     QQA step beside one edge-list (and one dense) energy gradient."""
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "instances": _GRAPH,
+        "tune_on": _GRAPH,
+        "gset_dir": inputs.folder(expected="a folder of G-set files (G<k>.txt)"),
+        "official_python": inputs.custom(_check_python),
+    }
+
     instances: tuple[str, ...] = ("G11", "G15", "G1", "G43", "torus:60x50")
     """G-set names (read from --gset-dir), rudy file paths, or graph specs (torus:60x50 has a proven optimum)."""
-    gset_dir: Path = Path("/work/shared/data/gset")
-    """Folder holding the G-set files G<k>.txt."""
+    gset_dir: Path | None = None
+    """Folder holding the G-set files G<k>.txt. Default: $ICLR25_DATA/gset, else the kit's shared/data/gset found
+    in a folder above this package (the project checkout's offline copies)."""
     budget: float = 10.0
     """Wall-time seconds per run, the same for QQA (compilation excluded) and SA (model building excluded)."""
     seeds: int = 3
@@ -195,5 +255,37 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console entry point of ``iclr25-qqa``; returns the exit code (0 ok, 1 failure, 2 bad input)."""
-    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
+    """Console entry point of ``iclr25-qqa``; returns the exit code (0 ok, 1 failure, 2 bad input, 130 Ctrl-C)."""
+    previous = sys.unraisablehook
+    sys.unraisablehook = _raise_swallowed_interrupts(previous)
+    try:
+        return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
+    finally:
+        sys.unraisablehook = previous
+
+
+def _raise_swallowed_interrupts(previous: Callable[[Any], object]) -> Callable[[Any], None]:
+    """An unraisable-exception hook that raises a Ctrl-C a library swallowed again, in the main program, at once.
+
+    A Ctrl-C that lands in JAX's garbage-collection callback (often while JAX is still being imported) is swallowed
+    there and printed as "Exception ignored in: <function _xla_gc_callback ...>" with a traceback, and the run went
+    on. When the runner has recorded the Ctrl-C, this hook prints nothing and raises ``KeyboardInterrupt`` again as
+    the next Python function is entered (a one-shot trace function), so the run stops within a moment with the
+    runner's one line, exit 130 and nothing written. Anything else goes to ``previous``.
+    """
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            try:
+                check_interrupted()
+            except KeyboardInterrupt:
+                sys.settrace(_interrupt_at_the_next_call)
+                return
+        previous(unraisable)
+
+    return hook
+
+
+def _interrupt_at_the_next_call(frame: Any, event: str, arg: Any) -> None:
+    sys.settrace(None)  # one shot (Python also unsets a trace function that raises)
+    raise KeyboardInterrupt
