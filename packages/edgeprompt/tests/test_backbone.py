@@ -18,6 +18,7 @@ from iclr25_edgeprompt import (
     save_backbone,
 )
 from iclr25_edgeprompt.cli import main
+from iclr25_shared.errors import InputError
 
 
 def _trained_stats(model: GNNEncoder, x: torch.Tensor, edge_index: torch.Tensor) -> GNNEncoder:
@@ -132,12 +133,33 @@ def test_bad_checkpoint_json_is_a_clear_error(tmp_path, json_text, message):
         load_backbone(path)
 
 
-@pytest.mark.parametrize("payload", [b"garbage, not a pickle", b"", b"PK\x03\x04broken zip"])
-def test_garbage_pt_is_a_clear_error(tmp_path, payload):
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        (b"garbage, not a pickle", r"is not a PyTorch state dict .*\(no zip or pickle header\)"),
+        (b"", r"is empty \(0 bytes\)"),
+        (b"PK\x03\x04broken zip", "is not a PyTorch state dict .* that loads safely"),
+    ],
+)
+def test_garbage_pt_is_a_clear_error(tmp_path, payload, message):
     model = GNNEncoder(conv="gin", in_channels=3, hidden_channels=4, num_layers=1)
     path = save_backbone(model, tmp_path / "bb.pt")
     path.write_bytes(payload)
-    with pytest.raises(ValueError, match="is not a readable PyTorch state dict"):
+    with pytest.raises(InputError, match=message):
+        load_backbone(path)
+
+
+def test_a_pickled_object_or_nan_weights_are_refused_without_running_code(tmp_path):
+    """The .pt is read with weights_only=True (issue 37): a pickled object is refused, never unpickled."""
+    model = GNNEncoder(conv="gin", in_channels=3, hidden_channels=4, num_layers=1)
+    path = save_backbone(model, tmp_path / "bb.pt")
+    torch.save({"layer": torch.nn.Linear(2, 2)}, path)  # a module, not a state dict: needs unsafe unpickling
+    with pytest.raises(InputError, match="only unsafe unpickling can load"):
+        load_backbone(path)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    next(iter(state.values()))[0] = float("nan")
+    torch.save(state, path)
+    with pytest.raises(InputError, match="holds non-finite values"):
         load_backbone(path)
 
 
@@ -180,4 +202,4 @@ def test_cli_bad_backbone_files_exit_2_with_one_line(tmp_path, capsys):
     path.write_bytes(b"garbage")
     assert main(["tune", "--quiet", "--backbone", str(path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert "is not a readable PyTorch state dict" in err and len(err.splitlines()) == 1
+    assert "--backbone: " in err and "is not a PyTorch state dict" in err and len(err.splitlines()) == 1

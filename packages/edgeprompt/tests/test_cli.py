@@ -182,8 +182,9 @@ def test_reproduce_tiny_on_tu_files(tmp_path, capsys, write_tiny_tu):
         ),
         (
             ["tune", "--backbone", "/nonexistent/backbone.pt"],
-            "backbone: checkpoint '/nonexistent/backbone.pt'",
+            "--backbone: '/nonexistent/backbone.pt' does not exist",
         ),
+        (["tune", "--dataset", "Cora", "--root", "/nonexistent"], "root: '/nonexistent' does not exist"),
         (["tune", "--test-fraction", "0"], "test_fraction must be in (0.0, 1.0]"),
         (
             ["pretrain", "--strategy", "attrmask", "--out", "x"],
@@ -192,14 +193,18 @@ def test_reproduce_tiny_on_tu_files(tmp_path, capsys, write_tiny_tu):
         (["pretrain"], "out: pretrain writes the checkpoint"),
         (["reproduce", "--prompts", "gpt"], "prompts must be one of"),
         (["reproduce", "--inits", "he"], "inits must be one of glorot, zero, small"),
-        (["reproduce", "--datasets", "NOPE", "--tu-root", "/nonexistent"], "NOPE_A.txt' does not exist"),
+        (
+            ["reproduce", "--datasets", "NOPE", "--tu-root", "/nonexistent"],
+            "--tu-root: '/nonexistent' does not exist",
+        ),
+        (["reproduce", "--datasets", "NOPE", "--tu-root", "{tmp}"], "NOPE_A.txt' does not exist"),
         (["tune", "--init", "he"], "init must be one of glorot, zero, small"),
         (["bench", "--dataset", "karate"], "dataset must be one of fashion-superpixels, digits-grid"),
         (["frobnicate"], "unknown subcommand 'frobnicate'"),
     ],
 )
-def test_bad_input_exits_2_with_one_line(args, message, capsys):
-    assert main([*args, "--quiet"]) == 2
+def test_bad_input_exits_2_with_one_line(args, message, tmp_path, capsys):
+    assert main([*[a.format(tmp=tmp_path) for a in args], "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err
     assert len(err.splitlines()) == 1

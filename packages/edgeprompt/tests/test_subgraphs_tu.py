@@ -148,3 +148,25 @@ def test_non_finite_features_and_bad_edges_are_caught_when_the_task_is_built():
         )
     with pytest.raises(ValueError, match="non-finite node features"):
         from_pyg(Data(x=x, edge_index=ei, y=torch.tensor([0, 1, 0])), task="node")
+
+
+def test_the_default_tu_folder_is_found_without_a_machine_specific_path(tmp_path, monkeypatch, write_tiny_tu):
+    """Regression (issue 37): --tu-root defaulted to /work/shared/data/tu, a path of the development machines."""
+    from iclr25_edgeprompt import _data
+    from iclr25_edgeprompt._experiment import _reproduce_data
+    from iclr25_edgeprompt.cli import ReproduceConfig
+    from iclr25_shared.errors import DatasetUnavailable, InputError
+
+    cfg = ReproduceConfig(datasets=["TINYTU"])
+    assert cfg.tu_root is None
+    write_tiny_tu(tmp_path / "tu")
+    monkeypatch.setenv("ICLR25_DATA", str(tmp_path))
+    assert _data.default_tu_root() == tmp_path / "tu"
+    assert len(_reproduce_data("TINYTU", cfg).graphs) == 24
+    with pytest.raises(InputError, match=r"--datasets: .*NOPE_A.txt' does not exist.*--tu-root \(default"):
+        _reproduce_data("NOPE", cfg)
+    monkeypatch.delenv("ICLR25_DATA")
+    monkeypatch.setattr(_data, "__file__", str(tmp_path / "site-packages" / "iclr25_edgeprompt" / "_data.py"))
+    assert _data.default_tu_root() is None  # an installed wheel, no kit data above it
+    with pytest.raises(DatasetUnavailable, match="--tu-root"):
+        _reproduce_data("TINYTU", cfg)

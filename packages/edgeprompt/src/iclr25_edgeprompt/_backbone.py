@@ -20,6 +20,7 @@ from torch_geometric.nn import global_mean_pool
 from iclr25_edgeprompt._conv import EdgePromptGCNConv, EdgePromptGINConv
 from iclr25_edgeprompt._prompt import NodePrompt, PromptModule
 from iclr25_shared.checks import check_choice, check_float, check_int
+from iclr25_shared.errors import InputError
 
 __all__ = ["BackboneConfig", "GNNEncoder", "load_backbone", "save_backbone"]
 
@@ -217,64 +218,49 @@ def save_backbone(model: GNNEncoder, path: str | Path, **metadata: Any) -> Path:
     return pt
 
 
-def load_backbone(path: str | Path, map_location: str | torch.device = "cpu") -> GNNEncoder:
+def load_backbone(
+    path: str | Path, map_location: str | torch.device = "cpu", *, label: str | None = "backbone"
+) -> GNNEncoder:
     """Load a checkpoint written by :func:`save_backbone` (``path`` is the .pt or the .json).
 
-    A ``.json`` without ``batch_norm`` / ``train_eps`` (written before those options existed) loads with both
-    False, the layout it was trained with.
+    The .pt is read with ``weights_only=True`` (:func:`iclr25_shared.inputs.read_torch`). A ``.json`` without
+    ``batch_norm`` / ``train_eps`` (written before those options existed) loads with both False, the layout it was
+    trained with.
+
+    Args:
+        path: the .pt or the .json (or their stem).
+        map_location: passed to ``torch.load``.
+        label: the option or argument that named the checkpoint, for the messages.
 
     Raises:
-        FileNotFoundError: the .pt or .json file is missing.
-        ValueError: the .json is not valid JSON or lacks the architecture (``{"backbone": {...}}`` with at least
-            ``conv`` and ``in_channels``) or has unknown/invalid fields; the .pt is not a readable ``state_dict``
-            of tensors; the state dict does not fit the architecture in the .json.
+        FileNotFoundError: the .pt or the .json is missing.
+        InputError: (a ``ValueError``) either file empty or unreadable; the .pt not a state dict of finite
+            tensors; the .json not valid JSON, without the architecture (``{"backbone": {...}}`` with at least
+            ``conv`` and ``in_channels``) or with unknown/invalid fields; the state dict does not fit the
+            architecture in the .json.
     """
-    pt = Path(path).with_suffix(".pt")
-    meta_path = pt.with_suffix(".json")
+    from iclr25_edgeprompt._checkpoint import checkpoint_paths, read_checkpoint
+
+    pt, meta_path = checkpoint_paths(path)
+    where = f"{label}: " if label else ""
     for p in (pt, meta_path):
-        if not p.is_file():
-            raise FileNotFoundError(f"backbone checkpoint file {str(p)!r} does not exist")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"backbone: {str(meta_path)!r} is not valid JSON ({exc})") from None
-    arch = meta.get("backbone") if isinstance(meta, dict) else None
+        if not p.exists():
+            raise FileNotFoundError(f"{where}backbone checkpoint file {str(p)!r} does not exist")
+    arch, state = read_checkpoint(path, label=label, map_location=map_location)
     fields = {f.name for f in dataclasses.fields(BackboneConfig)}
-    if not isinstance(arch, dict) or not {"conv", "in_channels"} <= arch.keys():
-        raise ValueError(
-            f"backbone: {str(meta_path)!r} does not describe an architecture: expected "
-            f'{{"backbone": {{"conv": ..., "in_channels": ..., ...}}}} with fields from {sorted(fields)}, '
-            f"got {_short(meta)}"
-        )
     unknown = sorted(set(arch) - fields)
     if unknown:
-        raise ValueError(f"backbone: {str(meta_path)!r} has unknown architecture fields {unknown}")
+        raise InputError(f"{where}{str(meta_path)!r} has unknown architecture fields {unknown}")
     arch = {"batch_norm": False, "train_eps": False, **arch}
     try:
         config = BackboneConfig(**arch)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"backbone: {str(meta_path)!r}: {exc}") from None
+        raise InputError(f"{where}{str(meta_path)!r}: {exc}") from None
     model = GNNEncoder(config)
-    try:
-        state = torch.load(pt, map_location=map_location, weights_only=True)
-    except Exception as exc:  # pickle.UnpicklingError, RuntimeError (zip), EOFError, ... from a damaged file
-        raise ValueError(
-            f"backbone: {str(pt)!r} is not a readable PyTorch state dict ({type(exc).__name__}: "
-            f"{str(exc).splitlines()[0] if str(exc) else 'no detail'})"
-        ) from None
-    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise ValueError(
-            f"backbone: {str(pt)!r} does not hold a state dict of tensors (got {type(state).__name__})"
-        )
     try:
         model.load_state_dict(state)
     except RuntimeError as exc:
-        raise ValueError(
-            f"{pt}: state dict does not match the architecture in {meta_path.name}: {exc}"
+        raise InputError(
+            f"{where}{str(pt)!r}: state dict does not match the architecture in {meta_path.name}: {exc}"
         ) from None
     return model
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value) if not isinstance(value, str) else value
-    return text if len(text) <= limit else text[: limit - 3] + "..."

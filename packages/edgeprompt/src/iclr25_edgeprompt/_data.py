@@ -16,6 +16,7 @@ References:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,9 @@ from iclr25_shared.errors import DatasetUnavailable
 
 __all__ = [
     "BUILTIN_DATASETS",
+    "DATA_ENV",
     "TaskData",
+    "default_tu_root",
     "digit_grid_graphs",
     "few_shot_split",
     "from_pyg",
@@ -481,7 +484,25 @@ def load_dataset(
     raise ValueError(f"dataset must be one of {', '.join(known)}; got {name!r}")
 
 
-def read_tu(name: str, root: str | Path, *, node_attributes: bool | None = None) -> TaskData:
+DATA_ENV = "ICLR25_DATA"
+"""Environment variable naming the folder of the kit's offline data (its ``tu/`` holds the TU datasets)."""
+
+
+def default_tu_root() -> Path | None:
+    """The kit's folder of raw TU datasets, used when none is given: ``$ICLR25_DATA/tu`` when that variable is set,
+    else ``shared/data/tu`` in the nearest folder above this package that has one (a checkout of the project beside
+    its offline data); ``None`` when there is none (an installed wheel)."""
+    env = os.environ.get(DATA_ENV, "").strip()
+    if env:
+        return Path(env).expanduser() / "tu"
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "shared" / "data" / "tu"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def read_tu(name: str, root: str | Path | None = None, *, node_attributes: bool | None = None) -> TaskData:
     """A TU graph-classification dataset from its raw text files, ``root/<name>/raw/<name>_*.txt``; writes nothing.
 
     The files are parsed by PyG's own reader (``torch_geometric.io.read_tu_data``, what ``TUDataset`` runs), and the
@@ -492,7 +513,7 @@ def read_tu(name: str, root: str | Path, *, node_attributes: bool | None = None)
 
     Args:
         name: the dataset's name as in its file names (``ENZYMES``, ``MUTAG``, ...).
-        root: the folder holding ``<name>/raw/``.
+        root: the folder holding ``<name>/raw/``; ``None``: :func:`default_tu_root`.
         node_attributes: True: attributes and labels; False: labels only; None: labels, else attributes.
 
     Returns:
@@ -500,10 +521,19 @@ def read_tu(name: str, root: str | Path, *, node_attributes: bool | None = None)
 
     Raises:
         FileNotFoundError: ``root/<name>/raw`` or its ``<name>_A.txt`` is missing.
+        DatasetUnavailable: no ``root`` given and no kit data found.
         ValueError: the files give no node features (neither node labels nor attributes), or they are malformed.
     """
     from torch_geometric.io import read_tu_data
 
+    if root is None:
+        root = default_tu_root()
+        if root is None:
+            raise DatasetUnavailable(
+                f"TU dataset {name!r}: no TU folder given and none found; pass --tu-root FOLDER (holding "
+                f"{name}/raw/{name}_*.txt, from www.chrsmrrs.com/graphkerneldatasets/{name}.zip) or set {DATA_ENV} "
+                "to a folder holding tu/"
+            )
     raw = Path(root) / name / "raw"
     if not (raw / f"{name}_A.txt").is_file():
         raise FileNotFoundError(f"TU dataset {name!r}: {str(raw / (name + '_A.txt'))!r} does not exist")

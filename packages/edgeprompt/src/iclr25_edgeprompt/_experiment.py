@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 # torch warns about its own deprecated torch.jit.script when torch_geometric is imported; not actionable here.
 warnings.filterwarnings("ignore", message=r"`torch\.jit\.script", category=FutureWarning)
 
+# numpy first, from Python: imported first from a C extension's init instead (jaxlib._jax, torch._C), a Ctrl-C
+# landing in that import is printed with a traceback (numpy's import_array) or swallowed (torch), not raised.
+import numpy  # noqa: E402, F401
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch_geometric.data import Data  # noqa: E402
@@ -28,7 +31,9 @@ from iclr25_edgeprompt._pretrain import PretrainSettings, pretrain  # noqa: E402
 from iclr25_edgeprompt._prompt import DEFAULT_INIT  # noqa: E402
 from iclr25_edgeprompt._tuner import PROMPTS, PromptTuner, TuneSettings, make_prompt  # noqa: E402
 from iclr25_shared.checks import check_float  # noqa: E402
-from iclr25_shared.cli import Result, RunContext, UsageError  # noqa: E402
+from iclr25_shared.cli import Result, RunContext, UsageError, check_interrupted  # noqa: E402
+from iclr25_shared.errors import InputError  # noqa: E402
+from iclr25_shared.inputs import validating  # noqa: E402
 from iclr25_shared.results import markdown_table  # noqa: E402
 
 if TYPE_CHECKING:
@@ -63,11 +68,15 @@ def pretrain_backbone(
     *,
     seed: int,
     device: torch.device,
+    callback: Callable[[int, float], None] | None = None,
 ) -> tuple[GNNEncoder, list[float]]:
-    """A fresh backbone (initialised from ``seed``) pre-trained on ``graphs``; returns it with its loss curve."""
+    """A fresh backbone (initialised from ``seed``) pre-trained on ``graphs``; returns it with its loss curve.
+
+    ``callback(epoch, loss)`` runs after every epoch (the CLI passes the runner's Ctrl-C check).
+    """
     torch.manual_seed(seed)
     backbone = GNNEncoder(backbone_config).to(device)
-    history = pretrain(backbone, graphs, settings, seed=seed)
+    history = pretrain(backbone, graphs, settings, seed=seed, callback=callback)
     return backbone, history
 
 
@@ -130,12 +139,13 @@ def tune_once(
     allow_fewer: bool = False,
     init: str = DEFAULT_INIT,
     val_fraction: float = 0.0,
+    callback: Callable[[int, float], None] | None = None,
 ) -> TuneResult:
     """Few-shot split with ``seed``, a fresh prompt + linear head (initialised from ``seed``), fit, test.
 
     With ``val_fraction > 0`` the split is :func:`split_three_way` and the validation accuracy is reported too
     (for choosing hyperparameters without looking at the test set). ``backbone`` is copied first, so the
-    caller's model is reused unchanged across runs.
+    caller's model is reused unchanged across runs. ``callback(epoch, loss)`` runs after every tuning epoch.
     """
     if val_fraction > 0:
         train_idx, val_idx, test_idx = split_three_way(
@@ -154,7 +164,7 @@ def tune_once(
     head = nn.Linear(frozen.out_channels, data.num_classes)
     tuner = PromptTuner(frozen, prompt, head).to(device)
     start = time.perf_counter()
-    history = tuner.fit([data.graphs[i] for i in train_idx], settings, seed=seed)
+    history = tuner.fit([data.graphs[i] for i in train_idx], settings, seed=seed, callback=callback)
     seconds = time.perf_counter() - start
     acc = tuner.accuracy([data.graphs[i] for i in test_idx])
     val_acc = tuner.accuracy([data.graphs[i] for i in val_idx]) if val_idx is not None else None
@@ -197,6 +207,7 @@ def bench_prompts(
     num_anchors: int,
     seed: int,
     prompts: Sequence[str] = PROMPTS,
+    tick: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
     """Median time of one tuning step (forward, backward, Adam) and its memory, per prompt, in one run.
 
@@ -250,6 +261,8 @@ def bench_prompts(
             step(i)
         times = []
         for i in range(steps):
+            if tick is not None:  # the CLI passes the runner's Ctrl-C check
+                tick()
             with Timer(device) as t:
                 step(i)
             times.append(t.seconds)
@@ -361,10 +374,23 @@ def _saved_bytes(fn: Callable[[], None]) -> int:
 # ------------------------------------------------------------------------------------------------------------------
 
 
+def _check(epoch: int, loss: float) -> None:
+    """The commands' epoch callback: the runner's Ctrl-C check, so that one a library swallowed stops pre-training
+    or tuning at the next epoch."""
+    check_interrupted()
+
+
 def _setup(ctx: RunContext) -> torch.device:
+    """``--device`` (one that is not there, ``cuda`` without a GPU, is bad input) and the seed.
+
+    Importing torch and torch_geometric takes seconds: a Ctrl-C during it that a library swallowed stops the run
+    here, before any work.
+    """
     from iclr25_shared.device import seed_everything
 
-    device = ctx.torch_device()
+    check_interrupted()
+    with validating("--device"):
+        device = ctx.torch_device()
     seed_everything(ctx.seed)
     return device
 
@@ -382,14 +408,20 @@ def _backbone_config(cfg: PretrainConfig | TuneConfig, data: TaskData) -> Backbo
 
 
 def _load(cfg: PretrainConfig | TuneConfig, *, split: str = "test") -> TaskData:
-    return load_dataset(
-        cfg.dataset,
-        root=cfg.root,
-        download=cfg.download,
-        num_graphs=cfg.num_graphs,
-        split=split,
-        seed=cfg.seed,
-    )
+    """The dataset ``--dataset`` names; an unknown name, a PyG dataset without ``--root``, or files in ``--root``
+    that are not a dataset are bad input (exit 2)."""
+    try:
+        with validating("--dataset"):
+            return load_dataset(
+                cfg.dataset,
+                root=cfg.root,
+                download=cfg.download,
+                num_graphs=cfg.num_graphs,
+                split=split,
+                seed=cfg.seed,
+            )
+    except FileNotFoundError as exc:
+        raise InputError(f"--dataset: {exc}") from None
 
 
 def _pretrain_settings(cfg: PretrainConfig | TuneConfig) -> PretrainSettings:
@@ -414,7 +446,12 @@ def pretrain_command(cfg: PretrainConfig, ctx: RunContext) -> Result:
         f"pre-training a {cfg.conv} backbone with {cfg.strategy} on {len(graphs)} graphs of {data.name}"
     )
     backbone, history = pretrain_backbone(
-        graphs, _backbone_config(cfg, data), _pretrain_settings(cfg), seed=cfg.seed, device=device
+        graphs,
+        _backbone_config(cfg, data),
+        _pretrain_settings(cfg),
+        seed=cfg.seed,
+        device=device,
+        callback=_check,
     )
     path = save_backbone(
         backbone,
@@ -442,17 +479,22 @@ def tune(cfg: TuneConfig, ctx: RunContext) -> Result:
     device = _setup(ctx)
     data = _load(cfg)
     # Check the split for every seed first: a bad --shots must fail before minutes of pre-training.
-    for seed in range(cfg.seed, cfg.seed + cfg.seeds):
-        few_shot_split(
-            data.labels, cfg.shots, test_fraction=cfg.test_fraction, seed=seed, allow_fewer=cfg.allow_fewer
-        )
+    with validating("--shots"):
+        for seed in range(cfg.seed, cfg.seed + cfg.seeds):
+            few_shot_split(
+                data.labels,
+                cfg.shots,
+                test_fraction=cfg.test_fraction,
+                seed=seed,
+                allow_fewer=cfg.allow_fewer,
+            )
     notes = []
     if cfg.backbone is not None:
-        backbone = load_backbone(cfg.backbone).to(device)
+        backbone = load_backbone(cfg.backbone, label="--backbone").to(device)
         if backbone.config.in_channels != data.in_channels:
-            raise ValueError(
-                f"backbone: checkpoint expects {backbone.config.in_channels}-dim node features but {data.name} has "
-                f"{data.in_channels}"
+            raise InputError(
+                f"--backbone: checkpoint expects {backbone.config.in_channels}-dim node features but {data.name} "
+                f"has {data.in_channels}"
             )
         notes.append(f"backbone loaded from {cfg.backbone}")
     else:
@@ -463,6 +505,7 @@ def tune(cfg: TuneConfig, ctx: RunContext) -> Result:
             _pretrain_settings(cfg),
             seed=cfg.seed,
             device=device,
+            callback=_check,
         )
         notes.append(f"backbone pre-trained here with {cfg.strategy} for {cfg.pretrain_epochs} epochs")
     anchors = cfg.num_anchors or (10 if data.task == "node" else 5)
@@ -482,6 +525,7 @@ def tune(cfg: TuneConfig, ctx: RunContext) -> Result:
             num_anchors=anchors,
             allow_fewer=cfg.allow_fewer,
             init=cfg.init,
+            callback=_check,
         )
         results.append(res)
         ctx.log.info(
@@ -532,11 +576,22 @@ def _verdict(low: float, high: float) -> str:
 
 
 def _reproduce_data(name: str, cfg: ReproduceConfig) -> TaskData:
+    """fashion-superpixels, or a TU dataset read from ``--tu-root`` (default: the kit's data); a name that is not
+    there, or files that do not parse, are bad input (exit 2)."""
     if name.lower() in ("fashion-superpixels", "fashion-mnist-superpixels"):
-        return load_dataset("fashion-superpixels", num_graphs=cfg.fashion_graphs, split="test", seed=cfg.seed)
-    from iclr25_edgeprompt._data import read_tu
+        with validating("--fashion-graphs"):
+            return load_dataset(
+                "fashion-superpixels", num_graphs=cfg.fashion_graphs, split="test", seed=cfg.seed
+            )
+    from iclr25_edgeprompt._data import default_tu_root, read_tu
 
-    return read_tu(name, cfg.tu_root)
+    root = cfg.tu_root if cfg.tu_root is not None else default_tu_root()
+    where = "--tu-root" if cfg.tu_root is not None else f"--tu-root (default {str(root)!r})"
+    try:
+        with validating("--datasets"):
+            return read_tu(name, root)
+    except FileNotFoundError as exc:
+        raise InputError(f"--datasets: {exc}; no such dataset in {where}") from None
 
 
 def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
@@ -566,7 +621,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             t0 = time.perf_counter()
             pre_settings = PretrainSettings(strategy=strategy, epochs=cfg.pretrain_epochs, batch_size=64)
             backbone, history = pretrain_backbone(
-                pre_graphs, bb_cfg, pre_settings, seed=cfg.seed, device=device
+                pre_graphs, bb_cfg, pre_settings, seed=cfg.seed, device=device, callback=_check
             )
             with torch.no_grad():
                 sample = data.graphs[: min(256, len(data.graphs))]
@@ -609,6 +664,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                                 val_fraction=cfg.val_fraction,
                                 num_anchors=cfg.num_anchors,
                                 init=init,
+                                callback=_check,
                             )
                             by_lr[lr].append(res)
                             runs.append(
@@ -720,6 +776,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         warmup=cfg.warmup,
         num_anchors=cfg.num_anchors,
         seed=cfg.seed,
+        tick=check_interrupted,
     )
     tables = {"tuning step vs classifier-only": rows}
     if cfg.subgraph_nodes:

@@ -6,9 +6,12 @@ Verbs: tune (default: EdgePrompt+ on KarateClub), pretrain (writes ``backbone.pt
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
+from iclr25_shared import inputs
 from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 
@@ -32,13 +35,34 @@ _INITS = ("glorot", "zero", "small")  # iclr25_edgeprompt._prompt.INITS (not imp
 _DEFAULT_INIT = "zero"  # iclr25_edgeprompt._prompt.DEFAULT_INIT (a test checks they agree)
 
 
+def _check_root(path: Path, label: str) -> None:
+    """An existing folder of PyG datasets, or one PyG may create (``--download``; the config checks that)."""
+    if Path(path).expanduser().exists():
+        inputs.check_folder(path, label=label, expected="a folder of PyG datasets")
+    else:
+        inputs.output_folder().check(path, label)
+
+
+def _check_backbone(path: Path, label: str) -> None:
+    """A checkpoint from ``pretrain``: its .pt (a state dict of finite tensors, read with ``weights_only=True``)
+    and its .json (the architecture); whether it fits the dataset is checked once the data is loaded."""
+    from iclr25_edgeprompt._checkpoint import read_checkpoint
+
+    read_checkpoint(path, label=label)
+
+
 @dataclass(frozen=True, kw_only=True)
 class _DataOptions(CommonOptions):
+    OUTPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "root": inputs.custom(_check_root, is_folder=True, kind="output_folder")
+    }
+
     dataset: str = "karate"
     """karate (node task), fashion-superpixels, digits-grid (graph tasks), or a PyG name with --root: Cora,
     CiteSeer, PubMed, ENZYMES, MUTAG, PROTEINS, ... or tu:<any TUDataset name>."""
     root: Path | None = None
-    """Folder of PyG datasets (Cora, TUDataset, ...)."""
+    """Folder of PyG datasets (Cora, TUDataset, ...); PyG writes processed (and, with --download, fetched) files
+    there, except raw TU files, which are read in place."""
     download: bool = False
     """Let PyG download a dataset missing from --root (needs internet)."""
     num_graphs: int = 1000
@@ -47,6 +71,11 @@ class _DataOptions(CommonOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("num_graphs", self.num_graphs, low=10)
+        if self.root is not None and not self.download and not Path(self.root).expanduser().exists():
+            raise ValueError(
+                f"root: {str(self.root)!r} does not exist; give the folder holding the dataset, or add --download "
+                "to let PyG fetch it there"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,12 +120,17 @@ class PretrainConfig(_BackboneOptions):
 class TuneConfig(_BackboneOptions):
     """Few-shot prompt tuning of a frozen backbone (EdgePrompt, EdgePrompt+, GPF, GPF-plus or classifier only)."""
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "backbone": inputs.custom(_check_backbone, kind="torch_checkpoint")
+    }
+
     prompt: str = "edgeprompt+"
     """none (classifier only), gpf, gpf-plus, edgeprompt, edgeprompt+."""
     shots: int = 1
     """Training samples per class (KarateClub's smallest class has 4 nodes)."""
     backbone: Path | None = None
-    """Checkpoint from 'pretrain' (backbone.pt); without it a backbone is pre-trained here with --strategy."""
+    """Checkpoint from 'pretrain' (backbone.pt, with backbone.json beside it); without it a backbone is pre-trained
+    here with --strategy."""
     epochs: int = 100
     """Tuning epochs."""
     lr: float = 1e-2
@@ -128,8 +162,6 @@ class TuneConfig(_BackboneOptions):
         check_int("num_anchors", self.num_anchors, low=0)
         check_float("test_fraction", self.test_fraction, low=0.0, high=1.0, low_inclusive=False)
         check_int("seeds", self.seeds, low=1)
-        if self.backbone is not None and not Path(self.backbone).with_suffix(".pt").is_file():
-            raise ValueError(f"backbone: checkpoint {str(self.backbone)!r} does not exist")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,10 +174,16 @@ class ReproduceConfig(CommonOptions):
     t-intervals.
     """
 
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "tu_root": inputs.folder(expected="a folder of TU datasets (<NAME>/raw/<NAME>_*.txt)")
+    }
+
     datasets: list[str] = field(default_factory=lambda: ["MUTAG", "ENZYMES", "NCI1"])
     """TU names read from --tu-root (ENZYMES, NCI1, MUTAG, PROTEINS, COX2, BZR, ...) or fashion-superpixels."""
-    tu_root: Path = Path("/work/shared/data/tu")
-    """Folder holding <NAME>/raw/<NAME>_*.txt (raw TU files; read in place, nothing written there)."""
+    tu_root: Path | None = None
+    """Folder holding <NAME>/raw/<NAME>_*.txt (raw TU files; read in place, nothing written there). Default:
+    $ICLR25_DATA/tu, else the kit's shared/data/tu found in a folder above this package (the project checkout's
+    offline copies)."""
     strategies: list[str] = field(default_factory=lambda: ["graphcl", "edgepred"])
     """Pre-training strategies (graphcl, simgrace, edgepred)."""
     prompts: list[str] = field(default_factory=lambda: list(_PROMPTS))
