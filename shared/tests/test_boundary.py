@@ -491,3 +491,80 @@ def test_help_into_a_closed_pipe_prints_no_traceback():
     text = err.decode()
     assert "Traceback" not in text and "BrokenPipeError" not in text, text
     assert text.strip() == "0"
+
+
+def test_an_interrupted_run_leaves_no_interrupt_behind(tmp_path):
+    """Before: the recorded Ctrl-C outlived run(), so check_interrupted() raised in every later call of the process
+    (a pytest session stopped early with a KeyboardInterrupt banner)."""
+    from iclr25_shared.cli import check_interrupted
+
+    def swallowing(cfg, ctx):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt:
+            pass
+        return Result()
+
+    assert run("iclr25-toy", _cmds(swallowing), [], default="go") == 130
+    check_interrupted()  # a no-op outside run()
+    assert (
+        run(
+            "iclr25-toy",
+            _cmds(lambda c, x: [None for _ in x.progress(range(3))] and Result()),
+            ["--quiet"],
+            default="go",
+        )
+        == 0
+    )
+
+
+def test_a_swallowed_ctrl_c_reported_as_unraisable_prints_nothing(capsys):
+    """JAX's GC callback reports the KeyboardInterrupt it swallowed as 'Exception ignored in ...'."""
+
+    def reported(cfg, ctx):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)
+        except KeyboardInterrupt as exc:
+            sys.unraisablehook(sys.UnraisableHookArgs((KeyboardInterrupt, exc, None, None, None)))
+        return Result()
+
+    assert run("iclr25-toy", _cmds(reported), [], default="go") == 130
+    err = capsys.readouterr().err.strip()
+    assert err == "iclr25-toy: interrupted; no results were written", err
+
+
+def test_a_sigint_the_process_inherited_as_ignored_stays_ignored():
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job of a non-interactive shell
+    try:
+        seen = {}
+
+        def look(cfg, ctx):
+            seen["handler"] = signal.getsignal(signal.SIGINT)
+            return Result()
+
+        assert run("iclr25-toy", _cmds(look), [], default="go") == 0
+        assert seen["handler"] is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_a_junk_config_file_is_named(tmp_path, capsys):
+    junk = _write(tmp_path / "opts.json", b"\x89PNG\x00\xff")
+    assert run("iclr25-toy", _cmds(lambda c, x: Result()), ["--config", str(junk)], default="go") == 2
+    err = capsys.readouterr().err
+    assert "--config:" in err and "opts.json" in err and "not UTF-8" in err
+
+
+def test_a_device_this_machine_lacks_is_bad_input(capsys):
+    pytest.importorskip("torch")
+
+    def needs_cuda(cfg, ctx):
+        ctx.torch_device()
+        return Result()
+
+    if __import__("torch").cuda.device_count() >= 8:
+        pytest.skip("this machine has a cuda:7")
+    assert run("iclr25-toy", _cmds(needs_cuda), ["--device", "cuda:7"], default="go") == 2
+    assert "--device:" in capsys.readouterr().err

@@ -225,30 +225,51 @@ class _Interruptible:
 
 
 class _Interrupt:
-    """The runner's SIGINT handler: records the Ctrl-C, then raises ``KeyboardInterrupt`` as Python's own does."""
+    """The runner's SIGINT handler: records the Ctrl-C, then raises ``KeyboardInterrupt`` as Python's own does.
+
+    While it is installed, a ``KeyboardInterrupt`` that a library swallows and reports as unraisable (JAX's GC
+    callback: "Exception ignored in ...") prints nothing: the recorded Ctrl-C stops the run at the next progress
+    item or before the results are committed. Once the results are committed (:attr:`committed`), a Ctrl-C is
+    dropped: the run has finished. A SIGINT the process inherited as ignored (a background job) stays ignored.
+    """
 
     def __init__(self) -> None:
         self.fired = False
+        self.committed = False
         self._previous: Any = None
         self._installed = False
+        self._hook: Any = None
 
     def _handler(self, signum: int, frame: Any) -> None:
+        if self.committed:
+            return
         self.fired = True
         raise KeyboardInterrupt
 
+    def _unraisable(self, unraisable: Any) -> None:
+        if self.fired and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            return
+        self._hook(unraisable)
+
     def __enter__(self) -> _Interrupt:
-        self.fired = False
+        self.fired = self.committed = False
+        self._installed = False
         try:
-            self._previous = signal.signal(signal.SIGINT, self._handler)
-            self._installed = True
+            previous = signal.getsignal(signal.SIGINT)
+            if previous is not signal.SIG_IGN:
+                self._previous = signal.signal(signal.SIGINT, self._handler)
+                self._installed = True
         except ValueError:  # not the main thread: Python's own handling stays
-            self._installed = False
+            pass
+        self._hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        sys.unraisablehook = self._hook
         if self._installed:
             signal.signal(signal.SIGINT, self._previous)
             self._installed = False
+        self.fired = self.committed = False
 
 
 _INTERRUPT = _Interrupt()
@@ -306,8 +327,10 @@ class RunContext:
     def torch_device(self) -> Any:
         """``--device`` as a ``torch.device`` (``auto`` → CUDA when available); applies ``--threads`` to torch."""
         from iclr25_shared.device import resolve_device
+        from iclr25_shared.inputs import validating
 
-        device = resolve_device(getattr(self.config, "device", "auto"))
+        with validating("--device"):  # a device this machine does not have is the user's input (exit 2)
+            device = resolve_device(getattr(self.config, "device", "auto"))
         if self.threads:
             _set_torch_threads(self.threads)
         self.device_label = str(device)
@@ -316,8 +339,10 @@ class RunContext:
     def jax_devices(self) -> list[Any]:
         """``--device`` as a list of JAX devices (see :func:`iclr25_shared.device.resolve_jax_devices`)."""
         from iclr25_shared.device import resolve_jax_devices
+        from iclr25_shared.inputs import validating
 
-        devices = resolve_jax_devices(getattr(self.config, "device", "auto"))
+        with validating("--device"):
+            devices = resolve_jax_devices(getattr(self.config, "device", "auto"))
         self.device_label = f"{devices[0].platform}x{len(devices)}"
         return devices
 
@@ -447,7 +472,11 @@ def _defaults_from_file(cls: type, path: Path) -> Any:
     if not path.is_file():
         raise UsageError(f"--config: file {str(path)!r} does not exist")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"--config: {str(path)!r} is not UTF-8 text; expected a JSON file of options"
+        ) from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"--config: {path} is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(data, dict):
@@ -612,6 +641,7 @@ def _commit(staging: Path, out: Path) -> None:
             shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(staging, out)
+        _INTERRUPT.committed = True
 
 
 @contextlib.contextmanager
@@ -736,8 +766,14 @@ def run(
     debug = bool(os.environ.get("ICLR25_DEBUG"))
     with _INTERRUPT:
         try:
-            return _run(prog, commands, args, default, description, version, debug)
+            code = _run(prog, commands, args, default, description, version, debug)
+            if argv is None and _INTERRUPT.committed and _main_thread():
+                # a console run whose results are committed: a Ctrl-C during interpreter teardown is dropped too
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+                _INTERRUPT._installed = False
+            return code
         except KeyboardInterrupt:
+            _close_progress_bars()
             print(f"{label}: interrupted; no results were written", file=sys.stderr)
             return 130
         # `iclr25-x --help | head`: the reader left; no traceback, nothing more to print
@@ -745,6 +781,14 @@ def run(
             with contextlib.suppress(OSError, ValueError):
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
+
+
+def _close_progress_bars() -> None:
+    """Close live tqdm bars, so that the one-line message does not land on a half-drawn bar."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", None) or ()):
+        with contextlib.suppress(Exception):
+            bar.close()
 
 
 def _run(
@@ -785,7 +829,10 @@ def _run(
     staging: Path | None = None
     try:
         with _quiet_libraries(bool(getattr(cfg, "quiet", False))):
+            import numpy  # noqa: F401  (from Python first: torch's and jaxlib's C imports of it swallow a Ctrl-C)
+
             fn = _resolve(commands[name][1])
+            check_interrupted()
             if _takes_context(fn):
                 staging = _staging_dir(Path(out)) if out is not None else None
                 ctx = RunContext(label, cfg, staging=staging)
