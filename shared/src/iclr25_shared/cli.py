@@ -228,8 +228,8 @@ class _Interrupt:
     """The runner's SIGINT handler: records the Ctrl-C, then raises ``KeyboardInterrupt`` as Python's own does.
 
     While it is installed, a ``KeyboardInterrupt`` that a library swallows and reports as unraisable (JAX's GC
-    callback: "Exception ignored in ...") prints nothing: the recorded Ctrl-C stops the run at the next progress
-    item or before the results are committed. Once the results are committed (:attr:`committed`), a Ctrl-C is
+    callback: "Exception ignored in ...") prints nothing and is raised again as the next Python function is
+    entered; the recorded Ctrl-C also stops the run at the next progress item and before the results are committed. Once the results are committed (:attr:`committed`), a Ctrl-C is
     dropped: the run has finished. A SIGINT the process inherited as ignored (a background job) stays ignored.
     """
 
@@ -248,6 +248,7 @@ class _Interrupt:
 
     def _unraisable(self, unraisable: Any) -> None:
         if self.fired and isinstance(unraisable.exc_value, KeyboardInterrupt):
+            sys.settrace(_interrupt_at_the_next_call)  # stop at once, not only at the next progress item
             return
         self._hook(unraisable)
 
@@ -270,6 +271,12 @@ class _Interrupt:
             signal.signal(signal.SIGINT, self._previous)
             self._installed = False
         self.fired = self.committed = False
+
+
+def _interrupt_at_the_next_call(frame: Any, event: str, arg: Any) -> None:
+    """A one-shot trace function: raise the swallowed Ctrl-C as the next Python function is entered."""
+    sys.settrace(None)
+    raise KeyboardInterrupt
 
 
 _INTERRUPT = _Interrupt()

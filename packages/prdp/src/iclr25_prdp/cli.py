@@ -7,27 +7,12 @@ Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
 from __future__ import annotations
 
 import dataclasses
-import sys
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Literal
+
+import tyro
 
 from iclr25_shared.checks import check_choice, check_float, check_int
-from iclr25_shared.cli import CommonOptions, check_interrupted, run
-
-if TYPE_CHECKING:
-    import tyro
-else:
-
-    class _LazyTyro:
-        """``tyro``, imported when the parser first evaluates the annotations below rather than with this module:
-        it takes most of the ~0.2 s before ``main`` runs, during which a Ctrl-C still gets Python's traceback."""
-
-        def __getattr__(self, name: str) -> Any:
-            import tyro
-
-            return getattr(tyro, name)
-
-    tyro = _LazyTyro()
+from iclr25_shared.cli import CommonOptions, run
 
 __all__ = ["COMMANDS", "DEFAULT", "PROG", "BenchConfig", "ReproduceConfig", "RunConfig", "main"]
 
@@ -166,36 +151,4 @@ COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point of ``iclr25-prdp``; returns the exit code (0 ok, 1 failure, 2 bad input, 130 Ctrl-C)."""
-    previous = sys.unraisablehook
-    sys.unraisablehook = _raise_swallowed_interrupts(previous)
-    try:
-        return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
-    finally:
-        sys.unraisablehook = previous
-
-
-def _raise_swallowed_interrupts(previous: Callable[[Any], object]) -> Callable[[Any], None]:
-    """An unraisable-exception hook that raises a Ctrl-C a library swallowed again, in the main program, at once.
-
-    A Ctrl-C that lands in JAX's garbage-collection callback (often while JAX is still being imported) is swallowed
-    there and printed as "Exception ignored in: <function _xla_gc_callback ...>" with a traceback, and the run went
-    on. When the runner has recorded the Ctrl-C, this hook prints nothing and raises ``KeyboardInterrupt`` again as
-    the next Python function is entered (a one-shot trace function), so the run stops within a moment with the
-    runner's one line, exit 130 and nothing written. Anything else goes to ``previous``.
-    """
-
-    def hook(unraisable: Any) -> None:
-        if isinstance(unraisable.exc_value, KeyboardInterrupt):
-            try:
-                check_interrupted()
-            except KeyboardInterrupt:
-                sys.settrace(_interrupt_at_the_next_call)
-                return
-        previous(unraisable)
-
-    return hook
-
-
-def _interrupt_at_the_next_call(frame: Any, event: str, arg: Any) -> None:
-    sys.settrace(None)  # one shot (Python also unsets a trace function that raises)
-    raise KeyboardInterrupt
+    return run(PROG, COMMANDS, argv, default=DEFAULT, description=__doc__ or "")
