@@ -26,7 +26,7 @@ from pathlib import Path
 import nox
 
 nox.options.default_venv_backend = "uv"
-nox.options.sessions = ["lint", "tests"]  # + "docs" once every README block runs (issue 42)
+nox.options.sessions = ["lint", "tests", "docs"]
 nox.options.error_on_external_run = False
 
 ROOT = Path(__file__).parent.resolve()
