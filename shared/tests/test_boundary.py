@@ -568,3 +568,20 @@ def test_a_device_this_machine_lacks_is_bad_input(capsys):
         pytest.skip("this machine has a cuda:7")
     assert run("iclr25-toy", _cmds(needs_cuda), ["--device", "cuda:7"], default="go") == 2
     assert "--device:" in capsys.readouterr().err
+
+
+def test_a_ctrl_c_while_the_temporary_folder_is_made_leaves_no_folder(tmp_path, monkeypatch):
+    """prdp at 0.5 s: the Ctrl-C landed inside the staging folder's creation, before the runner knew its name, and
+    a `.out.partial-*` folder stayed behind."""
+    import iclr25_shared.cli as core
+
+    real = core._write_owner
+
+    def interrupted_owner(folder):
+        real(folder)
+        os.kill(os.getpid(), signal.SIGINT)  # arrives while the folder exists but is not yet returned
+
+    monkeypatch.setattr(core, "_write_owner", interrupted_owner)
+    out = tmp_path / "out"
+    assert run("iclr25-toy", _cmds(lambda c, x: Result()), ["--out", str(out)], default="go") == 130
+    assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())

@@ -652,15 +652,21 @@ def _commit(staging: Path, out: Path) -> None:
 
 
 @contextlib.contextmanager
-def _sigint_blocked() -> Any:
+def _sigint_blocked(*, deliver: bool = False) -> Any:
+    """Hold SIGINT back during the block; afterwards deliver it (``deliver``) or drop it."""
     if _main_thread() and hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             yield
         finally:
-            handler = signal.signal(signal.SIGINT, signal.SIG_IGN)  # discards a Ctrl-C that arrived meanwhile
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-            signal.signal(signal.SIGINT, handler)
+            if deliver:
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+            else:
+                handler = signal.signal(
+                    signal.SIGINT, signal.SIG_IGN
+                )  # discards a Ctrl-C that arrived meanwhile
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+                signal.signal(signal.SIGINT, handler)
     else:
         yield
 
@@ -841,7 +847,10 @@ def _run(
             fn = _resolve(commands[name][1])
             check_interrupted()
             if _takes_context(fn):
-                staging = _staging_dir(Path(out)) if out is not None else None
+                with _sigint_blocked(
+                    deliver=True
+                ):  # a Ctrl-C here arrives once `staging` is set, so it is removed
+                    staging = _staging_dir(Path(out)) if out is not None else None
                 ctx = RunContext(label, cfg, staging=staging)
                 result = fn(cfg, ctx)
                 check_interrupted()
