@@ -847,9 +847,8 @@ def _run(
             fn = _resolve(commands[name][1])
             check_interrupted()
             if _takes_context(fn):
-                with _sigint_blocked(
-                    deliver=True
-                ):  # a Ctrl-C here arrives once `staging` is set, so it is removed
+                # a Ctrl-C while the folder is made arrives once `staging` is set, so it is removed
+                with _sigint_blocked(deliver=True):
                     staging = _staging_dir(Path(out)) if out is not None else None
                 ctx = RunContext(label, cfg, staging=staging)
                 result = fn(cfg, ctx)
