@@ -269,7 +269,9 @@ def test_a_swallowed_ctrl_c_stops_the_run_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "run"
     assert run("iclr25-toy", _cmds(swallowing), ["--out", str(out)], default="go") == 130
     assert not out.exists() and not list(tmp_path.iterdir())
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the caller's handler is back
+    assert (
+        signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    )  # the caller's handler is back (conftest)
 
 
 def test_a_ctrl_c_that_surfaces_as_another_error_is_still_130(capsys):
@@ -306,6 +308,10 @@ def test_a_swallowed_ctrl_c_stops_a_loop_at_its_next_progress_item(capsys):
     assert seen == [0, 1, 2, 3]
 
 
+def _sigint_default() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _run_killed(tmp_path: Path, out: Path) -> Path:
     """Start a run that stalls, SIGKILL it, and return the temporary folder it left beside ``out``."""
     script = (
@@ -315,7 +321,9 @@ def _run_killed(tmp_path: Path, out: Path) -> Path:
         "    ctx.save_text('x.txt', 'x'); print('ready', flush=True); time.sleep(60); return Result()\n"
         f"run('iclr25-toy', {{'go': (CommonOptions, stall)}}, ['--out', {str(out)!r}], default='go')\n"
     )
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, preexec_fn=_sigint_default
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     proc.kill()
     proc.wait()
@@ -422,7 +430,11 @@ def test_ctrl_c_in_a_real_process_while_parsing_exits_130_with_one_line(tmp_path
         f"sys.exit(run('iclr25-toy', {{'go': (CommonOptions, lambda c, x: Result())}}, ['go', '--out', {str(tmp_path / 'o')!r}], default='go'))\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-c", script],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_sigint_default,  # a test run started in the background inherits SIGINT as ignored
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "parsing"
     proc.send_signal(signal.SIGINT)

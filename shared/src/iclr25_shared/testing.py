@@ -148,6 +148,21 @@ class ContractTests:
     "x.csv")}``), keyed by ``"command.field"`` or ``"field"``; they may not make the case pass."""
 
     # -- helpers --------------------------------------------------------------------------------------------
+    @pytest.fixture(autouse=True)
+    def _sigint_raises_keyboard_interrupt(self) -> Any:
+        """The Ctrl-C tests send SIGINT to this process; a test run started as a background job inherits SIGINT as
+        ignored (which the runner keeps), so Python's own handling is installed for each test."""
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
     @property
     def cli(self) -> Any:
         if not self.package:
