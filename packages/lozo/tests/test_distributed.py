@@ -192,9 +192,13 @@ def test_two_thread_ranks_all_reduce_16_bytes_a_step_and_equal_the_single_proces
 
 
 def test_two_thread_ranks_with_different_seeds_refuse_to_start(monkeypatch):
+    import threading
+
     results, _ = _two_thread_ranks("bad-seed", monkeypatch)
-    for result in results:
-        assert isinstance(result, ValueError) and "ranks disagree on seed" in str(result), results
+    # every rank stops; at least one says why (the other may instead see the stand-in barrier broken by the first
+    # rank's exit, depending on which thread reaches the check first)
+    assert all(isinstance(r, ValueError | threading.BrokenBarrierError) for r in results), results
+    assert any(isinstance(r, ValueError) and "ranks disagree on seed" in str(r) for r in results), results
 
 
 def test_a_real_one_process_gloo_group_runs_the_data_parallel_path(tmp_path):
