@@ -57,10 +57,10 @@ import io
 import json
 import logging
 import os
+import platform
 import re
 import shutil
 import signal
-import socket
 import sys
 import tempfile
 import traceback
@@ -582,7 +582,7 @@ def _is_orphan(folder: Path) -> bool:
         host, pid, started = owner["host"], int(owner["pid"]), float(owner["started"])
     except (OSError, ValueError, KeyError, TypeError):
         return False  # no owner record (yet): maybe a run that has just created it; never touch it
-    if host != socket.gethostname():
+    if host != platform.node():
         return False
     alive = _process_started(pid)
     return alive is None or abs(alive - started) > 1.0
@@ -608,7 +608,7 @@ def _staging_dir(out: Path) -> Path:
 
 def _write_owner(folder: Path) -> None:
     started = _process_started(os.getpid()) or 0.0
-    owner = {"host": socket.gethostname(), "pid": os.getpid(), "started": started}
+    owner = {"host": platform.node(), "pid": os.getpid(), "started": started}
     (folder / _OWNER).write_text(json.dumps(owner))
 
 
