@@ -215,20 +215,7 @@ def docs(session: nox.Session) -> None:
 def workspace(session: nox.Session) -> None:
     """After the README's set-up, every package's default verb runs at its smallest size (tests/, slow)."""
     _sync_workspace(session)
-    session.run(
-        "python",
-        "-m",
-        "pytest",
-        "-c",
-        str(ROOT / "pyproject.toml"),
-        "--rootdir",
-        str(ROOT),
-        str(ROOT / "tests"),
-        "-m",
-        "slow or not slow",
-        *session.posargs,
-        env=_test_env(),
-    )
+    _pytest(session, ROOT, "slow or not slow")  # ROOT/tests
 
 
 @nox.session(default=False)
