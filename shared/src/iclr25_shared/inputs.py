@@ -265,10 +265,8 @@ def read_npz(
         loaded = np.load(p, allow_pickle=False)
     except Exception as exc:
         raise InputError(f"{_name(path, label)} is not {expected} ({_numpy_reason(exc)})") from None
-    if not hasattr(loaded, "files"):
-        raise InputError(f"{_name(path, label)} holds a single array (.npy); expected {expected}")
     try:
-        with loaded:
+        with loaded:  # the zip header above makes this an NpzFile
             arrays = {k: loaded[k] for k in loaded.files}
     except Exception as exc:  # a member that is truncated or holds objects
         raise InputError(f"{_name(path, label)} is not {expected} ({_numpy_reason(exc)})") from None
@@ -325,9 +323,6 @@ def read_npy(
         array = np.load(p, allow_pickle=False)
     except Exception as exc:
         raise InputError(f"{_name(path, label)} is not {expected} ({_numpy_reason(exc)})") from None
-    if not isinstance(array, np.ndarray):
-        array.close()
-        raise InputError(f"{_name(path, label)} is an .npz archive; expected {expected}")
     if ndim is not None and array.ndim != ndim:
         raise InputError(f"{_name(path, label)} has shape {array.shape}; expected {expected}")
     if finite:
