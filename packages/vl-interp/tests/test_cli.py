@@ -333,3 +333,13 @@ def test_a_cached_projector_is_used_only_when_it_fits():
     assert _fits(proj, {k: v.clone() for k, v in proj.state_dict().items()})
     assert not _fits(proj, Projector(5, 4, seed=0).state_dict())
     assert not _fits(proj, {"weight": torch.zeros(4, 6)})
+
+
+def test_size_gpu_is_10_to_100x_quick_in_training_samples():
+    from iclr25_vl_interp._repro import SIZES
+    from iclr25_vl_interp.cli import ReproduceConfig
+
+    assert ReproduceConfig(size="gpu").size == "gpu"
+    quick, gpu = SIZES["quick"], SIZES["gpu"]
+    assert 10 <= gpu.steps * gpu.batch / (quick.steps * quick.batch) <= 100
+    assert gpu.n_train >= 10 * quick.n_train and gpu.n_eval > quick.n_eval

@@ -194,9 +194,8 @@ class ProjectAway:
         self.directions = dirs
         self._image_token_id = parts.image_token_id
         self._mask: torch.Tensor | None = None
-        self.edited_rows = 0
-        """Image rows this hook changed so far, summed over forward calls (a row the positive-only rule leaves as
-        it was is not counted)."""
+        self._on: dict[tuple[Any, Any], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._edited: Any = 0  # a device tensor once a forward ran: read back only when edited_rows is read
         self._handles = [
             model.register_forward_pre_hook(self._grab_ids, with_kwargs=True),
             parts.layers[self.layer - 1].register_forward_hook(self._edit),
@@ -212,19 +211,45 @@ class ProjectAway:
             )
         self._mask = ids == self._image_token_id
 
+    @property
+    def edited_rows(self) -> int:
+        """Image rows this hook changed so far, summed over forward calls (a row the positive-only rule leaves as
+        it was is not counted)."""
+        return int(self._edited)
+
+    def _directions_on(self, device: Any, dtype: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The directions and their squared norms in the working dtype on ``device``, made once per device: the
+        hook then copies nothing from the host and reads nothing back (no synchronisation per forward on CUDA)."""
+        import torch
+
+        work = torch.promote_types(dtype, torch.float32)
+        key = (device, work)
+        if key not in self._on:
+            self._on[key] = [
+                (t, torch.dot(t, t))
+                for t in (d.detach().to(device=device, dtype=work) for d in self.directions)
+            ]
+        return self._on[key]
+
     def _edit(self, _module: Any, _args: Any, output: Any) -> Any:
+        import torch
+
         hidden = output[0] if isinstance(output, tuple | list) else output
         mask = self._mask
-        if mask is None or mask.shape != hidden.shape[:2] or not bool(mask.any()):
-            return None  # decode step or no image: untouched
-        before = hidden[mask]
-        rows = before
-        for t in self.directions:
-            rows = project_away(rows, t, alpha=self.alpha, only_positive=self.only_positive)
-        new = hidden.clone()
-        new[mask] = rows
+        if mask is None or mask.shape != hidden.shape[:2]:
+            return None  # no ids seen: untouched
+        # every row is projected and the image rows are selected with torch.where (no boolean index, no host read of
+        # the mask): a decode step (no image token) returns its hidden state bit for bit
+        work = torch.promote_types(hidden.dtype, torch.float32)
+        rows = hidden
+        for t, norm2 in self._directions_on(hidden.device, hidden.dtype):
+            h = rows.to(work)
+            coef = (h @ t) / norm2
+            edited = (h - self.alpha * coef.unsqueeze(-1) * t).to(hidden.dtype)
+            rows = torch.where((coef > 0).unsqueeze(-1), edited, rows) if self.only_positive else edited
+        new = torch.where(mask.unsqueeze(-1), rows, hidden)
         # rows the positive-only rule (or alpha = 0) leaves as they are are not counted
-        self.edited_rows += int((rows != before).any(dim=-1).sum())
+        self._edited = self._edited + (new != hidden).any(dim=-1).sum()
         if isinstance(output, tuple):
             return (new, *output[1:])
         if isinstance(output, list):

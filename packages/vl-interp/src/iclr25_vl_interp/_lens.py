@@ -305,14 +305,19 @@ def internal_confidence(
         for t in toks:
             check_int(f"token_ids[{o}]", t, low=0, high=vocab - 1)
     states, _ = _forward_states(model, inputs, parts)
-    maps = torch.empty(len(token_ids), len(idx), int(mask.sum()), dtype=torch.float32)
+    # the maps stay on the model's device until the end: one device-to-host copy, not one per (layer, object)
+    # and the image rows are found once (a boolean index per layer would read the mask back each time)
+    rows = mask.nonzero().squeeze(-1).to(states.device)
+    maps = torch.empty(len(token_ids), len(idx), rows.numel(), dtype=torch.float32, device=states.device)
+    tok_idx = [torch.as_tensor(list(toks), device=states.device) for toks in token_ids]
     with torch.no_grad():
         for j, layer in enumerate(idx):
             probs = torch.softmax(
-                lens_logits(parts, states[layer, 0, mask], apply_final_norm=apply_final_norm).float(), -1
+                lens_logits(parts, states[layer, 0, rows], apply_final_norm=apply_final_norm).float(), -1
             )
-            for o, toks in enumerate(token_ids):
-                maps[o, j] = probs[:, list(toks)].amax(dim=-1).cpu()
+            for o, toks in enumerate(tok_idx):
+                maps[o, j] = probs[:, toks].amax(dim=-1)
+    maps = maps.cpu()
     conf = maps.flatten(1).amax(dim=1)
     return conf, maps
 

@@ -92,6 +92,18 @@ SIZES = {
         image_layers=(1, 2, 3),
         text_layers=(0, 1, 2, 3, 4),
     ),
+    # one GPU, about a minute (never run; README "GPU"): 10x the training composites and steps and 4x the batch of
+    # quick (40x the samples seen), 2x the tuning and reported composites, the full layer grid of the edit
+    "gpu": Setting(
+        n_train=24000,
+        steps=2000,
+        batch=64,
+        n_tune=120,
+        n_eval=140,
+        tune_max_edit=24,
+        image_layers=(1, 2, 3),
+        text_layers=(0, 1, 2, 3, 4),
+    ),
 }
 
 
