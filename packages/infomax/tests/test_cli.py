@@ -302,3 +302,18 @@ def test_user_arrays_that_do_not_fit_exit_2_naming_the_file(files, tmp_path, cap
     err = capsys.readouterr().err.strip()
     assert "--features" in err and flat in err and "2 axes" in err, err
     assert not out.exists()
+
+
+def test_size_gpu_scales_the_defaults_and_explicit_options_win():
+    from iclr25_infomax.cli import GPU_SIZE, ReproduceConfig
+
+    quick = ReproduceConfig()
+    assert quick.sized() == quick
+    gpu = ReproduceConfig(size="gpu").sized()
+    assert {k: getattr(gpu, k) for k in GPU_SIZE} == GPU_SIZE
+    # classifier work (steps x batch x seeds) is 10-100x quick's, the issue-40 band
+    work = lambda c: c.train_steps * c.batch_size * c.seeds  # noqa: E731
+    assert 10 <= work(gpu) / work(quick) <= 100
+    assert ReproduceConfig(size="gpu", seeds=2).sized().seeds == 2
+    with pytest.raises(ValueError, match="size"):
+        ReproduceConfig(size="huge")

@@ -149,9 +149,12 @@ def classifier_accuracy(
     X = torch.from_numpy(x_train).to(device)
     Y = torch.from_numpy(y_train).to(device)
     n = X.shape[0]
+    # every step's batch indices drawn at once (the same stream as one draw per step) and copied to the device once:
+    # on CUDA a per-step host-to-device copy would synchronise the host with the GPU at every step
+    batches = torch.randint(0, n, (steps, min(batch_size, n)), generator=gen).to(device)
     model.train()
-    for _ in range(steps):
-        b = torch.randint(0, n, (min(batch_size, n),), generator=gen).to(device)
+    for step in range(steps):
+        b = batches[step]
         loss = torch.nn.functional.cross_entropy(model(X[b]), Y[b])
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -230,6 +233,12 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     from iclr25_shared.data import fashion_mnist
 
     log = ctx.log.info
+    cfg = cfg.sized()
+    if cfg.size != "quick":
+        log(
+            f"size {cfg.size}: pool {cfg.num_train}, {cfg.seeds} seeds, {cfg.score_epochs} scoring epochs, "
+            f"{cfg.train_steps} steps of {cfg.batch_size}"
+        )
     t_start = time.perf_counter()
     device = ctx.torch_device()
     timings: dict[str, float] = {}

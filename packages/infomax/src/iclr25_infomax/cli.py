@@ -4,9 +4,9 @@ maximise importance minus kNN redundancy. Config dataclasses and ``main`` only; 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from iclr25_shared import inputs
 from iclr25_shared.checks import check_choice, check_float, check_int
@@ -111,6 +111,10 @@ class ReproduceConfig(_Options):
     EL2N scores and centred cosine kNN features from a scoring MLP; InfoMax and greedy pick α, CCS its hard-pruning
     rate on the held-out split; the same classifier is trained on every coreset with paired seeds."""
 
+    size: Literal["quick", "gpu"] = "quick"
+    """quick: the defaults below (about 5 minutes on one CPU thread); gpu: the options left at their defaults take
+    the GPU preset :data:`GPU_SIZE` (the full 55 000-image pool, 5 seeds, 2x the steps at 4x the batch; with
+    --device cuda, a few minutes on one GPU: README "GPU"). Options given explicitly win over the preset."""
     budgets: tuple[float, ...] = (0.1, 0.3, 0.5)
     """Fractions of the pool to keep."""
     seeds: int = 3
@@ -179,6 +183,19 @@ class ReproduceConfig(_Options):
         check_int("batch_size", self.batch_size, low=1)
         check_float("lr", self.lr, low=0.0, low_inclusive=False)
         check_choice("schedule", self.schedule, ("onecycle", "constant"))
+        check_choice("size", self.size, ("quick", "gpu"))
+
+    def sized(self) -> ReproduceConfig:
+        """This config with the ``--size`` preset applied to every option still at its quick default."""
+        if self.size == "quick":
+            return self
+        defaults = {f.name: f.default for f in fields(self)}
+        return replace(self, **{k: v for k, v in GPU_SIZE.items() if getattr(self, k) == defaults[k]})
+
+
+GPU_SIZE = {"num_train": 55_000, "seeds": 5, "score_epochs": 8, "train_steps": 2000, "batch_size": 512}
+"""``reproduce --size gpu``: 1.8x the pool, 5 seeds instead of 3, 8 scoring epochs, 2 000 classifier steps of 512
+(8x the samples per classifier): about 20x quick's classifier work (README "GPU" has the time estimate)."""
 
 
 @dataclass(frozen=True, kw_only=True)
