@@ -218,7 +218,9 @@ def test_the_cli_retries_empty_replies_as_retries_says_and_exits_2(
     slept = []
     monkeypatch.setattr(time, "sleep", slept.append)  # the backend's default sleep, looked up when it is made
     _empty_then(stub_server, 10**6)
-    code = main(_args(_csv(tmp_path, length_pairs), stub_server, tmp_path, "--retries", "2", "--quiet"))
+    # one request at a time: this test counts the retries of one call (test_concurrency.py covers --concurrency)
+    args = _args(_csv(tmp_path, length_pairs), stub_server, tmp_path, "--retries", "2", "--concurrency", "1")
+    code = main([*args, "--quiet"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "failed after 3 attempt(s)" in err and "choices[0].message.content" in err, err
     assert len(stub_server.requests) == 3 and len(slept) == 2 and slept[1] >= 1.0

@@ -19,6 +19,12 @@ Backends here:
 - :class:`CachedBackend`: wraps any of them; every call is keyed by its inputs and appended to a JSONL file, so an
   interrupted run resumes without repeating a call. The key holds the backend's endpoint (normalised base URL, for
   an HTTP backend) and model name, so a cache written for one server is never served for another.
+
+Concurrency: ``chat_many(prompts)`` (on :class:`OpenAICompatibleBackend` and :class:`CachedBackend`) sends at most
+``concurrency`` requests at a time from a thread pool and returns the replies in prompt order, so the results do not
+depend on ``concurrency``. The cache is safe under concurrent callers: one lock orders its appends, a call already in
+flight for the same key is waited for rather than repeated, and appends from other processes sharing the file are
+serialised with an advisory file lock (``fcntl.flock``).
 """
 
 from __future__ import annotations
@@ -30,13 +36,20 @@ import math
 import os
 import random
 import re
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
+
+try:  # POSIX: serialises appends of several processes sharing one cache file
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: one process per cache file
+    fcntl = None  # type: ignore[assignment]
 
 from iclr25_shared.checks import check_float, check_int
 from iclr25_shared.errors import InputError, SourceUnavailable
@@ -52,6 +65,7 @@ __all__ = [
     "Message",
     "OpenAICompatibleBackend",
     "ScriptedBackend",
+    "bounded_map",
     "check_cache_file",
     "default_base_url",
     "is_openai_url",
@@ -106,6 +120,46 @@ def _check_messages(messages: Sequence[Message]) -> list[dict[str, str]]:
             raise TypeError(f"messages[{i}]['content'] must be a string, got {type(m['content']).__name__}")
         out.append({"role": m["role"], "content": m["content"]})
     return out
+
+
+def bounded_map(
+    fn: Callable[[Any], Any],
+    items: Sequence[Any],
+    concurrency: int,
+    *,
+    abort: threading.Event | None = None,
+) -> list[Any]:
+    """``[fn(x) for x in items]`` with at most ``concurrency`` calls running at once (threads), in item order.
+
+    The first exception (in completion order) is raised once every call already running has finished; calls not
+    yet started are cancelled, and ``abort`` (when given) is set meanwhile so that running calls stop retrying
+    (:class:`OpenAICompatibleBackend` checks its ``abort_event`` before each retry). ``concurrency == 1`` (or one
+    item) is the plain loop in this thread.
+
+    Raises:
+        ValueError: ``concurrency < 1``.
+    """
+    concurrency = check_int("concurrency", concurrency, low=1)
+    items = list(items)
+    if concurrency == 1 or len(items) <= 1:
+        return [fn(x) for x in items]
+    pool = ThreadPoolExecutor(max_workers=min(concurrency, len(items)), thread_name_prefix="icai-call")
+    try:
+        futures = [pool.submit(fn, x) for x in items]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        failed = [f for f in futures if f.done() and not f.cancelled() and f.exception() is not None]
+        if failed:
+            if abort is not None:
+                abort.set()
+            for f in futures:
+                f.cancel()
+            wait([f for f in futures if not f.cancelled()])
+            raise failed[0].exception()  # type: ignore[misc]
+        return [f.result() for f in futures]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        if abort is not None:
+            abort.clear()
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -308,9 +362,11 @@ class OpenAICompatibleBackend:
             ``max_backoff``; a numeric ``Retry-After`` header is honoured (capped too).
         transport: an ``httpx`` transport (tests use ``httpx.MockTransport``); default: real network.
         sleep: the sleep function (tests pass a recorder); default ``time.sleep``, looked up when the backend is made.
+        concurrency: requests in flight at once in :meth:`chat_many` (``>= 1``; 1 = one at a time).
 
     Attributes:
         endpoint: the normalised base URL (part of every :class:`CachedBackend` key).
+        calls / requests: logical calls and HTTP requests (retries included); exact under concurrency.
 
     Raises:
         InputError: no usable key where one is required (see :func:`resolve_api_key`).
@@ -333,6 +389,7 @@ class OpenAICompatibleBackend:
         transport: Any = None,
         sleep: Callable[[float], None] | None = None,
         seed: int = 0,
+        concurrency: int = 1,
     ) -> None:
         import httpx
 
@@ -352,6 +409,11 @@ class OpenAICompatibleBackend:
         self._client = httpx.Client(timeout=timeout, headers=headers, transport=transport)
         self._sleep = sleep if sleep is not None else time.sleep
         self._rng = random.Random(seed)
+        self.concurrency = check_int("concurrency", concurrency, low=1)
+        self._count_lock = threading.Lock()
+        self.abort_event = (
+            threading.Event()
+        )  # set by chat_many when a concurrent call failed: no more retries
         self.calls = 0  # logical calls
         self.requests = 0  # HTTP requests, retries included
 
@@ -370,7 +432,8 @@ class OpenAICompatibleBackend:
         url = f"{self.base_url}{path}"
         last: BaseException | None = None
         for attempt in range(self.max_retries + 1):
-            self.requests += 1
+            with self._count_lock:
+                self.requests += 1
             try:
                 response = self._client.post(url, json=payload)
                 response.raise_for_status()
@@ -383,9 +446,11 @@ class OpenAICompatibleBackend:
                 return parse(body)
             except (httpx.HTTPError, _BadResponse, OSError) as exc:
                 last = exc
-                if not is_retryable(exc) or attempt == self.max_retries:
+                if not is_retryable(exc) or attempt == self.max_retries or self.abort_event.is_set():
                     break
-                delay = min(self.max_backoff, self.backoff * 2**attempt) * (0.5 + 0.5 * self._rng.random())
+                with self._count_lock:
+                    jitter = self._rng.random()
+                delay = min(self.max_backoff, self.backoff * 2**attempt) * (0.5 + 0.5 * jitter)
                 retry_after = getattr(getattr(exc, "response", None), "headers", {}).get("retry-after")
                 if retry_after is not None:
                     with contextlib.suppress(ValueError):
@@ -416,7 +481,8 @@ class OpenAICompatibleBackend:
         msgs = _check_messages(messages)
         check_int("max_tokens", max_tokens, low=1)
         check_float("temperature", temperature, low=0.0)
-        self.calls += 1
+        with self._count_lock:
+            self.calls += 1
         payload = {
             "model": self.model_name,
             "messages": msgs,
@@ -435,6 +501,21 @@ class OpenAICompatibleBackend:
 
         return self._post("/chat/completions", payload, content)
 
+    def chat_many(
+        self, prompts: Sequence[Sequence[Message]], *, max_tokens: int = 256, temperature: float = 0.0
+    ) -> list[str]:
+        """:meth:`chat` for each prompt, at most ``concurrency`` requests in flight, replies in prompt order.
+
+        Raises:
+            EndpointUnavailable: the first call that failed after its retries (requests not yet sent are not sent).
+        """
+        return bounded_map(
+            lambda p: self.chat(p, max_tokens=max_tokens, temperature=temperature),
+            prompts,
+            self.concurrency,
+            abort=self.abort_event,
+        )
+
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         """``POST /embeddings``: ``(n_texts, dim)`` float32 embeddings, in the order of ``texts``.
 
@@ -445,7 +526,8 @@ class OpenAICompatibleBackend:
         texts = list(texts)
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
-        self.calls += 1
+        with self._count_lock:
+            self.calls += 1
 
         def embeddings(body: dict[str, Any]) -> np.ndarray:
             try:
@@ -736,21 +818,36 @@ class CachedBackend:
         self.endpoint = normalise_base_url(endpoint) if endpoint is not None else None
         self.path = Path(path) if path is not None else None
         self._store: dict[str, Any] = {}
+        self._lock = threading.RLock()  # the store, the counters, the file offset and the appends
+        self._inflight: dict[str, Future] = {}  # key -> the pending reply of a call another thread is making
+        self._offset = 0  # bytes of the file already read into the store
         self.hits = 0
         self.misses = 0
         self.skipped_lines = 0
         if self.path is not None and self.path.exists():
             check_cache_file(self.path)
-            with self.path.open("r", encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        row = json.loads(line)
-                        self._store[row["key"]] = row["response"]
-                    except (ValueError, KeyError, TypeError):
-                        self.skipped_lines += int(bool(line.strip()))
+            data = self.path.read_bytes()
+            self._offset = len(data)
+            for line in data.decode("utf-8").splitlines():
+                self._load_line(line)
         if hasattr(backend, "choice_logprobs"):
             self.choice_logprobs = self._choice_logprobs
         self.supports_prefill = bool(getattr(backend, "supports_prefill", False))
+
+    def _load_line(self, line: str) -> str | None:
+        """Put one cache line into the store; returns its key (``None`` for an unreadable line, counted)."""
+        try:
+            row = json.loads(line)
+            self._store[row["key"]] = row["response"]
+            return row["key"]
+        except (ValueError, KeyError, TypeError):
+            self.skipped_lines += int(bool(line.strip()))
+            return None
+
+    @property
+    def concurrency(self) -> int:
+        """Calls :meth:`chat_many` makes at once: the wrapped backend's ``concurrency`` (1 when it has none)."""
+        return int(getattr(self.backend, "concurrency", 1))
 
     def __len__(self) -> int:
         return len(self._store)
@@ -768,49 +865,115 @@ class CachedBackend:
         return _key(record)
 
     def _append(self, key: str, kind: str, request: Any, response: Any) -> None:
-        self._store[key] = response
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        head = (
-            {"key": key, "kind": kind, "endpoint": self.endpoint}
-            if self.endpoint
-            else {"key": key, "kind": kind}
-        )
-        line = json.dumps(
-            {**head, "model": self.model_name, "request": request, "response": response},
-            ensure_ascii=False,
-            allow_nan=False,
-        )
-        with self.path.open("a+b") as f:
-            f.seek(0, os.SEEK_END)
-            if f.tell() > 0:
-                f.seek(-1, os.SEEK_END)
-                if f.read(1) != b"\n":
-                    f.write(b"\n")
-            f.write(line.encode("utf-8") + b"\n")
-            f.flush()
-            os.fsync(f.fileno())
+        """Store the reply and append its line, once: under the lock (threads) and an exclusive ``flock`` on the
+        file (processes). Lines other processes appended since the last read are loaded first; when one of them
+        already holds ``key`` nothing is written (no duplicate line)."""
+        with self._lock:
+            self._store[key] = response
+            if self.path is None:
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            head = (
+                {"key": key, "kind": kind, "endpoint": self.endpoint}
+                if self.endpoint
+                else {"key": key, "kind": kind}
+            )
+            line = json.dumps(
+                {**head, "model": self.model_name, "request": request, "response": response},
+                ensure_ascii=False,
+                allow_nan=False,
+            )
+            with self.path.open("a+b") as f:
+                if fcntl is not None:
+                    fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+                try:
+                    end = f.seek(0, os.SEEK_END)
+                    if end > self._offset:  # another process appended: read its complete lines
+                        f.seek(self._offset)
+                        new = f.read(end - self._offset)
+                        complete = new[: new.rfind(b"\n") + 1]
+                        seen = {self._load_line(x) for x in complete.decode("utf-8", "replace").splitlines()}
+                        if key in seen:
+                            self._store[key] = response
+                            self._offset = self._offset + len(complete)
+                            return
+                        f.seek(0, os.SEEK_END)
+                    if end > 0:
+                        f.seek(-1, os.SEEK_END)
+                        if f.read(1) != b"\n":  # a line cut short by a killed writer: end it
+                            f.write(b"\n")
+                    f.write(line.encode("utf-8") + b"\n")
+                    f.flush()
+                    os.fsync(f.fileno())
+                    self._offset = f.tell()
+                finally:
+                    if fcntl is not None:
+                        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def _cached_call(self, key: str, kind: str, request: Any, call: Callable[[], Any]) -> Any:
+        """The stored reply of ``key``, else ``call()`` once (concurrent callers of the same key wait for it, and
+        count as hits), appended to the cache before it is returned."""
+        with self._lock:
+            if key in self._store:
+                self.hits += 1
+                return self._store[key]
+            pending = self._inflight.get(key)
+            if pending is None:
+                pending = self._inflight[key] = Future()
+                self.misses += 1
+                owner = True
+            else:
+                self.hits += 1
+                owner = False
+        if not owner:
+            return pending.result()
+        try:
+            reply = call()
+            self._append(key, kind, request, reply)
+        except BaseException as exc:
+            with self._lock:
+                del self._inflight[key]
+            pending.set_exception(exc)
+            raise
+        with self._lock:
+            del self._inflight[key]
+        pending.set_result(reply)
+        return reply
 
     def chat(self, messages: Sequence[Message], *, max_tokens: int = 256, temperature: float = 0.0) -> str:
+        """Cached :meth:`chat` of the wrapped backend; safe to call from several threads."""
         request = {
             "messages": _check_messages(messages),
             "max_tokens": max_tokens,
             "temperature": temperature,
         }
         key = self._key("chat", self.model_name, request)
-        if key in self._store:
-            self.hits += 1
-            return self._store[key]
-        self.misses += 1
-        reply = self.backend.chat(request["messages"], max_tokens=max_tokens, temperature=temperature)
-        self._append(key, "chat", request, reply)
-        return reply
+        return self._cached_call(
+            key,
+            "chat",
+            request,
+            lambda: self.backend.chat(request["messages"], max_tokens=max_tokens, temperature=temperature),
+        )
+
+    def chat_many(
+        self, prompts: Sequence[Sequence[Message]], *, max_tokens: int = 256, temperature: float = 0.0
+    ) -> list[str]:
+        """:meth:`chat` for each prompt with at most :attr:`concurrency` calls in flight, replies in prompt order.
+        Each reply is appended to the cache as soon as it arrives (a killed run keeps every finished call)."""
+        return bounded_map(
+            lambda p: self.chat(p, max_tokens=max_tokens, temperature=temperature),
+            prompts,
+            self.concurrency,
+            abort=getattr(self.backend, "abort_event", None),
+        )
 
     def chat_batch(
         self, prompts: Sequence[Sequence[Message]], *, max_tokens: int = 256, temperature: float = 0.0
     ) -> list[str]:
-        """Batched :meth:`chat`: misses go to the backend's ``chat_batch`` when it has one."""
+        """Batched :meth:`chat`: misses go to the backend's ``chat_batch`` when it has one (the local judge), else
+        to :meth:`chat_many` (one call per prompt, :attr:`concurrency` at a time)."""
+        if not hasattr(self.backend, "chat_batch"):
+            return self.chat_many(prompts, max_tokens=max_tokens, temperature=temperature)
         requests = [
             {"messages": _check_messages(p), "max_tokens": max_tokens, "temperature": temperature}
             for p in prompts
@@ -820,15 +983,9 @@ class CachedBackend:
         self.hits += len(keys) - len(todo)
         if todo:
             self.misses += len(todo)
-            if hasattr(self.backend, "chat_batch"):
-                replies = self.backend.chat_batch(
-                    [requests[i]["messages"] for i in todo], max_tokens=max_tokens, temperature=temperature
-                )
-            else:
-                replies = [
-                    self.backend.chat(requests[i]["messages"], max_tokens=max_tokens, temperature=temperature)
-                    for i in todo
-                ]
+            replies = self.backend.chat_batch(
+                [requests[i]["messages"] for i in todo], max_tokens=max_tokens, temperature=temperature
+            )
             for i, r in zip(todo, replies):
                 self._append(keys[i], "chat", requests[i], r)
         return [self._store[k] for k in keys]

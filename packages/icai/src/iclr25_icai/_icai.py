@@ -209,6 +209,17 @@ def parse_principles(reply: str, max_principles: int) -> list[str]:
     return cleaned[:max_principles]
 
 
+def _chat_all(backend: LLMBackend, prompts: Sequence[Sequence[Any]], *, max_tokens: int) -> list[str]:
+    """Replies in prompt order: the backend's ``chat_many`` (bounded concurrency) when it has one, else one
+    :meth:`chat` at a time. Every prompt is built before the first call, so replies never depend on the order in
+    which concurrent calls finish."""
+    if not prompts:
+        return []
+    if hasattr(backend, "chat_many"):
+        return list(backend.chat_many(prompts, max_tokens=max_tokens))
+    return [backend.chat(p, max_tokens=max_tokens) for p in prompts]
+
+
 def propose_principles(
     pairs: pd.DataFrame,
     backend: LLMBackend,
@@ -245,7 +256,7 @@ def propose_principles(
     if hasattr(backend, "chat_batch"):
         replies = backend.chat_batch(prompts, max_tokens=max_tokens)
     else:
-        replies = [backend.chat(p, max_tokens=max_tokens) for p in prompts]
+        replies = _chat_all(backend, prompts, max_tokens=max_tokens)
     rows = []
     for i, reply in enumerate(replies):
         found = parse_principles(head + reply, num_principles)
@@ -503,6 +514,8 @@ def vote(
     rng = np.random.default_rng(seed)
     rows: list[dict[str, Any]] = []
     option_vote = {"A": "A", "B": "B", "Both": "both", "Neither": "neither"}
+    shown: list[tuple[int, int, bool, str, dict[int, str], dict[int, float]]] = []
+    jobs: list[tuple[dict[int, str], Any, list[dict[str, str]]]] = []  # json mode: (answers, chunk, prompt)
     for i, row in pairs.iterrows():
         start = int(rng.integers(2))
         for j in range(reannotations):
@@ -524,25 +537,28 @@ def vote(
             else:
                 for c in range(0, len(order), max_per_prompt):
                     chunk = order[c : c + max_per_prompt]
-                    reply = backend.chat(
-                        vote_messages(row["input"], first, second, [principles[p] for p in chunk]),
-                        max_tokens=max_tokens,
-                    )
-                    for p, a in zip(chunk, parse_votes(reply, len(chunk))):
-                        answers[int(p)] = a
-            for p in range(len(principles)):
-                rows.append(
-                    {
-                        "pair": int(i),
-                        "principle": p,
-                        "reannotation": j,
-                        "flipped": flipped,
-                        "answer": answers[p],
-                        "vote": _relation(answers[p], flipped, row["preferred_text"]),
-                        # log p(A) - log p(B) turned into log p(preferred) - log p(rejected)
-                        "margin": _oriented(margins.get(p, math.nan), flipped, row["preferred_text"]),
-                    }
-                )
+                    prompt = vote_messages(row["input"], first, second, [principles[p] for p in chunk])
+                    jobs.append((answers, chunk, prompt))
+            shown.append((int(i), j, flipped, row["preferred_text"], answers, margins))
+    # json mode: every call at once (``chat_many``: bounded concurrency, replies in prompt order)
+    replies = _chat_all(backend, [prompt for _, _, prompt in jobs], max_tokens=max_tokens)
+    for (answers, chunk, _), reply in zip(jobs, replies):
+        for p, a in zip(chunk, parse_votes(reply, len(chunk))):
+            answers[int(p)] = a
+    for i, j, flipped, preferred, answers, margins in shown:
+        for p in range(len(principles)):
+            rows.append(
+                {
+                    "pair": i,
+                    "principle": p,
+                    "reannotation": j,
+                    "flipped": flipped,
+                    "answer": answers[p],
+                    "vote": _relation(answers[p], flipped, preferred),
+                    # log p(A) - log p(B) turned into log p(preferred) - log p(rejected)
+                    "margin": _oriented(margins.get(p, math.nan), flipped, preferred),
+                }
+            )
     raw = pd.DataFrame(
         rows, columns=["pair", "principle", "reannotation", "flipped", "answer", "vote", "margin"]
     )
@@ -881,12 +897,13 @@ def reconstruct_many(
                     "invalid" if not np.isfinite(v) else "text_a" if v > 0 else "text_b" if v < 0 else "tie"
                 )
     else:
+        replies = _chat_all(backend, prompts, max_tokens=8)
         k = 0
         for flips in shown:
             votes: dict[str, set[str]] = {n: set() for n in names}
             for f in flips:
                 for n in names:
-                    letter = _letter(backend.chat(prompts[k], max_tokens=8))
+                    letter = _letter(replies[k])
                     k += 1
                     if letter is None:
                         votes[n].add("invalid")

@@ -109,9 +109,13 @@ class RunConfig(CommonOptions):
     """Retries per endpoint call on 408/409/429/5xx and errors without status (>= 0)."""
     timeout: float = 60.0
     """Seconds per endpoint request (> 0)."""
+    concurrency: int = 4
+    """Endpoint requests in flight at once (>= 1; --backend openai). Results do not depend on it: every prompt of a
+    stage is built first and the replies are used in prompt order."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_int("concurrency", self.concurrency, low=1)
         check_int("max_principles", self.max_principles, low=1)
         check_int("principles_per_pair", self.principles_per_pair, low=1)
         check_int("clusters", self.clusters, low=1)
@@ -167,18 +171,31 @@ class ReproduceConfig(CommonOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """LLM calls and wall time per 100 pairs, cache hits on a resumed run, and batched vs one-by-one local scoring."""
+    """LLM calls per 100 pairs, cache hits on a resumed run, ICAI wall time against an endpoint at several
+    --concurrency values, and batched vs one-by-one local scoring (shared interleaved protocol)."""
 
     pairs: int = 100
     """Pairs for the call-count and resume measurements (scripted oracle backend, >= 2)."""
-    local_pairs: int = 3
+    endpoint_pairs: int = 20
+    """Pairs of the timed ICAI runs against the local latency endpoint (>= 2)."""
+    latency_ms: float = 50.0
+    """Latency the local test endpoint adds to every request, in milliseconds (>= 0)."""
+    concurrency: tuple[int, ...] = (1, 4, 16)
+    """--concurrency values timed against the endpoint (the first is the baseline)."""
+    local_pairs: int = 2
     """Pairs for the SmolLM2 scoring-throughput measurement (0 skips it)."""
-    repeats: int = 1
-    """Timed repetitions of the SmolLM2 measurement (the median is reported, >= 1)."""
+    repeats: int = 5
+    """Timed rounds of each interleaved measurement (the median and a bootstrap interval are reported, >= 1)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("pairs", self.pairs, low=2)
+        check_int("endpoint_pairs", self.endpoint_pairs, low=2)
+        check_float("latency_ms", self.latency_ms, low=0.0)
+        if not self.concurrency:
+            raise ValueError("concurrency must name at least one value")
+        for n in self.concurrency:
+            check_int("concurrency", n, low=1)
         check_int("local_pairs", self.local_pairs, low=0)
         check_int("repeats", self.repeats, low=1)
 
