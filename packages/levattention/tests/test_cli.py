@@ -216,3 +216,15 @@ def test_reproduce_tiny_with_smollm2_queries_and_keys(tmp_path):
     assert all(r["recall"] in (1.0, None) and r["false pos"] == 0 for r in rows)
     assert any(r["heavy (brute)"] > 0 for r in rows)
     assert results["metrics"]["A: total missed entries"] == 0
+
+
+def test_size_gpu_is_quick_part_a_and_10x_its_vit_training():
+    from dataclasses import replace
+
+    from iclr25_levattention._experiment import SIZES
+    from iclr25_levattention.cli import ReproduceConfig
+
+    assert ReproduceConfig(size="gpu").size == "gpu"
+    quick, gpu = SIZES["quick"], SIZES["gpu"]
+    assert gpu.vit_epochs * gpu.vit_train == 10 * quick.vit_epochs * quick.vit_train
+    assert replace(gpu, vit_epochs=quick.vit_epochs) == quick

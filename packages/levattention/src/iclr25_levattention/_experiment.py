@@ -109,6 +109,22 @@ SIZES = {
         vit_epochs=15,
         vit_top_k=8,
     ),
+    # One GPU (with --device cuda; never run, README "GPU"): part A as quick (numpy on the host), part B trained for
+    # 10x quick's image passes (50 epochs of the 60 000 images, 3 000 000 passes per model).
+    "gpu": ReproduceSize(
+        lm_tokens=4096,
+        lm_layers=(1, 7, 13, 19, 25),
+        lm_heads=tuple(range(9)),
+        lm_p4_sources=(18, 21, 24),
+        lm_p=(2,),
+        fashion_n=16384,
+        scaling_lm=(512, 1024, 2048, 4096),
+        scaling_fashion=(2048, 4096, 8192, 16384, 32768),
+        vit_train=60000,
+        vit_test=10000,
+        vit_epochs=50,
+        vit_top_k=8,
+    ),
 }
 
 EPSILONS = (0.01, 0.02, 0.05, 0.1, 0.2)

@@ -66,9 +66,9 @@ class FindConfig(CommonOptions):
 class ReproduceConfig(CommonOptions):
     """The paper's claims at small scale on real data: (A) exactness and scaling, (B) ViT on Fashion-MNIST."""
 
-    size: Literal["quick", "full", "tiny"] = "quick"
+    size: Literal["quick", "full", "tiny", "gpu"] = "quick"
     """quick: under 10 minutes on 2 CPU cores; full: larger n, the full Fashion-MNIST training set; tiny: a
-    seconds-long smoke test (not a result)."""
+    seconds-long smoke test (not a result); gpu: quick's part A, part B trained 10x longer (with --device cuda)."""
     parts: Literal["all", "A", "B"] = "all"
     """Which parts to run."""
     lm: bool = True
@@ -82,7 +82,7 @@ class ReproduceConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_choice("size", self.size, ("quick", "full", "tiny"))
+        check_choice("size", self.size, ("quick", "full", "tiny", "gpu"))
         check_choice("parts", self.parts, ("all", "A", "B"))
         check_choice("vit_models", self.vit_models, ("all", "full", "lev"))
         check_int("vit_epochs", self.vit_epochs, low=0, high=1000)
