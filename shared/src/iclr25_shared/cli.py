@@ -44,7 +44,10 @@ modules. :func:`run` adds, for every package:
 - every file of the results folder gets ordinary permissions (``0o666`` less the umask; folders ``0o777``), whoever
   wrote it; temporary folders of killed runs beside ``--out`` are removed by the next run;
 - ``--quiet`` also silences transformers / diffusers / huggingface_hub progress bars and warnings.
-  ``ICLR25_DEBUG=1`` prints the traceback as well.
+  ``ICLR25_DEBUG=1`` prints the traceback as well;
+- under ``torchrun`` / ``accelerate launch`` (:mod:`iclr25_shared.distributed`): only rank 0 gets the results folder,
+  commits it and prints the result (``ctx.writes`` is False on the other ranks); a failure names its rank; a process
+  group left initialised is destroyed when the run ends.
 """
 
 from __future__ import annotations
@@ -329,6 +332,10 @@ class RunContext:
         self.log = _logger(command.replace(" ", "."), self.quiet)
         self.device_label: str = str(getattr(config, "device", "cpu"))
         self._staging = staging
+        from iclr25_shared.distributed import world
+
+        self.world = world()
+        """This process's rank and world size (:class:`iclr25_shared.distributed.World`)."""
 
     # -- devices ---------------------------------------------------------------------------------------------
     def torch_device(self) -> Any:
@@ -360,7 +367,8 @@ class RunContext:
     # -- files ----------------------------------------------------------------------------------------------
     @property
     def writes(self) -> bool:
-        """Whether this run writes files (``--out`` was given)."""
+        """Whether this process writes files: ``--out`` was given and it is rank 0 (every process of a
+        one-process run is)."""
         return self._staging is not None
 
     def path(self, name: str) -> Path:
@@ -824,10 +832,19 @@ def _run(
         print(f"{prog} {version}")
         return 0
     label = f"{prog} {args[0]}" if args and args[0] in commands else prog
+    from iclr25_shared import distributed
+
+    had_group = distributed._initialized()  # a group the caller made is the caller's to destroy
+    try:
+        here = distributed.world()
+    except ValueError as exc:
+        return _fail(label, exc, debug, code=2)
+    rank = f" [rank {here.rank}/{here.world_size}]" if here.is_distributed else ""
+    label += rank
     # 1. The config and the user's files: any error here is bad input (exit 2).
     try:
         name, cfg = parse(prog, commands, args, default=default)
-        label = f"{prog} {name}"
+        label = f"{prog} {name}{rank}"
         from iclr25_shared.inputs import check_inputs
 
         check_inputs(cfg)
@@ -848,8 +865,8 @@ def _run(
             check_interrupted()
             if _takes_context(fn):
                 # a Ctrl-C while the folder is made arrives once `staging` is set, so it is removed
-                with _sigint_blocked(deliver=True):
-                    staging = _staging_dir(Path(out)) if out is not None else None
+                with _sigint_blocked(deliver=True):  # only rank 0 writes
+                    staging = _staging_dir(Path(out)) if out is not None and here.is_main else None
                 ctx = RunContext(label, cfg, staging=staging)
                 result = fn(cfg, ctx)
                 check_interrupted()
@@ -871,6 +888,9 @@ def _run(
     finally:
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+        if not had_group:  # a group the command left behind (a failed rank's included)
+            with contextlib.suppress(Exception):
+                distributed.destroy_process_group()
     return code
 
 
@@ -939,7 +959,8 @@ def _finish(
         result = Result(exit_code=result)
     if not isinstance(result, Result):
         raise TypeError(f"{label} returned {type(result).__name__}; commands return iclr25_shared.cli.Result")
-    _print_result(result, ctx.quiet)
+    if ctx.world.is_main:
+        _print_result(result, ctx.quiet)
     if staging is not None and out is not None:
         from iclr25_shared.results import RunRecord, package_versions
 

@@ -16,9 +16,12 @@ import numpy as np
 __all__ = [
     "PeakMemory",
     "Timer",
+    "count_memcpy",
     "cpu_count",
     "current_rss_bytes",
     "jax_enable_x64",
+    "no_host_sync",
+    "require_cuda",
     "resolve_device",
     "resolve_jax_devices",
     "seed_everything",
@@ -303,3 +306,73 @@ def cpu_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+def require_cuda(index: int = 0) -> Any:
+    """``torch.device("cuda", index)``, for GPU tests and benches that must not fall back to the CPU.
+
+    Raises:
+        RuntimeError: no CUDA device is visible (the message says what was looked for), or ``index`` is out of
+            range.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"no CUDA device is visible (torch {torch.__version__}, built for CUDA {torch.version.cuda}); "
+            "this check needs a GPU"
+        )
+    if not 0 <= index < torch.cuda.device_count():
+        raise RuntimeError(f"CUDA device {index} requested; {torch.cuda.device_count()} visible")
+    return torch.device("cuda", index)
+
+
+@contextmanager
+def no_host_sync() -> Iterator[None]:
+    """Inside the block, any operation that makes the host wait for the GPU raises (``.item()``, ``.cpu()``,
+    ``.tolist()``, a data-dependent shape such as ``nonzero``, a blocking copy): a hot loop that must stay on the
+    device is checked with it. Uses ``torch.cuda.set_sync_debug_mode("error")``; the previous mode is restored.
+
+    Raises:
+        RuntimeError: no CUDA device (from :func:`require_cuda`); inside the block, torch's own RuntimeError at
+            the synchronising call.
+    """
+    import torch
+
+    require_cuda()
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+
+
+def count_memcpy(fn: Any, *args: Any, **kwargs: Any) -> dict[str, int]:
+    """How many host-to-device, device-to-host and device-to-device copies ``fn(*args, **kwargs)`` launches.
+
+    Counted from the CUDA activity of ``torch.profiler`` (events named ``Memcpy HtoD`` / ``DtoH`` / ``DtoD``); a
+    hot loop's count should not grow with its number of iterations. ``fn`` runs once.
+
+    Returns:
+        ``{"HtoD": n, "DtoH": n, "DtoD": n}``.
+
+    Raises:
+        RuntimeError: no CUDA device is visible.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    require_cuda()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn(*args, **kwargs)
+        torch.cuda.synchronize()
+    counts = {"HtoD": 0, "DtoH": 0, "DtoD": 0}
+    for event in prof.events():
+        name = event.name
+        if name.startswith("Memcpy"):
+            for kind in counts:
+                if kind in name:
+                    counts[kind] += 1
+    return counts

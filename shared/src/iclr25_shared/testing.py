@@ -39,9 +39,19 @@ from typing import Any, ClassVar
 
 import pytest
 
+from iclr25_shared._ranks import RankFailed, run_ranks, torchrun_argv
 from iclr25_shared.errors import SourceUnavailable
 
-__all__ = ["HEAVY_MODULES", "ContractTests", "HFIntegrationContract", "require", "require_data"]
+__all__ = [
+    "HEAVY_MODULES",
+    "ContractTests",
+    "HFIntegrationContract",
+    "RankFailed",
+    "require",
+    "require_data",
+    "run_ranks",
+    "torchrun_argv",
+]
 
 HEAVY_MODULES = frozenset(
     {
