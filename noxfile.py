@@ -12,6 +12,8 @@ own venv, so an import a package forgot to declare fails here.
     uv run nox -s lowest            # every member at its lowest direct dependency versions, fast tier
     uv run nox -s docs              # every Python block of README.md, docs/*.md, packages/*/README.md, as written
     uv run nox -s workspace         # every package's default verb at its smallest size, in the README's set-up
+    uv run nox -s gpu               # on a GPU machine: every package's gpu tests and CUDA bench, one table
+    uv run nox -s gpu_reproduce     # on a GPU machine: every primary reproduction at --size gpu
 
 Data sources a test cannot get are skipped with the install command; with ICLR25_REQUIRE_DATA=1 (set by .ci/run)
 they fail instead, so CI never goes green by skipping.
@@ -20,6 +22,7 @@ they fail instead, so CI never goes green by skipping.
 from __future__ import annotations
 
 import os
+import shutil
 import tomllib
 from pathlib import Path
 
@@ -216,6 +219,39 @@ def workspace(session: nox.Session) -> None:
     """After the README's set-up, every package's default verb runs at its smallest size (tests/, slow)."""
     _sync_workspace(session)
     _pytest(session, ROOT, "slow or not slow")  # ROOT/tests
+
+
+def _gpu_check(session: nox.Session, *flags: str) -> None:
+    """tools/gpu_check.py in one environment with every member and the `cuda` extras (jax[cuda13] for the JAX
+    packages; torch from PyPI is already the CUDA build). On a machine without CUDA it stops before installing."""
+    if shutil.which("nvidia-smi") is None:
+        session.error("no CUDA device is visible (nvidia-smi not found); the gpu sessions need an NVIDIA GPU")
+    session.run_install(
+        "uv",
+        "sync",
+        "--all-packages",
+        "--locked",
+        "--inexact",
+        "--extra",
+        "cuda",
+        env={"UV_PROJECT_ENVIRONMENT": session.virtualenv.location},
+        external=True,
+    )
+    session.run("python", str(ROOT / "tools" / "gpu_check.py"), *flags, *session.posargs, env=OFFLINE)
+
+
+@nox.session(default=False)
+def gpu(session: nox.Session) -> None:
+    """Every package's `gpu`-marked tests (a missing GPU fails them) and its CUDA bench ([tool.iclr25.gpu] bench):
+    the table lands in runs/gpu/summary.md. Budget: 10 minutes on one GPU, 1 minute a package."""
+    _gpu_check(session, "--out", str(ROOT / "runs" / "gpu"))
+
+
+@nox.session(default=False)
+def gpu_reproduce(session: nox.Session) -> None:
+    """Every package's primary reproduction at `--size gpu` ([tool.iclr25.gpu] reproduce), about a minute each on
+    one H200; results and a table under runs/gpu-reproduce."""
+    _gpu_check(session, "--reproduce", "--out", str(ROOT / "runs" / "gpu-reproduce"))
 
 
 @nox.session(default=False)
