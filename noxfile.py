@@ -102,7 +102,8 @@ def _pytest(session: nox.Session, folder: Path, marker: str, *, allow_empty: boo
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check, ruff format --check, uv lock --check, and the package layout rules (tools/check_layout.py)."""
+    """ruff check, ruff format --check, uv lock --check, the package layout rules (tools/check_layout.py) and the
+    README tables against their results files (tools/results_tables.py --check)."""
     session.run_install(
         "uv",
         "sync",
@@ -119,6 +120,7 @@ def lint(session: nox.Session) -> None:
         "python", "-m", "pytest", "-q", "-c", str(ROOT / "pyproject.toml"), str(ROOT / "tools" / "tests")
     )
     session.run("python", str(ROOT / "tools" / "check_layout.py"))
+    session.run("python", str(ROOT / "tools" / "results_tables.py"), "--check")
 
 
 @nox.session

@@ -1,0 +1,123 @@
+"""README tables rendered from committed results files (issue 41: "numbers are files").
+
+A table in a Markdown file is tied to its source by two comments; the rows between them are generated::
+
+    <!-- results: results/bench/results.json tables.bench columns=arm,median_s,speedup_vs_sd,interval -->
+    | arm | median_s | ... |
+    |---|---|---|
+    | ... |
+    <!-- /results -->
+
+The path is relative to the Markdown file. The selector is ``tables.<name>`` (a list of rows) or ``metrics`` (one
+row per key: ``key | value``); ``columns=`` picks and orders columns (default: the first row's keys). Floats are
+written with 4 significant digits, JSON null (or a non-finite number stored as a string) as ``n/a``.
+
+    python tools/results_tables.py --write [FILE ...]   # re-render the tables from their files
+    python tools/results_tables.py --check [FILE ...]   # exit 1 naming every table that differs or has no source
+
+Default files: README.md, docs/*.md and packages/*/README.md. ``nox -s lint`` runs ``--check``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = re.compile(r"(<!-- results: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
+
+
+def default_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted(ROOT.glob("docs/*.md")), *sorted(ROOT.glob("packages/*/README.md"))]
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return "n/a" if not math.isfinite(value) else f"{value:.4g}"
+    if isinstance(value, str) and value.lower() in ("nan", "inf", "-inf"):
+        return "n/a"
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, sort_keys=True)
+    return str(value).replace("|", "\\|")
+
+
+def render(spec: str, base: Path) -> str:
+    """The Markdown table the block's ``spec`` names, read from its file.
+
+    Raises:
+        ValueError: a malformed spec, a missing file or key, or rows without the named columns.
+    """
+    words = spec.split()
+    if len(words) < 2:
+        raise ValueError(f"results block {spec!r}: need '<file> <selector> [columns=a,b]'")
+    path, selector, options = base / words[0], words[1], dict(w.split("=", 1) for w in words[2:] if "=" in w)
+    if not path.is_file():
+        raise ValueError(f"results block {spec!r}: no file {path}")
+    data = json.loads(path.read_text())
+    if selector == "metrics":
+        rows = [{"metric": k, "value": v} for k, v in data.get("metrics", {}).items()]
+    elif selector.startswith("tables."):
+        rows = data.get("tables", {}).get(selector.removeprefix("tables."))
+        if not isinstance(rows, list) or not rows:
+            raise ValueError(f"results block {spec!r}: {path} has no non-empty table {selector!r}")
+    else:
+        raise ValueError(f"results block {spec!r}: selector must be 'metrics' or 'tables.<name>'")
+    columns = options["columns"].split(",") if "columns" in options else list(rows[0])
+    missing = sorted({c for row in rows for c in columns if c not in row})
+    if missing:
+        raise ValueError(f"results block {spec!r}: rows of {path} lack column(s) {', '.join(missing)}")
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def process(path: Path, *, write: bool) -> list[str]:
+    """Re-render (``write``) or check every results block of one Markdown file; returns the problems found."""
+    text = path.read_text()
+    problems: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        try:
+            table = render(match["spec"].strip(), path.parent)
+        except (ValueError, json.JSONDecodeError) as exc:
+            problems.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {exc}")
+            return match.group(0)
+        if table != match["body"] and not write:
+            where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            problems.append(
+                f"{where}: the table of '{match['spec'].strip()}' differs from its file (run --write)"
+            )
+        return match.group(1) + table + match.group(4)
+
+    new = BLOCK.sub(replace, text)
+    if write and new != text:
+        path.write_text(new)
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--write", action="store_true")
+    mode.add_argument("--check", action="store_true")
+    parser.add_argument("files", nargs="*", type=Path)
+    args = parser.parse_args(argv)
+    problems = []
+    for path in [p.resolve() for p in args.files] or default_files():
+        problems += process(path, write=args.write)
+    for line in problems:
+        print(line, file=sys.stderr)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

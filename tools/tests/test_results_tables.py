@@ -1,0 +1,70 @@
+"""tools/results_tables.py: README tables rendered from results files, and the lint check that catches drift."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+TOOL = Path(__file__).resolve().parent.parent / "results_tables.py"
+spec = importlib.util.spec_from_file_location("results_tables", TOOL)
+results_tables = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(results_tables)
+
+RESULTS = {
+    "metrics": {"speedup": 1.23456, "failed": None, "nan_as_text": "nan"},
+    "tables": {"bench": [{"arm": "a|b", "median_s": 0.5, "n": 3, "ok": True}, {"arm": "c", "median_s": 2.0, "n": 4, "ok": False}]},
+}  # fmt: skip
+
+
+@pytest.fixture
+def readme(tmp_path: Path) -> Path:
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "r.json").write_text(json.dumps(RESULTS))
+    path = tmp_path / "README.md"
+    path.write_text(
+        "Intro 1.5\n<!-- results: results/r.json tables.bench columns=arm,median_s,ok -->\nstale\n<!-- /results -->\n"
+        "<!-- results: results/r.json metrics -->\n<!-- /results -->\nend\n"
+    )
+    return path
+
+
+def test_write_renders_every_block_and_check_then_passes(readme):
+    assert results_tables.process(readme, write=False) != []  # stale before
+    assert results_tables.process(readme, write=True) == []
+    text = readme.read_text()
+    assert "| arm | median_s | ok |\n|---|---|---|\n| a\\|b | 0.5 | true |\n| c | 2 | false |\n" in text
+    assert "| speedup | 1.235 |\n| failed | n/a |\n| nan_as_text | n/a |\n" in text
+    assert text.startswith("Intro 1.5\n") and text.endswith("<!-- /results -->\nend\n")
+    assert results_tables.process(readme, write=False) == []
+
+
+def test_a_hand_edited_number_or_a_missing_source_fails_the_check(readme):
+    results_tables.process(readme, write=True)
+    readme.write_text(readme.read_text().replace("| c | 2 |", "| c | 1.9 |"))
+    [problem] = results_tables.process(readme, write=False)
+    assert "differs from its file" in problem and "tables.bench" in problem
+    (readme.parent / "results" / "r.json").unlink()
+    problems = results_tables.process(readme, write=False)
+    assert len(problems) == 2 and all("no file" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("results/r.json", "need '<file> <selector>"),
+        ("results/r.json rows", "selector must be"),
+        ("results/r.json tables.other", "no non-empty table 'tables.other'"),
+        ("results/r.json tables.bench columns=arm,speed", "lack column(s) speed"),
+    ],
+)
+def test_malformed_blocks_are_named(readme, spec, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        results_tables.render(spec, readme.parent)
+
+
+def test_the_repositorys_markdown_is_in_sync():
+    problems = [p for f in results_tables.default_files() for p in results_tables.process(f, write=False)]
+    assert problems == []
