@@ -22,10 +22,11 @@ from iclr25_lantern.cli import main
         (["reproduce", "--codebook-size", "8"], "codebook_size must be"),
         (["reproduce", "--seeds", "0"], "seeds must be"),
         (["bench", "--k", "300"], "k must be an integer in [0, V - 1 = 255]"),
-        (["bench", "--delta", "0"], "delta must be"),
+        (["bench", "--deltas", "0.1", "0"], "delta must be"),
         (["generate", "--delta", "3"], "delta must be in [0, 1]"),
         (["generate", "--delta", "1.5", "--lam", "2"], "pass --lam 1.5 instead of --delta"),
-        (["bench", "--delta", "2"], "`generate --lam 2` runs the lambda mode"),
+        (["bench", "--deltas", "2"], "`generate --lam 2` runs the lambda mode"),
+        (["bench", "--quality-images", "5"], "quality_images must be"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(argv, needle, capsys, tmp_path):
@@ -125,43 +126,27 @@ def test_generate_with_temperature_zero_and_lantern_warns_before_decoding(tmp_pa
     assert "temperature 0" in capsys.readouterr().err
 
 
-def test_bench_at_matched_quality_picks_the_row_closest_to_sd_quality(tmp_path):
+def test_bench_interleaves_the_arms_and_measures_quality_with_intervals(tmp_path):
     models = tmp_path / "models"
     _write_tiny_models(models)
-    rows = [
-        {"method": "target-only AR", "k": "", "delta": "", "lambda": "", "tau (tokens/target call)": 1.0,
-         "FD (pooled)": 40.0},
-        {"method": "standard SD (delta=0)", "k": 0, "delta": 0.0, "lambda": "", "tau (tokens/target call)": 1.5,
-         "FD (pooled)": 30.0},
-        {"method": "LANTERN k=4 delta=0.1", "k": 4, "delta": 0.1, "lambda": "", "tau (tokens/target call)": 2.0,
-         "FD (pooled)": 55.0},
-        {"method": "LANTERN k=8 delta=0.4", "k": 8, "delta": 0.4, "lambda": "", "tau (tokens/target call)": 3.0,
-         "FD (pooled)": 90.0},
-        {"method": "LANTERN k=4 lambda=3", "k": 4, "delta": "", "lambda": 3.0, "tau (tokens/target call)": 2.5,
-         "FD (pooled)": 50.0},
-    ]  # fmt: skip
-    (models / "results.json").write_text(json.dumps({"tables": {"sweep": rows}}))
     out = tmp_path / "bench"
-    argv = [
-        "bench",
-        "--models",
-        str(models),
-        "--match-quality",
-        "--images",
-        "2",
-        "--out",
-        str(out),
-        "--quiet",
-    ]
+    argv = ["bench", "--models", str(models), "--k", "3", "--deltas", "0.1", "0.3", "--images", "1", "--repeats", "3",
+            "--quality-images", "20", "--out", str(out), "--quiet"]  # fmt: skip
     assert main(argv) == 0
-    bench = json.loads((out / "results.json").read_text())["tables"]["bench"]
-    assert [r["method"] for r in bench] == ["target-only AR", "standard SD (delta=0)", "LANTERN k=4 lambda=3"]
-    assert bench[0]["CPU ratio vs target-only"] == 1.0
-
-
-def test_bench_match_quality_without_models_exits_2(capsys):
-    assert main(["bench", "--match-quality", "--quiet"]) == 2
-    assert "match_quality needs --models" in capsys.readouterr().err
+    res = json.loads((out / "results.json").read_text())
+    names = ["target-only AR", "standard SD (delta=0)", "LANTERN k=3 delta=0.1", "LANTERN k=3 delta=0.3"]
+    speed, quality = res["tables"]["speed"], res["tables"]["quality"]
+    assert [r["method"] for r in speed] == names and [r["method"] for r in quality] == names
+    bench = res["metrics"]["bench"]
+    assert bench["order"][0] == names and bench["order"][1] == [*names[1:], names[0]]  # rotated each round
+    assert all(len(bench["times_s"][n]) == 3 for n in names)
+    for row in speed:  # tokens/s = tokens of one call (1 image, 49 tokens) over the arm's median seconds
+        assert row["tokens/s"] == pytest.approx(49 / bench["median_s"][row["method"]])
+    assert speed[0]["target calls"] == 49 and speed[1]["speed-up vs SD [95% CI]"].startswith("1.000")
+    assert all(r["images"] == 20 for r in quality)
+    assert [type(r["in quality band"]) for r in quality] == [str, str, bool, bool]
+    steps = res["tables"]["acceptance_step"]
+    assert [r["method"] for r in steps] == names[1:]
 
 
 # -- the boundary: a user's models folder and data folder (issue 37) -----------------------------------------------
@@ -249,19 +234,6 @@ def test_models_pt_as_saved_by_reproduce_loads_with_weights_only(tmp_path):
     loaded = _load_models(staging)
     assert loaded["drafter"].cfg == models["drafter"].cfg
     assert torch.equal(loaded["vq"].codebook, models["vq"].codebook)
-
-
-def test_match_quality_with_a_broken_results_json_exits_2(tmp_path, capsys):
-    models = tmp_path / "models"
-    _write_tiny_models(models)
-    for text in ("{not json", '{"tables": {}}', json.dumps({"tables": {"sweep": [{"method": "SD"}]}})):
-        (models / "results.json").write_text(text)
-        assert main(["bench", "--models", str(models), "--match-quality", "--images", "1", "--quiet"]) == 2
-        err = _one_line(capsys)
-        assert "results.json" in err and "--models" in err, err
-    (models / "results.json").unlink()
-    assert main(["bench", "--models", str(models), "--match-quality", "--images", "1", "--quiet"]) == 2
-    assert "results.json" in _one_line(capsys)
 
 
 @pytest.mark.parametrize("command", ["generate", "reproduce", "bench"])

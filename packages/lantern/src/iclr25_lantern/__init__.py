@@ -29,6 +29,7 @@ from iclr25_lantern._relaxed import (
     greedy_accept,
     latent_proximity,
     one_step_law,
+    relaxed_acceptance,
     relaxed_target_mass,
     residual_distribution,
 )
@@ -52,6 +53,7 @@ __all__ = [
     "latent_proximity",
     "layer_prefix_drafter",
     "one_step_law",
+    "relaxed_acceptance",
     "relaxed_target_mass",
     "residual_distribution",
     "speculative_generate",

@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from iclr25_lantern._relaxed import (
     LogitsProcessor,
     Relaxation,
-    acceptance_probability,
     greedy_accept,
-    relaxed_target_mass,
+    relaxed_acceptance,
     residual_distribution,
 )
 from iclr25_shared.checks import check_int
@@ -298,6 +297,44 @@ def _finite(logits: torch.Tensor, probs: torch.Tensor, who: str, model: Any, tok
     )
 
 
+def verify_drafts(ps, qs, x, relax: Relaxation, *, greedy: bool, generator: Any = None):
+    """One round's verification of ``g`` drafted tokens, vectorised over the positions.
+
+    Acceptance probabilities of all ``g`` positions come from one :func:`relaxed_acceptance` call and one
+    ``torch.rand(g)`` draw; the accepted prefix is the first ``False`` of ``u < alpha`` (one host sync); the first
+    rejected position is resampled from its residual (greedy: the argmax of ``p``). Random numbers are consumed in
+    the same order as the earlier per-position loop (``rand(g)``, then one draw from the residual), so both give
+    the same tokens from the same generator (``tests/test_vectorised_acceptance.py``).
+
+    Args:
+        ps: ``(g, V)`` target probabilities at the drafted positions; qs: ``(g, V)`` drafter probabilities the
+            drafts were drawn from; x: ``(g,)`` int64 drafted tokens; relax: the :class:`Relaxation`.
+        greedy: temperature-0 verification (:func:`greedy_accept`); generator: ``torch.Generator`` or ``None``.
+
+    Returns:
+        ``(accepted, new_token, qx, moved)``: number of accepted drafts (int), the resampled token at the first
+        rejection (0-d int64 tensor) or ``None`` when every draft was accepted, and ``q(x)`` and the moved mass of
+        every position (``(g,)``).
+    """
+    import torch
+
+    g = int(x.shape[0])
+    alpha, qx, moved, in_b = relaxed_acceptance(ps, qs, x, relax)
+    if greedy:
+        ok = greedy_accept(ps, x, relax)
+    else:
+        u = torch.rand(g, generator=generator, device=alpha.device, dtype=alpha.dtype)
+        ok = u < alpha
+    accepted = int(ok.cumprod(0).sum())  # length of the accepted prefix (the one host sync)
+    if accepted == g:
+        return accepted, None, qx, moved
+    i = accepted
+    if greedy:
+        return accepted, ps[i].argmax(-1), qx, moved
+    res = residual_distribution(ps[i], qs[i], x[i], relax, in_b=None if in_b is None else in_b[i])
+    return accepted, _draw(res, False, generator), qx, moved
+
+
 def speculative_generate(
     target: CachedDecoder,
     drafter: CachedDecoder,
@@ -355,6 +392,7 @@ def speculative_generate(
     target.reset()
     drafter.reset()
     vocab = relax.vocab_size
+    trace: list[torch.Tensor] = []  # per round (3, verified): token, q(x), moved mass; read once at the end
     while seq.shape[1] - start < max_new_tokens:
         remaining = max_new_tokens - (seq.shape[1] - start)
         g = min(gamma, remaining - 1)
@@ -394,33 +432,15 @@ def speculative_generate(
             where,
             f"target call {out.target_calls}",
         )
-        # 3. accept / reject in order (the acceptance tests of all g drafts are computed in one batch)
-        accepted = 0
-        new_token = None
+        # 3. accept / reject: every drafted position in one batch; the first rejection found with one host sync
+        accepted, new_token = 0, None
         if g:
             x_all = torch.stack(drafts)
-            q_all = torch.stack(qs)
-            _, moved, _ = relaxed_target_mass(ps[:g], x_all, relax)
-            if processor.greedy:
-                ok_all = greedy_accept(ps[:g], x_all, relax).tolist()
-            else:
-                alpha = acceptance_probability(ps[:g], q_all, x_all, relax)
-                u = torch.rand(g, generator=generator, device=alpha.device, dtype=alpha.dtype)
-                ok_all = (u < alpha).tolist()
-            for i in range(g):
-                if not ok_all[i]:
-                    p, q, x = ps[i], qs[i], drafts[i]
-                    if processor.greedy:
-                        new_token = p.argmax(-1)
-                    else:
-                        new_token = _draw(residual_distribution(p, q, x, relax), False, generator)
-                    break
-                accepted += 1
+            accepted, new_token, qx, moved = verify_drafts(ps[:g], torch.stack(qs), x_all, relax,
+                                                           greedy=processor.greedy, generator=generator)  # fmt: skip
             verified = accepted + (new_token is not None)
             out.drafted += verified
-            out.draft_q.extend(q_all.gather(-1, x_all.unsqueeze(-1)).squeeze(-1)[:verified].tolist())
-            out.draft_moved.extend(moved[:verified].tolist())
-            out.draft_tokens.extend(x_all[:verified].tolist())
+            trace.append(torch.stack([x_all[:verified].to(qx.dtype), qx[:verified], moved[:verified]]))
         if new_token is None:  # every draft accepted: bonus from the unmodified target distribution
             new_token = _draw(ps[g], processor.greedy, generator)
         out.accepted += accepted
@@ -430,6 +450,11 @@ def speculative_generate(
     out.tokens = seq[0, start:].cpu()
     out.seconds = time.perf_counter() - tic
     out.cpu_seconds = time.process_time() - cpu
+    if trace:
+        tokens, q_x, moved_all = torch.cat(trace, dim=1).cpu()
+        out.draft_tokens = [int(t) for t in tokens.tolist()]
+        out.draft_q = q_x.tolist()
+        out.draft_moved = moved_all.tolist()
     return out
 
 

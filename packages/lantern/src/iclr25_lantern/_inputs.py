@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from iclr25_shared.errors import InputError
-from iclr25_shared.inputs import check_file, check_folder, read_json, read_torch
+from iclr25_shared.inputs import check_folder, read_torch
 
 MODELS_FILE = "models.pt"
 MODEL_KEYS = ("vq", "vq_shape", "target", "target_cfg", "drafter", "drafter_cfg", "clf")
@@ -97,30 +97,6 @@ def load_models(folder: str | Path, *, label: str | None = "--models") -> dict[s
 def check_models_folder(path: Path, label: str) -> None:
     """The ``INPUTS`` check of ``--models`` (see :func:`load_models`)."""
     load_models(path, label=label)
-
-
-def read_sweep(folder: str | Path, *, label: str = "--models") -> list[dict[str, Any]]:
-    """The LANTERN rows of the sweep table in ``folder/results.json`` (written by ``reproduce --out``).
-
-    Raises:
-        InputError: no results.json, not JSON, no sweep table, or no LANTERN row with k, delta, lambda, tau and FD.
-    """
-    path = Path(folder) / "results.json"
-    expected = "the results.json `reproduce --out` writes (needed by --match-quality)"
-    data = read_json(check_file(path, label=label, expected=expected), label=label, expected=expected)
-    where = _where(path, label)
-    tables = data.get("tables") if isinstance(data, dict) else None
-    sweep = tables.get("sweep") if isinstance(tables, dict) else None
-    if not isinstance(sweep, list):
-        raise InputError(f"{where} has no sweep table; expected {expected}")
-    need = ("k", "delta", "lambda", "tau (tokens/target call)", "FD (pooled)")
-    rows = [r for r in sweep if isinstance(r, dict) and str(r.get("method", "")).startswith("LANTERN")]
-    if not rows:
-        raise InputError(f"{where}: no LANTERN rows in the sweep table; pass --k and --delta instead")
-    for r in rows:
-        if any(k not in r for k in need):
-            raise InputError(f"{where}: sweep row {r.get('method')!r} lacks one of {', '.join(need)}")
-    return rows
 
 
 def fashion_images(split: str, data: Any, *, label: str = "--data") -> tuple[Any, Any]:

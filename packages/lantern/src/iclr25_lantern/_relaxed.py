@@ -37,6 +37,7 @@ __all__ = [
     "greedy_accept",
     "latent_proximity",
     "one_step_law",
+    "relaxed_acceptance",
     "relaxed_target_mass",
     "residual_distribution",
 ]
@@ -164,6 +165,17 @@ class Relaxation:
             vocab, k = nb.shape
             if k > max(vocab - 1, 0):
                 raise ValueError(f"k must be an integer in [0, V - 1 = {vocab - 1}], got {k}")
+        object.__setattr__(self, "_index", {})
+
+    def index(self, device) -> torch.Tensor:
+        """The table as an int64 ``(V, k)`` index on ``device``, converted once per device and kept (the
+        per-step gathers read it; converting the table in every step cost as much as the gathers themselves)."""
+        key = str(device)
+        table = self._index.get(key)
+        if table is None:
+            table = self.neighbours.to(device=device, dtype=_torch().int64)
+            self._index[key] = table
+        return table
 
     @property
     def k(self) -> int:
@@ -212,16 +224,51 @@ def relaxed_target_mass(p, x, relax: Relaxation):
     """
     torch = _torch()
     px = p.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+    pt, moved, in_b = _relaxed_mass(p, px, x, relax)
+    return pt, moved, torch.zeros_like(x) if in_b is None else in_b.sum(-1)
+
+
+def _relaxed_mass(p, px, x, relax: Relaxation):
+    """``(p̃_x(x), moved, in_b)`` given ``px = p(x)``: one gather of the neighbours' mass and one cumsum.
+
+    ``in_b`` is the ``(..., k)`` bool mask of ``B`` along row ``x`` of the table (``None`` when ``k = 0``). The
+    cumulative sums of non-negative masses never decrease (also in floating point), so the mask is a prefix
+    (``|B| = in_b.sum(-1)``) and the moved mass ``cums[|B| - 1]`` is the largest masked cumulative sum.
+    """
+    torch = _torch()
     if relax.k == 0:
-        zero = torch.zeros_like(px)
-        return px, zero, torch.zeros_like(x)
+        return px, torch.zeros_like(px), None
     relax.check_vocab(p.shape[-1], "the target's logits")
-    nb = relax.neighbours.to(p.device).long()[x]  # (..., k)
-    cums = torch.cumsum(p.gather(-1, nb), dim=-1)
-    budget = (relax.lam - 1.0) * px if relax.lam is not None else torch.full_like(px, relax.delta)
-    size = (cums <= budget.unsqueeze(-1)).sum(-1)
-    moved = torch.where(size > 0, cums.gather(-1, (size - 1).clamp(min=0).unsqueeze(-1)).squeeze(-1), 0.0)
-    return px + moved, moved, size
+    cums = torch.cumsum(p.gather(-1, relax.index(p.device)[x]), dim=-1)  # (..., k)
+    if relax.lam is not None:
+        in_b = cums <= ((relax.lam - 1.0) * px).unsqueeze(-1)
+    else:
+        in_b = cums <= relax.delta
+    moved = (cums * in_b).amax(-1)
+    return px + moved, moved, in_b
+
+
+def relaxed_acceptance(p, q, x, relax: Relaxation):
+    """Everything one verification step needs, from one pass over the neighbour table (the decoding loop's path).
+
+    Batched over leading axes (all drafted positions of a round at once). Equals
+    ``acceptance_probability(p, q, x, relax)`` and ``relaxed_target_mass(p, x, relax)`` bit for bit.
+
+    Args:
+        p, q: ``(..., V)`` target and drafter probabilities; x: ``(...)`` int64 drafted ids.
+
+    Returns:
+        ``(alpha, qx, moved, in_b)``: acceptance probability ``min(1, p̃_x(x)/q(x))``, ``q(x)`` and the moved
+        mass, each ``(...)``, and the ``(..., k)`` bool mask of ``B`` along row ``x`` of the table (``None``
+        without a table), which :func:`residual_distribution` takes as ``in_b``.
+    """
+    torch = _torch()
+    xi = x.unsqueeze(-1)
+    px = p.gather(-1, xi).squeeze(-1)
+    qx = q.gather(-1, xi).squeeze(-1)
+    pt, moved, in_b = _relaxed_mass(p, px, x, relax)
+    ratio = torch.where(qx > 0, pt / torch.where(qx > 0, qx, 1.0), (pt > 0).to(pt.dtype))
+    return ratio.clamp(max=1.0), qx, moved, in_b
 
 
 def acceptance_probability(p, q, x, relax: Relaxation):
@@ -236,14 +283,10 @@ def acceptance_probability(p, q, x, relax: Relaxation):
         ``(...)`` float tensor in ``[0, 1]``. Where ``q(x) = 0`` (``x`` could not have been drafted) it is 1 if
         ``p̃_x(x) > 0`` else 0.
     """
-    torch = _torch()
-    pt, _, _ = relaxed_target_mass(p, x, relax)
-    qx = q.gather(-1, x.unsqueeze(-1)).squeeze(-1)
-    ratio = torch.where(qx > 0, pt / torch.where(qx > 0, qx, 1.0), (pt > 0).to(pt.dtype))
-    return ratio.clamp(max=1.0)
+    return relaxed_acceptance(p, q, x, relax)[0]
 
 
-def residual_distribution(p, q, x, relax: Relaxation):
+def residual_distribution(p, q, x, relax: Relaxation, in_b=None):
     """The distribution a rejected position is resampled from (Leviathan et al. 2023, Alg. 1, with LANTERN's aggregated set removed).
 
     ``r ∝ max(0, p − q)``; with ``relax.residual == "lantern"`` the rejected token and its aggregated set ``B``
@@ -253,6 +296,8 @@ def residual_distribution(p, q, x, relax: Relaxation):
 
     Args:
         p, q: ``(..., V)`` probabilities; x: ``(...)`` int64 rejected ids; relax: the :class:`Relaxation`.
+        in_b: the ``(..., k)`` mask of ``B`` when already known (from :func:`relaxed_acceptance`); computed
+            otherwise.
 
     Returns:
         ``(..., V)`` non-negative tensor whose last axis sums to 1 (dtype of ``p``).
@@ -260,12 +305,14 @@ def residual_distribution(p, q, x, relax: Relaxation):
     torch = _torch()
     r = (p - q).clamp(min=0.0)
     keep = torch.ones_like(p, dtype=torch.bool)
+    lantern = relax.residual == "lantern" and relax.k > 0
+    if lantern:
+        if in_b is None:
+            px = p.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+            in_b = _relaxed_mass(p, px, x, relax)[2]
+        keep.scatter_(-1, relax.index(p.device)[x], ~in_b)  # B zeroed (x is never in its own row; set below)
     keep.scatter_(-1, x.unsqueeze(-1), False)
-    if relax.residual == "lantern" and relax.k > 0:
-        _, _, size = relaxed_target_mass(p, x, relax)
-        nb = relax.neighbours.to(p.device).long()[x]
-        in_b = torch.arange(relax.k, device=p.device) < size.unsqueeze(-1)
-        keep.scatter_(-1, nb, ~in_b & keep.gather(-1, nb))
+    if lantern:
         r = r * keep
     total = r.sum(-1, keepdim=True)
     fallback = p * keep
@@ -291,11 +338,11 @@ def greedy_accept(p, x, relax: Relaxation):
         ``(...)`` bool tensor.
     """
     torch = _torch()
-    pt, _, size = relaxed_target_mass(p, x, relax)
+    px = p.gather(-1, x.unsqueeze(-1)).squeeze(-1)
+    pt, _, in_b = _relaxed_mass(p, px, x, relax)
     mod = p.clone()
-    if relax.k > 0:
-        nb = relax.neighbours.to(p.device).long()[x]
-        in_b = torch.arange(relax.k, device=p.device) < size.unsqueeze(-1)
+    if in_b is not None:
+        nb = relax.index(p.device)[x]
         mod.scatter_(-1, nb, torch.where(in_b, 0.0, mod.gather(-1, nb)))
     mod.scatter_(-1, x.unsqueeze(-1), pt.unsqueeze(-1))
     return pt >= mod.max(-1).values

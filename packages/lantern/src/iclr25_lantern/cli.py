@@ -155,45 +155,48 @@ class ReproduceConfig(CommonOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """Tokens/s of target-only decoding, standard speculative decoding and LANTERN, as ratios, in one run."""
+    """Tokens/s of target-only decoding, standard speculative decoding and LANTERN (interleaved, with intervals)
+    and their image quality on many images, in one run."""
 
     INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
         "models": _models_folder(),
-        "data": inputs.fashion_mnist_folder(splits=("train",)),
+        "data": inputs.fashion_mnist_folder(splits=("train", "test")),
     }
 
     models: Path | None = None
     """Folder with models.pt written by `reproduce --out` (default: train models of --size here)."""
     size: Literal["quick", "tiny"] = "quick"
     """Models trained when --models is omitted: quick (the reproduction's sizes) or tiny (smoke test)."""
-    images: int = 48
-    """Images decoded per method (>= 1)."""
-    k: int = 32
+    images: int = 16
+    """Images decoded by one timed call of each arm (>= 1)."""
+    repeats: int = 15
+    """Interleaved timing rounds (>= 3 for an interval)."""
+    quality_images: int = 1000
+    """Images decoded once per arm for the quality comparison (>= 20)."""
+    k: int = 8
     """LANTERN neighbours (>= 1)."""
-    delta: float = 0.2
-    """LANTERN budget, in (0, 1] (the official code's delta > 1, its lambda mode, is generate --lam)."""
+    deltas: tuple[float, ...] = (0.05, 0.1, 0.2)
+    """LANTERN budgets, each in (0, 1] (the official code's delta > 1, its lambda mode, is generate --lam)."""
     gamma: int = 4
     """Draft tokens per round (>= 1)."""
     text: bool = False
     """Also time SmolLM2-135M with a 6-layer prefix drafter (needs the packaged model)."""
-    match_quality: bool = False
-    """Take (k, delta or lambda) from --models' results.json instead of --k/--delta: the LANTERN row whose image
-    quality is closest to standard SD's (lowest pooled Fréchet distance)."""
     data: Path | None = None
-    """Folder holding the Fashion-MNIST IDX .gz files."""
+    """Folder holding the Fashion-MNIST IDX .gz files (train for --size models, test for the quality reference)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_choice("size", self.size, ("quick", "tiny"))
         check_int("images", self.images, low=1, high=100000)
+        check_int("repeats", self.repeats, low=1, high=1000)
+        check_int("quality_images", self.quality_images, low=20, high=100000)
         check_int("k", self.k, low=1)
-        check_float("delta", self.delta, low=0.0, low_inclusive=False)
-        _check_delta(
-            self.delta, f"bench times delta only; `generate --lam {self.delta:g}` runs the lambda mode"
-        )
+        if not self.deltas:
+            raise ValueError("deltas must name at least one budget")
+        for delta in self.deltas:
+            check_float("delta", delta, low=0.0, low_inclusive=False)
+            _check_delta(delta, f"bench times delta only; `generate --lam {delta:g}` runs the lambda mode")
         check_int("gamma", self.gamma, low=1, high=64)
-        if self.match_quality and self.models is None:
-            raise ValueError("match_quality needs --models DIR (a reproduce --out folder with results.json)")
         if self.models is None:
             _check_k(self.k, GENERATE_CODEBOOK)
 
