@@ -12,6 +12,7 @@ own venv, so an import a package forgot to declare fails here.
     uv run nox -s lowest            # every member at its lowest direct dependency versions, fast tier
     uv run nox -s docs              # every Python block of README.md, docs/*.md, packages/*/README.md, as written
     uv run nox -s workspace         # every package's default verb at its smallest size, in the README's set-up
+    uv run nox -s "verify(lozo)"    # re-run the declared reproduction; its primary number within the committed one
     uv run nox -s gpu               # on a GPU machine: every package's gpu tests and CUDA bench, one table
     uv run nox -s gpu_reproduce     # on a GPU machine: every primary reproduction at --size gpu
 
@@ -221,6 +222,30 @@ def workspace(session: nox.Session) -> None:
     """After the README's set-up, every package's default verb runs at its smallest size (tests/, slow)."""
     _sync_workspace(session)
     _pytest(session, ROOT, "slow or not slow")  # ROOT/tests
+
+
+@nox.session(default=False)
+@nox.parametrize("package", [nox.param(slug, id=slug) for slug in METHODS])
+def verify(session: nox.Session, package: str) -> None:
+    """Re-run the package's declared reproduction ([tool.iclr25.verify]) and check that its primary comparison lies
+    inside the committed interval, or matches bit for bit where the package promises determinism
+    (tools/verify_results.py). CI runs it weekly or on demand."""
+    dist, folder = MEMBERS[package]
+    table = (
+        tomllib.loads((folder / "pyproject.toml").read_text()).get("tool", {}).get("iclr25", {}).get("verify")
+    )
+    if not isinstance(table, dict) or not {"reproduce", "committed"} <= set(table):
+        session.error(
+            f"{package}: no [tool.iclr25.verify] table with reproduce and committed in its pyproject.toml"
+        )
+    _sync(session, dist)
+    out = ROOT / "runs" / package / "verify"
+    session.run(f"iclr25-{package}", *table["reproduce"], "--out", str(out), "--overwrite", env=OFFLINE)
+    flags = ["--deterministic"] if table.get("deterministic") else []
+    committed = folder / table["committed"] / "results.json"
+    session.run(
+        "python", str(ROOT / "tools" / "verify_results.py"), str(committed), str(out / "results.json"), *flags
+    )
 
 
 def _gpu_check(session: nox.Session, *flags: str) -> None:
