@@ -28,6 +28,7 @@ _LAZY = {
     "load_pretrained": "_routing",
     "expert_flops_per_token": "_routing",
     "variable_k_route": "_routing",
+    "grouped_experts_forward": "_dispatch",
     "PPOConfig": "_ppo",
     "PPOStats": "_ppo",
     "ppo_objective": "_ppo",

@@ -26,6 +26,7 @@ from typing import Any, Literal
 import torch
 from torch import nn
 
+from iclr25_adak._dispatch import grouped_experts_forward, supports_grouped_dispatch
 from iclr25_shared.checks import check_choice, check_int
 
 __all__ = [
@@ -150,18 +151,25 @@ def variable_k_route(
     Raises:
         ValueError: ``k`` has the wrong shape or a value outside ``[1, num_experts]``.
     """
+    return _route(gate, x, k, num_experts)[:3]
+
+
+def _route(
+    gate: nn.Module, x: torch.Tensor, k: torch.Tensor, num_experts: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, bool]:
+    """:func:`variable_k_route` and whether every token got the same ``k`` (then the table is the host's own)."""
     n = x.shape[0]
     if k.shape != (n,):
         raise ValueError(f"k must have shape ({n},) (one count per token), got {tuple(k.shape)}")
     if n == 0:
         with _top_k(gate, 1):
-            return gate(x)
+            return (*gate(x), True)
     lo, hi = int(k.min()), int(k.max())
     if lo < 1 or hi > num_experts:
         raise ValueError(f"k must be in [1, {num_experts}] for every token, got values in [{lo}, {hi}]")
     if lo == hi:
         with _top_k(gate, lo):
-            return gate(x)
+            return (*gate(x), True)
     logits = weights = None
     indices = torch.full((n, hi), num_experts, dtype=torch.long, device=x.device)
     for kv in torch.unique(k).tolist():
@@ -174,7 +182,7 @@ def variable_k_route(
         logits[rows] = lg
         weights[rows, :kv] = w
         indices[rows, :kv] = ix.to(torch.long)
-    return logits, weights, indices
+    return logits, weights, indices, False
 
 
 @dataclass
@@ -209,6 +217,9 @@ class AdaKRouter(nn.Module):
         self._patch = [patch]  # a list so nn.Module does not register the owner as a submodule
         self.counters = LayerCounters()
         self.records: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        self.variable = (
+            False  # whether the last routing table mixed several k (then the grouped dispatch runs)
+        )
 
     @property
     def top_k(self) -> int:
@@ -244,7 +255,30 @@ class AdaKRouter(nn.Module):
             self.records.append((x.detach(), action, action_logp))
         if patch.count:
             self.counters.add(k)
-        return variable_k_route(self.router, x, k, self.num_experts)
+        logits, weights, indices, uniform = _route(self.router, x, k, self.num_experts)
+        self.variable = not uniform
+        return logits, weights, indices
+
+
+def _install_dispatch(experts: nn.Module, router: AdaKRouter, patch: AdaKPatch) -> None:
+    """Route the experts module's calls: a table that mixes several ``k`` goes to
+    :func:`~iclr25_adak._dispatch.grouped_experts_forward` (when ``patch.dispatch == "grouped"``); a table with
+    one ``k`` for every token (static top-K, or an allocator that chose one k) goes to the host's own kernel,
+    so those outputs stay the host's bit for bit. ``AdaKPatch.remove`` uninstalls it."""
+    host_forward = type(experts).forward
+
+    def forward(
+        hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor
+    ) -> torch.Tensor:
+        variable, router.variable = router.variable, False  # one-shot: a later call without the router (its
+        # own table, or the host routers put back for saving) goes to the host kernel
+        if variable and patch.dispatch == "grouped":
+            return grouped_experts_forward(
+                experts, hidden_states, top_k_index, top_k_weights, impl=patch.dispatch_impl
+            )
+        return host_forward(experts, hidden_states, top_k_index, top_k_weights)
+
+    experts.forward = forward  # an instance attribute; remove() deletes it
 
 
 def expert_flops_per_token(experts: nn.Module) -> int:
@@ -295,6 +329,9 @@ class AdaKPatch:
         self._requires_grad = [(p, p.requires_grad) for p in model.parameters()]
         self._training = [(m, m.training) for m in model.modules()]
         self._save_installed = False
+        self.dispatch: Literal["grouped", "host"] = "grouped"
+        self.dispatch_impl: Literal["auto", "loop", "grouped_mm"] = "auto"
+        self._dispatch_installed: list[nn.Module] = []
 
     # -- policy ------------------------------------------------------------------------------------------------
     def allocators(self) -> list[AdaKAllocator]:
@@ -390,6 +427,9 @@ class AdaKPatch:
             block.gate = router.router
             if flag is not None:
                 block.experts._is_expert_parallel = flag
+        for experts in self._dispatch_installed:
+            experts.__dict__.pop("forward", None)
+        self._dispatch_installed = []
         if self.routers:
             for p, requires_grad in self._requires_grad:
                 p.requires_grad_(requires_grad)
@@ -551,6 +591,8 @@ def apply_adak(
     init_k: int | None = None,
     init_logit: float = 2.0,
     seed: int = 0,
+    dispatch: Literal["grouped", "host"] = "grouped",
+    dispatch_impl: Literal["auto", "loop", "grouped_mm"] = "auto",
 ) -> AdaKPatch:
     """Patch every sparse MoE block of a Hugging Face model with an Ada-K allocator; freeze everything else.
 
@@ -565,6 +607,12 @@ def apply_adak(
         init_k: the ``k`` the untrained allocator prefers (default: the host's top-k, clipped to the range).
         init_logit: its initial logit (see :class:`AdaKAllocator`).
         seed: seed of the sampling generator used in ``"sample"`` mode.
+        dispatch: ``"grouped"`` (default): a routing table that mixes several ``k`` is computed by
+            :func:`~iclr25_adak._dispatch.grouped_experts_forward` (token-slot pairs sorted by expert, one GEMM
+            per activated expert; cost follows ``sum_t k_t``); a table with one ``k`` for every token runs the
+            host's own expert kernel. ``"host"``: always the host's kernel (the sentinel-padded table).
+            A runtime choice (``patch.dispatch``), not saved.
+        dispatch_impl: ``"auto"``, ``"loop"`` or ``"grouped_mm"`` (see :mod:`iclr25_adak._dispatch`).
 
     Returns:
         An :class:`AdaKPatch` in ``"argmax"`` mode. Every model parameter gets ``requires_grad=False``; the
@@ -581,7 +629,10 @@ def apply_adak(
     if any(isinstance(m, AdaKRouter) for m in model.modules()):
         raise ValueError("model is already patched with Ada-K (call patch.remove() first)")
     blocks = find_moe_blocks(model)
+    check_choice("dispatch", dispatch, ("grouped", "host"))
+    check_choice("dispatch_impl", dispatch_impl, ("auto", "loop", "grouped_mm"))
     patch = AdaKPatch(model, seed=seed)
+    patch.dispatch, patch.dispatch_impl = dispatch, dispatch_impl
     for p in model.parameters():
         p.requires_grad_(False)
     reach = []
@@ -619,6 +670,9 @@ def apply_adak(
         patch._ep_flags.append(getattr(block.experts, "_is_expert_parallel", None))
         if hasattr(block.experts, "_is_expert_parallel"):
             block.experts._is_expert_parallel = True
+        if supports_grouped_dispatch(block.experts):
+            _install_dispatch(block.experts, router, patch)
+            patch._dispatch_installed.append(block.experts)
         patch.routers.append(router)
         patch.blocks.append(block)
         patch.names.append(name)
