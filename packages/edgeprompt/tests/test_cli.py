@@ -264,3 +264,15 @@ def test_import_is_light_and_every_public_name_resolves():
         [sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True, check=True
     )
     assert int(done.stdout.strip()) >= 30
+
+
+def test_size_gpu_takes_the_paper_backbone_and_more_seeds_and_explicit_options_win():
+    from iclr25_edgeprompt.cli import GPU_SIZE, ReproduceConfig
+
+    quick = ReproduceConfig()
+    assert quick.sized() == quick
+    gpu = ReproduceConfig(size="gpu").sized()
+    assert {k: getattr(gpu, k) for k in GPU_SIZE} == GPU_SIZE
+    flops = lambda c: c.num_layers * c.hidden_channels**2 * c.seeds  # noqa: E731  (GIN MLP FLOPs x steps)
+    assert 10 <= flops(gpu) / flops(quick) <= 100
+    assert ReproduceConfig(size="gpu", seeds=2).sized().seeds == 2

@@ -159,28 +159,48 @@ class GNNEncoder(nn.Module):
         return h
 
     def embed(
-        self, x: Tensor, edge_index: Tensor, batch: Tensor | None = None, prompt: nn.Module | None = None
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        batch: Tensor | None = None,
+        prompt: nn.Module | None = None,
+        num_graphs: int | None = None,
     ) -> Tensor:
-        """Mean-pooled graph embeddings ``[B, hidden]`` (one graph when ``batch`` is None)."""
-        return global_mean_pool(self(x, edge_index, prompt), batch)
+        """Mean-pooled graph embeddings ``[B, hidden]`` (one graph when ``batch`` is None).
+
+        ``num_graphs`` (``Batch.num_graphs``): B, so that pooling need not read ``batch.max()`` back from the device.
+        """
+        return global_mean_pool(self(x, edge_index, prompt), batch, size=num_graphs)
 
 
 def _check_inputs(x: Tensor, edge_index: Tensor, in_channels: int) -> None:
-    """Node features ``[N, in_channels]`` finite; ``edge_index`` ``[2, E]`` integer with entries in ``[0, N)``."""
+    """Node features ``[N, in_channels]`` finite; ``edge_index`` ``[2, E]`` integer with entries in ``[0, N)``.
+
+    Shapes and dtypes are checked on every device; the values (finite features, node ids in range) only on the CPU:
+    on a GPU they would read the tensors back to the host at every forward pass (one synchronisation per layer
+    stack call). :meth:`PromptTuner.fit` checks every training graph's values once, on the CPU, before it moves
+    them; out-of-range ids on CUDA still stop the index kernels with a device-side assertion.
+    """
     if not isinstance(x, Tensor) or x.dim() != 2 or x.size(-1) != in_channels:
         shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
         raise ValueError(f"GNNEncoder: expected node features x of shape [N, {in_channels}], got {shape}")
+    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
+        shape = tuple(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index).__name__
+        raise ValueError(f"GNNEncoder: edge_index must have shape [2, E], got {shape}")
+    if edge_index.dtype.is_floating_point or edge_index.dtype == torch.bool:
+        raise ValueError(f"GNNEncoder: edge_index must hold integer node ids, got dtype {edge_index.dtype}")
+    if x.device.type == "cpu":
+        check_values(x, edge_index)
+
+
+def check_values(x: Tensor, edge_index: Tensor) -> None:
+    """The value checks of :func:`_check_inputs` (finite features, node ids in ``[0, N)``); reads the tensors."""
     if not bool(torch.isfinite(x).all()):
         bad = ~torch.isfinite(x)
         first = tuple(int(i) for i in torch.nonzero(bad)[0])
         raise ValueError(
             f"GNNEncoder: node features x have {int(bad.sum())} non-finite entries (NaN/inf), first at {first}"
         )
-    if not isinstance(edge_index, Tensor) or edge_index.dim() != 2 or edge_index.size(0) != 2:
-        shape = tuple(edge_index.shape) if isinstance(edge_index, Tensor) else type(edge_index).__name__
-        raise ValueError(f"GNNEncoder: edge_index must have shape [2, E], got {shape}")
-    if edge_index.dtype.is_floating_point or edge_index.dtype == torch.bool:
-        raise ValueError(f"GNNEncoder: edge_index must hold integer node ids, got dtype {edge_index.dtype}")
     if edge_index.numel():
         low, high = int(edge_index.min()), int(edge_index.max())
         if low < 0 or high >= x.size(0):

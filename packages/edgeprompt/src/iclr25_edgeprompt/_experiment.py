@@ -598,6 +598,9 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     """``reproduce``: every prompt method under each pre-training strategy on each dataset, equal budgets,
     learning rate chosen per method on validation, paired differences with t-intervals."""
     device = _setup(ctx)
+    cfg = cfg.sized()
+    if cfg.size != "quick":
+        ctx.log.info(f"size {cfg.size}: GIN {cfg.num_layers} x {cfg.hidden_channels}, {cfg.seeds} seeds")
     start = time.perf_counter()
     datasets = [_reproduce_data(name, cfg) for name in cfg.datasets]  # load all first: bad names fail early
     rows, diffs_rows, grid_rows, diag_rows, runs = [], [], [], [], []

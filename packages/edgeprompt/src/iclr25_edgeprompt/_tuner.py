@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from torch_geometric.data import Batch, Data
 from torch_geometric.loader import DataLoader
 
-from iclr25_edgeprompt._backbone import GNNEncoder
+from iclr25_edgeprompt._backbone import GNNEncoder, check_values
 from iclr25_edgeprompt._prompt import (
     DEFAULT_INIT,
     GPF,
@@ -154,7 +154,10 @@ class PromptTuner(nn.Module):
 
     def embed(self, batch: Data | Batch) -> Tensor:
         """Mean-pooled prompted embeddings ``[B, hidden]``."""
-        return self.backbone.embed(batch.x, batch.edge_index, getattr(batch, "batch", None), self.prompt)
+        b = getattr(batch, "batch", None)
+        return self.backbone.embed(
+            batch.x, batch.edge_index, b, self.prompt, num_graphs=batch.num_graphs if b is not None else None
+        )
 
     def forward(self, batch: Data | Batch) -> Tensor:
         return self.head(self.embed(batch))
@@ -192,24 +195,29 @@ class PromptTuner(nn.Module):
             shuffle=True,
             generator=torch.Generator().manual_seed(seed),
         )
+        # Labels and (off the CPU) node values are checked once here, on the host, so the steps below read nothing
+        # back from the device: the loss is summed on the device and read once per epoch.
+        with torch.no_grad():
+            classes = self.head(torch.zeros(1, self.backbone.out_channels, device=device)).size(-1)
+        top = max(int(g.y.max()) for g in graphs)
+        if top >= classes:
+            raise ValueError(f"label {top} is outside the head's {classes} classes")
+        if device.type != "cpu":
+            for g in graphs:
+                check_values(g.x, g.edge_index)
         history = []
         self.train()
         for epoch in range(settings.epochs):
-            total, count = 0.0, 0
+            total, count = torch.zeros((), device=device), 0
             for batch in loader:
-                batch = batch.to(device)
-                logits = self(batch)
-                if int(batch.y.max()) >= logits.size(-1):
-                    raise ValueError(
-                        f"label {int(batch.y.max())} is outside the head's {logits.size(-1)} classes"
-                    )
-                loss = F.cross_entropy(logits, batch.y.view(-1))
+                batch = batch.to(device, non_blocking=True)
+                loss = F.cross_entropy(self(batch), batch.y.view(-1))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                total += float(loss.detach()) * batch.num_graphs
+                total += loss.detach() * batch.num_graphs
                 count += batch.num_graphs
-            history.append(total / count)
+            history.append(float(total) / count)
             if callback is not None:
                 callback(epoch, history[-1])
         self.eval()
@@ -240,7 +248,7 @@ class PromptTuner(nn.Module):
         self.train()
         n = emb.size(0)
         for epoch in range(settings.epochs):
-            total = 0.0
+            total = torch.zeros((), device=device)
             # Per epoch a DataLoader draws its worker base seed from the generator, then its RandomSampler draws
             # one permutation per full pass plus one (empty slice) at the end; drawing the same keeps the
             # batches identical to the uncached path.
@@ -253,8 +261,8 @@ class PromptTuner(nn.Module):
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                total += float(loss.detach()) * idx.numel()
-            history.append(total / n)
+                total += loss.detach() * idx.numel()
+            history.append(float(total) / n)
             if callback is not None:
                 callback(epoch, history[-1])
         self.eval()
