@@ -199,11 +199,15 @@ def _lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
 
 @torch.no_grad()
 def _eval_loss(model: nn.Module, batches: Sequence[Tensor], device: torch.device) -> float:
+    """Mean loss per token over ``batches``; under torch.distributed each rank evaluates its round-robin share of
+    the batches and the sums and counts are all-reduced (float64), so every rank returns the same value."""
+    from iclr25_shared.distributed import all_reduce_sum, shard
+
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    for batch in batches:
-        batch = batch.to(device)
+    for i in shard(len(batches)):
+        batch = batches[i].to(device)
         logits = model(input_ids=batch[:, :-1]).logits
         loss = nn.functional.cross_entropy(
             logits.flatten(0, 1).float(), batch[:, 1:].flatten(), reduction="sum"
@@ -211,7 +215,8 @@ def _eval_loss(model: nn.Module, batches: Sequence[Tensor], device: torch.device
         total += loss.item()
         count += batch[:, 1:].numel()
     model.train(was_training)
-    return total / count
+    summed = all_reduce_sum({"total": total, "count": count})
+    return summed["total"] / summed["count"]
 
 
 @torch.no_grad()
@@ -336,6 +341,7 @@ def train_lm(
     checkpoints: Sequence[int] = (),
     val_seed: int = 1_000_003,
     recompute: bool = True,
+    comm_hook: Callable[..., Any] | None = None,
 ) -> TrainResult:
     """Pre-train one variant from scratch with AdamW (β = 0.9, 0.95), linear warm-up, cosine decay to 10 %.
 
@@ -343,11 +349,44 @@ def train_lm(
     ``torch.Generator(seed)``; evaluation uses a fixed set of windows from the validation stream (the same for
     every run with the same ``val_seed``). Weight decay follows :func:`param_groups` (no decay on the static HC
     weights). At each step in ``checkpoints`` the loss on the full evaluation set is recorded.
+
+    Data parallel: inside an initialised ``torch.distributed`` group (``torchrun`` / ``accelerate launch``; see
+    :func:`iclr25_shared.distributed.init_process_group`) the model is wrapped in
+    ``DistributedDataParallel``; every rank draws the same global batch of ``batch_size`` windows and trains on
+    its share ``rank::world_size`` (``DistributedSampler``'s split), DDP averages the gradients, so the global
+    batch and the update are those of the one-process run up to the order of the float additions. The training
+    loss is averaged over ranks and the evaluation windows are split over ranks (sums and counts all-reduced), so
+    every rank returns the same :class:`TrainResult`. ``comm_hook`` is registered on the DDP model (e.g.
+    :class:`iclr25_shared.distributed.ByteCounter`'s ``hook``); unused in one process.
+
+    Raises:
+        ValueError: the corpus is too small, or ``batch_size`` is not a multiple of the number of ranks.
+        FloatingPointError: the loss (averaged over ranks) is not finite; raised on every rank at the same step.
     """
+    from iclr25_shared.distributed import all_reduce_mean, world
+
+    here = world()
     if len(corpus.train) <= spec.context + 1 or len(corpus.val) <= spec.context + 1:
         raise ValueError(f"corpus too small for context={spec.context}")
+    if batch_size % here.world_size:
+        raise ValueError(
+            f"batch_size={batch_size} must be a multiple of the number of processes ({here.world_size}): "
+            "every rank trains on an equal share of the global batch"
+        )
     model = build_model(corpus.vocab_size, spec, variant, seed=seed, recompute=recompute).to(device)
     model.train()
+    net: nn.Module = model
+    if here.is_distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        if comm_hook is not None:
+            hook = comm_hook
+
+            def unannotated(state, bucket):  # type: ignore[no-untyped-def]  # DDP refuses other annotations
+                return hook(state, bucket)
+
+            net.register_comm_hook(None, unannotated)
     opt = torch.optim.AdamW(param_groups(model, weight_decay=weight_decay), lr=lr, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(seed)
     val_gen = torch.Generator().manual_seed(val_seed)
@@ -365,16 +404,19 @@ def train_lm(
         for group in opt.param_groups:
             group["lr"] = _lr_at(step, steps, lr, warmup)
         starts = torch.randint(0, len(corpus.train) - spec.context - 1, (batch_size,), generator=gen)
-        batch = _windows(corpus.train, starts, spec.context).to(device)
-        logits = model(input_ids=batch[:, :-1]).logits
+        # every rank drew the same global batch; it trains on its share (DistributedSampler's rank::world split)
+        batch = _windows(corpus.train, starts[here.rank :: here.world_size], spec.context).to(device)
+        logits = net(input_ids=batch[:, :-1]).logits
         loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"{variant.name} seed {seed}: loss became {loss.item()} at step {step}")
+        # equal shares: the mean of the ranks' mean losses is the global batch's mean loss
+        train_loss = all_reduce_mean({"loss": loss.item()})["loss"]
+        if not math.isfinite(train_loss):  # decided on the reduced value: every rank stops at the same step
+            raise FloatingPointError(f"{variant.name} seed {seed}: loss became {train_loss} at step {step}")
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # DDP all-reduces (averages) the gradients here
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        row = {"step": step + 1, "train_loss": loss.item()}
+        row = {"step": step + 1, "train_loss": train_loss}
         if (step + 1) % eval_every == 0 or step + 1 == steps:
             row["val_loss"] = _eval_loss(model, quick_val, device)
         if step + 1 in checkpoints and step + 1 != steps:
@@ -433,10 +475,25 @@ def summarise(results: Sequence[TrainResult]) -> dict[str, dict[str, float]]:
 # Commands: fn(cfg, ctx) -> Result (the runner writes results.json / results.md / config.json and prints them)
 # ----------------------------------------------------------------------------------------------------------------
 def _setup(cfg: Any, ctx: RunContext) -> torch.device:
+    """The run's device, joined to the launcher's process group (a no-op in one process), global RNGs seeded.
+
+    Under ``torchrun`` / ``accelerate launch`` each rank uses ``cuda:<LOCAL_RANK>`` (when the device is CUDA) and
+    seeds its global RNGs with ``derive_seed(seed, rank)``; model initialisation and batches use their own
+    generators seeded from ``--seed``, so every rank builds the same model and draws the same global batches.
+    """
     from iclr25_shared.device import seed_everything
+    from iclr25_shared.distributed import check_same, derive_seed, init_process_group, world
 
     device = ctx.torch_device()
-    seed_everything(cfg.seed)
+    here = world()
+    if here.is_distributed and device.type == "cuda":
+        device = torch.device("cuda", here.local_rank)
+    here = init_process_group(device)
+    if here.is_distributed:
+        check_same(dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else repr(cfg), "config")
+        seed_everything(derive_seed(cfg.seed, here.rank))
+    else:
+        seed_everything(cfg.seed)
     return device
 
 
@@ -640,24 +697,31 @@ def _cached(cache: Path | None, key: dict[str, Any], run: Callable[[], TrainResu
     import hashlib
     import json
 
+    from iclr25_shared.distributed import broadcast_object, world
     from iclr25_shared.results import atomic_write_text
 
     text = json.dumps(key, sort_keys=True, default=str)
     path = cache / f"run-{hashlib.sha256(text.encode()).hexdigest()[:16]}.json"
-    if path.is_file():
+    hit: TrainResult | None = None
+    if world().is_main and path.is_file():
         try:  # an entry that does not parse or fit is a miss: it is trained again and overwritten
             data = json.loads(path.read_text(encoding="utf-8"))
             if data.get("key") == json.loads(text):
                 fields = dict(data["result"])
                 fields["checkpoint_losses"] = {int(k): v for k, v in fields["checkpoint_losses"].items()}
-                return TrainResult(**fields)
+                hit = TrainResult(**fields)
         except (ValueError, TypeError, KeyError, AttributeError, UnicodeDecodeError):
             pass
+    # rank 0 reads the cache and tells the others, so every rank trains (or skips) the same runs
+    hit = broadcast_object(hit)
+    if hit is not None:
+        return hit
     result = run()
-    cache.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(
-        path, json.dumps({"key": json.loads(text), "result": dataclasses.asdict(result)}, indent=1)
-    )
+    if world().is_main:  # only rank 0 writes
+        cache.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(
+            path, json.dumps({"key": json.loads(text), "result": dataclasses.asdict(result)}, indent=1)
+        )
     return result
 
 
