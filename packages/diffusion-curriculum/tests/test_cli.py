@@ -308,3 +308,19 @@ def test_combine_refuses_a_folder_that_is_not_a_reproduce_result_naming_it(tmp_p
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and "--combine" in err[0] and str(folder) in err[0] and needle in err[0], err
     assert not out.exists()
+
+
+def test_size_gpu_scales_the_quick_defaults_10_to_100x_and_excludes_full():
+    from iclr25_diffusion_curriculum.cli import ReproduceConfig
+
+    quick = ReproduceConfig()
+    gpu = ReproduceConfig(size="gpu").effective()
+    assert {k: getattr(gpu, k) for k in ReproduceConfig.GPU} == ReproduceConfig.GPU
+    seen = lambda c: c.steps * c.batch_size * c.num_seeds  # noqa: E731  (training images seen, all seeds)
+    assert 10 <= seen(gpu) / seen(quick) <= 100
+    # the curriculum phase keeps its share of training: (clusters - 1) x cap / steps as in quick
+    share = lambda c: (c.num_clusters - 1) * c.max_steps_per_stage / c.steps  # noqa: E731
+    assert abs(share(gpu) - share(quick)) < 0.01
+    assert ReproduceConfig(size="gpu", num_seeds=2).effective().num_seeds == 2
+    with pytest.raises(ValueError, match="two presets"):
+        ReproduceConfig(size="gpu", full=True)

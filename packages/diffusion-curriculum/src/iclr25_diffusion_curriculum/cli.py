@@ -170,6 +170,10 @@ class ReproduceConfig(_CurriculumOptions):
     """Result folders of earlier reproduce runs with the same settings (other seeds) to summarise, without training."""
     full: bool = False
     """The long setting; replaces the options still at their quick defaults by FULL (see the README)."""
+    size: Literal["quick", "gpu"] = "quick"
+    """quick: the defaults; gpu: the options still at their quick defaults take GPU (5x the steps at 4x the batch,
+    4 seeds, 5x the pacer's patience and stage cap, larger FID and held-out sets; for --device cuda, a few minutes
+    on one GPU: README "GPU"). Not with --full."""
 
     FULL: ClassVar[dict[str, Any]] = {
         "steps": 1200,
@@ -182,8 +186,23 @@ class ReproduceConfig(_CurriculumOptions):
         "heldout_images": 500,
     }
 
+    GPU: ClassVar[dict[str, Any]] = {
+        "steps": 2000,
+        "batch_size": 256,
+        "num_seeds": 4,
+        "patience": 40,
+        "max_steps_per_stage": 50,
+        "weight_ema": 0.998,
+        "num_checkpoints": 8,
+        "num_fid_samples": 1000,
+        "heldout_images": 1000,
+    }
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_choice("size", self.size, ("quick", "gpu"))
+        if self.full and self.size != "quick":
+            raise ValueError(f"--full and --size {self.size} are two presets; give one")
         check_int("steps", self.steps, low=1)
         check_int("num_seeds", self.num_seeds, low=1)
         if not self.methods or "uniform" not in self.methods or len(set(self.methods)) != len(self.methods):
@@ -206,13 +225,14 @@ class ReproduceConfig(_CurriculumOptions):
         check_int("analysis_bins", self.analysis_bins, low=2, high=self.steps)
 
     def effective(self) -> ReproduceConfig:
-        """The config actually run: with ``--full``, each option still at its quick default takes its FULL value
-        (options given explicitly are kept)."""
-        if not self.full:
+        """The config actually run: with ``--full`` (``--size gpu``), each option still at its quick default takes
+        its FULL (GPU) value (options given explicitly are kept)."""
+        if not self.full and self.size == "quick":
             return self
+        preset = self.FULL if self.full else self.GPU
         quick = {f.name: f.default for f in dataclasses.fields(self)}
-        changes = {k: v for k, v in self.FULL.items() if getattr(self, k) == quick[k]}
-        return dataclasses.replace(self, full=False, **changes)
+        changes = {k: v for k, v in preset.items() if getattr(self, k) == quick[k]}
+        return dataclasses.replace(self, full=False, size="quick", **changes)
 
 
 @dataclass(frozen=True, kw_only=True)
