@@ -9,67 +9,9 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).parent))
-from tiny_models import tiny_llama
 
 from iclr25_cald import load_converted
 from iclr25_cald.cli import main
-
-WORDS = [
-    "the",
-    "a",
-    "of",
-    "is",
-    "was",
-    "in",
-    "and",
-    "city",
-    "river",
-    "animal",
-    "number",
-    "war",
-    "king",
-    "song",
-    "planet",
-    "cell",
-    "art",
-]
-TOPICS = ["Arts", "Geography", "History"]
-
-
-@pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory):
-    """A random 2-layer Llama saved with a word-level tokenizer (no download)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    vocab = {"<pad>": 0, "<unk>": 1, **{w: i + 2 for i, w in enumerate(WORDS)}}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    fast = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="<pad>", unk_token="<unk>", eos_token="<pad>"
-    )
-    model = tiny_llama(2, dtype=torch.float32, seq=64)
-    model.save_pretrained(folder)
-    fast.save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def wiki_file(tmp_path_factory):
-    rng = torch.Generator().manual_seed(0)
-    rows = {}
-    for i in range(48):
-        topic = TOPICS[i % 3]
-        words = [WORDS[int(j)] for j in torch.randint(0, len(WORDS), (12,), generator=rng)]
-        rows[str(i)] = {
-            "title": f"t{i}",
-            "extract": " ".join([topic.lower(), *words]),
-            "description": "",
-            "topic": topic,
-        }
-    path = tmp_path_factory.mktemp("wiki") / "summaries_en-us.json"
-    path.write_text(json.dumps(rows))
-    return path
 
 
 def test_convert_end_to_end_saves_a_loadable_model(tiny_model_dir, wiki_file, tmp_path, capsys):
@@ -204,6 +146,31 @@ def test_bench_end_to_end_writes_the_scaling_table_and_plot(tmp_path):
         "mamba (recurrent scan)",
     }
     assert (out / "scaling.png").is_file()
+
+
+def test_bench_interleaves_every_mixer_for_the_fixed_rounds_even_after_a_slow_call(tmp_path):
+    """Issue 43: the bench timed each mixer in one block and stopped repeating after one call slower than
+    max_seconds / 4, so a single slow call (machine load) decided a length's number. Now every mixer runs the same
+    --repeats rounds, interleaved with rotated order, whatever a call took; --max-seconds only drops a mixer from
+    the longer lengths."""
+    out = tmp_path / "b"
+    argv = ["bench", "--lengths", "8", "16", "--k", "4", "--repeats", "3", "--warmup", "1"]
+    code = main([*argv, "--max-seconds", "1e-9", "--out", str(out), "--quiet"])
+    assert code == 0
+    res = json.loads((out / "results.json").read_text())
+    run = res["metrics"]["protocol"]["8"]
+    mixers = {"attention (sdpa, teacher)", "linformer k=4", "mamba (recurrent scan)"}
+    assert set(run["times_s"]) == mixers
+    assert all(len(times) == 3 for times in run["times_s"].values())  # every call exceeded 1e-9 s
+    assert len({tuple(order) for order in run["order"]}) > 1  # the order rotates between rounds
+    rows = {(r["seq_len"], r["mixer"]): r for r in res["tables"]["scaling"]}
+    for name in mixers - {"attention (sdpa, teacher)"}:
+        r = rows[(8, name)]
+        assert r["ratio_low"] <= r["time_vs_attention"] <= r["ratio_high"]
+    assert all(
+        rows[(16, name)]["seconds"] is None and "skipped" in rows[(16, name)]["note"] for name in mixers
+    )
+    assert "16" not in res["metrics"]["protocol"]
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -212,6 +213,8 @@ def distill(
     grad_clip: float | None = 1.0,
     trainable: Callable[[str, nn.Parameter], bool] | None = None,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    distributed: bool | None = None,
+    comm_hook: Callable[..., Any] | None = None,
 ) -> DistillResult:
     """Fine-tune a converted student on a task with teacher guidance (CALD Algorithm / Section 3.2).
 
@@ -233,12 +236,28 @@ def distill(
         grad_clip: max gradient norm (``None`` = no clipping).
         trainable: ``(name, parameter) -> bool`` selects the student's trained parameters (default all).
         on_step: called with ``(step, record)`` after every step.
+        distributed: data parallelism over an initialised ``torch.distributed`` process group (``torchrun`` /
+            ``accelerate launch``, then ``iclr25_shared.distributed.init_process_group``). ``None`` (default): on
+            when a group of more than one process is initialised. Every rank passes the same global batches; each
+            rank trains on its round-robin share of every batch's rows (``DistributedSampler``-style: rows
+            ``rank, rank + world, ...``; the batch size must be a multiple of the number of processes), the
+            student's trainable parameters are wrapped in ``DistributedDataParallel`` (gradients all-reduced), a
+            trajectory teacher too; a target/waypoint teacher is replicated and frozen on every rank. Every loss
+            term is weighted so that the averaged gradient is the one-process gradient of the whole batch (a
+            per-example mean: weight 1; a per-token mean, masked layerwise loss or token-level task loss: this
+            rank's tokens × world / the batch's tokens), and the ``history`` records are the batch's values
+            (averaged over ranks), so the run equals the one-process run up to floating-point reduction order.
+            A non-finite loss is detected on the reduced value, so every rank raises together.
+        comm_hook: a DDP communication hook (e.g. ``iclr25_shared.distributed.ByteCounter().hook``) registered on
+            each ``DistributedDataParallel`` wrapper; ignored in one process.
 
     Returns:
         :class:`DistillResult` (``teacher`` is the caller's own for target/hybrid, a copy otherwise).
 
     Raises:
-        ValueError: a guided strategy without a teacher, ``waypoint`` without checkpoints, bad step counts.
+        ValueError: a guided strategy without a teacher, ``waypoint`` without checkpoints, bad step counts;
+            ``distributed=True`` without an initialised process group; a batch that does not split evenly over
+            the processes.
         FloatingPointError: a non-finite loss (the step is not applied; names the step).
     """
     check_int("steps", steps, low=1)
@@ -253,11 +272,15 @@ def distill(
     if strategy == "waypoint" and not waypoints:
         raise ValueError("strategy 'waypoint' needs at least one teacher checkpoint in waypoints")
 
+    rank, world = _data_parallel(distributed)
+
     params = [p for n, p in student.named_parameters() if trainable is None or trainable(n, p)]
     if trainable is not None:
         chosen = {id(p) for p in params}
         for p in student.parameters():
             p.requires_grad_(id(p) in chosen)
+    # DDP broadcasts rank 0's parameters, then all-reduces (averages) the gradients of the trainable ones
+    s_fwd = _ddp(student, comm_hook) if world > 1 else student
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     sched = _linear_schedule(opt, warmup_steps, steps)
 
@@ -272,6 +295,7 @@ def distill(
         t_opt = torch.optim.AdamW(t_params, lr=max(guidance.teacher_lr, 1e-30), weight_decay=weight_decay)
         t_sched = _linear_schedule(t_opt, warmup_steps, steps)
         t_model.train()
+        t_fwd = _ddp(t_model, comm_hook) if world > 1 and t_params else t_model
     elif strategy != "unguided":
         t_model = copy.deepcopy(teacher) if strategy == "waypoint" else teacher
     # the caller's own teacher (target/hybrid) is only read: its modules get their modes back whatever happens
@@ -284,18 +308,27 @@ def distill(
         it = _cycle(batches)
         for step in range(steps):
             batch = next(it)
+            w_task = w_tok = None  # one process: the HF losses as they are (bit-identical to before)
+            if world > 1:
+                batch, w_task, w_tok = _local_share(batch, rank, world, student)
             mask = batch.get("attention_mask")
             a_layer, a_logits = guidance.alphas(step)
             record: dict[str, float] = {"alpha_layer": a_layer}
             t_out = None
             if strategy == "trajectory":
-                t_out = _forward(t_model, batch)
-                record["teacher_task"] = float(t_out.loss.detach())
-                if (step + 1) % guidance.teacher_update_cycle == 0 and guidance.teacher_lr > 0:
-                    if not torch.isfinite(t_out.loss):
+                update = (step + 1) % guidance.teacher_update_cycle == 0 and guidance.teacher_lr > 0
+                # DDP only when the teacher steps: a DDP forward expects its backward
+                t_out = _forward(t_fwd if update else t_model, batch)
+                t_loss = t_out.loss if w_task is None else t_out.loss * w_task
+                t_rec = {"teacher_task": float(t_loss.detach())}
+                if world > 1:
+                    t_rec = _all_reduce_mean(t_rec)
+                record.update(t_rec)
+                if update:
+                    if not math.isfinite(record["teacher_task"]):
                         raise FloatingPointError(f"non-finite teacher loss at step {step}; no update applied")
                     t_opt.zero_grad(set_to_none=True)
-                    t_out.loss.backward()
+                    t_loss.backward()
                     if grad_clip is not None:
                         nn.utils.clip_grad_norm_(
                             [p for p in t_model.parameters() if p.requires_grad], grad_clip
@@ -310,9 +343,9 @@ def distill(
                         current_waypoint = idx
                 with torch.no_grad():
                     t_out = _forward(t_model, batch)
-            out = _forward(student, batch)
-            loss = out.loss
-            record["task"] = float(loss.detach())
+            out = _forward(s_fwd, batch)
+            loss = out.loss if w_task is None else out.loss * w_task
+            terms = {"task": loss}
             if t_out is not None and a_layer > 0:
                 lay = layerwise_loss(
                     out.hidden_states,
@@ -321,15 +354,25 @@ def distill(
                     layers=guidance.layers,
                     reduction=guidance.reduction,
                 )
+                if w_tok is not None and mask is not None:
+                    lay = lay * w_tok
                 loss = loss + a_layer * lay
-                record["layer"] = float(lay.detach())
+                terms["layer"] = lay
             if t_out is not None and a_logits > 0:
-                kl = logits_kl(
-                    out.logits, t_out.logits, guidance.temperature, mask if out.logits.dim() == 3 else None
-                )
+                token_level = out.logits.dim() == 3
+                kl = logits_kl(out.logits, t_out.logits, guidance.temperature, mask if token_level else None)
+                if w_tok is not None and token_level and mask is not None:
+                    kl = kl * w_tok
                 loss = loss + a_logits * kl
-                record["logits"] = float(kl.detach())
-            if not torch.isfinite(loss):
+                terms["logits"] = kl
+            values = {k: float(v.detach()) for k, v in terms.items()}
+            if world > 1:  # the whole batch's values (each rank's share weighted as above), on every rank
+                values = _all_reduce_mean({**values, "loss": float(loss.detach())})
+                total = values.pop("loss")
+            else:
+                total = float(loss.detach())
+            record.update(values)
+            if not math.isfinite(total):
                 raise FloatingPointError(
                     f"non-finite student loss at step {step} ({record}); no update applied"
                 )
@@ -339,7 +382,7 @@ def distill(
                 nn.utils.clip_grad_norm_(params, grad_clip)
             opt.step()
             sched.step()
-            record["loss"] = float(loss.detach())
+            record["loss"] = total
             history.append(record)
             if on_step is not None:
                 on_step(step, record)
@@ -369,3 +412,95 @@ def _cycle(batches: Iterable[Mapping[str, torch.Tensor]]) -> Iterator[Mapping[st
         raise ValueError("batches is empty")
     while True:
         yield from cache
+
+
+def _data_parallel(distributed: bool | None) -> tuple[int, int]:
+    """``(rank, world_size)`` of the data-parallel run (``(0, 1)`` in one process)."""
+    import torch.distributed as dist
+
+    initialised = dist.is_available() and dist.is_initialized()
+    if distributed is None:
+        distributed = initialised and dist.get_world_size() > 1
+    if not distributed:
+        return 0, 1
+    if not initialised:
+        raise ValueError(
+            "distributed=True needs an initialised torch.distributed process group (launch with torchrun or "
+            "accelerate launch and call iclr25_shared.distributed.init_process_group first)"
+        )
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _ddp(model: nn.Module, comm_hook: Callable[..., Any] | None) -> nn.Module:
+    """``model`` wrapped in ``DistributedDataParallel`` (its trainable parameters; buffers are not trained and
+    identical on every rank, so they are not re-broadcast every step)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    p = next(model.parameters())
+    ids = [p.device] if p.device.type == "cuda" else None
+    import inspect
+
+    # newer torch: forward_sync_buffers (broadcast_buffers is deprecated there); both sync the buffers at init only
+    sync = (
+        "forward_sync_buffers"
+        if "forward_sync_buffers" in inspect.signature(DistributedDataParallel).parameters
+        else "broadcast_buffers"
+    )
+    ddp = DistributedDataParallel(model, device_ids=ids, **{sync: False})
+    if comm_hook is not None:
+        ddp.register_comm_hook(None, comm_hook)
+    return ddp
+
+
+def _all_reduce_mean(values: dict[str, float]) -> dict[str, float]:
+    from iclr25_shared.distributed import all_reduce_mean
+
+    return {k: float(v) for k, v in all_reduce_mean(values).items()}
+
+
+def _rows(batch: Mapping[str, torch.Tensor]) -> int:
+    sizes = {v.shape[0] for v in batch.values() if isinstance(v, torch.Tensor) and v.dim() > 0}
+    if len(sizes) != 1:
+        raise ValueError(
+            f"the batch's tensors must share their first (batch) dimension, got sizes {sorted(sizes)}"
+        )
+    return sizes.pop()
+
+
+def _local_share(
+    batch: Mapping[str, torch.Tensor], rank: int, world: int, model: nn.Module
+) -> tuple[dict[str, Any], float, float | None]:
+    """This rank's rows of the global ``batch`` (round robin, as ``DistributedSampler``) and the loss weights that
+    make the ranks' averaged gradient the one-process gradient of the whole batch.
+
+    Returns ``(local batch, task weight, token weight)``: a per-example mean (sequence classification) is already
+    the batch's mean once averaged over equal shares (weight 1); a per-token mean (token-level labels, the masked
+    layerwise loss) is weighted by ``local tokens × world / batch tokens`` (``None``: no attention mask).
+    """
+    n = _rows(batch)
+    if n % world:
+        raise ValueError(
+            f"a batch of {n} rows does not split evenly over {world} processes; make the batch size a multiple "
+            "of the number of processes"
+        )
+    local = {
+        k: v[rank::world] if isinstance(v, torch.Tensor) and v.dim() > 0 else v for k, v in batch.items()
+    }
+
+    def share(full: torch.Tensor, part: torch.Tensor) -> float:
+        return float(part.sum()) * world / max(1.0, float(full.sum()))
+
+    mask = batch.get("attention_mask")
+    w_tok = None if mask is None else share(mask, local["attention_mask"])
+    labels = batch.get("labels")
+    w_task = 1.0
+    if isinstance(labels, torch.Tensor) and labels.dim() >= 2 and not labels.is_floating_point():
+        from iclr25_cald._convert import predicts_next_token
+
+        def items(
+            lab: torch.Tensor,
+        ) -> torch.Tensor:  # the label positions HF's token-level loss averages over
+            return (lab[:, 1:] if predicts_next_token(model) else lab) != -100
+
+        w_task = share(items(labels), items(local["labels"]))
+    return local, w_task, w_tok

@@ -55,22 +55,60 @@ def _split(n: int, n_train: int, n_eval: int, seed: int) -> tuple[np.ndarray, np
 
 
 def _accuracy(model: Any, data: Any, batch_size: int = 64) -> float:
+    """Accuracy on ``data``; under torchrun each rank scores its round-robin share of the rows and the correct
+    counts are summed over the ranks (integers: the same count as one process)."""
     import torch
 
     from iclr25_cald._task import batch_at
+    from iclr25_shared.distributed import all_reduce_sum, shard
 
     model.eval()
     correct = 0
     n = data.input_ids.shape[0]
+    rows = torch.as_tensor(list(shard(n)), dtype=torch.long)
     with torch.no_grad():
-        for i in range(0, n, batch_size):
-            b = batch_at(data, torch.arange(i, min(n, i + batch_size)), task="classify")
+        for i in range(0, len(rows), batch_size):
+            b = batch_at(data, rows[i : i + batch_size], task="classify")
             dev = next(model.parameters()).device
             logits = model(
                 input_ids=b["input_ids"].to(dev), attention_mask=b["attention_mask"].to(dev)
             ).logits
             correct += int((logits.argmax(-1).cpu() == b["labels"]).sum())
-    return correct / n
+    return round(all_reduce_sum({"correct": correct})["correct"]) / n
+
+
+def _join(cfg: Any, ctx: RunContext) -> Any:
+    """Join the process group torchrun / ``accelerate launch`` set up (one process: nothing happens); returns the
+    :class:`iclr25_shared.distributed.World`.
+
+    Each rank trains on its share of every batch (``distill``'s data parallelism), so ``--batch-size`` must be a
+    multiple of the number of processes; every rank must run the same options (checked)."""
+    import torch
+
+    from iclr25_shared.distributed import check_same, init_process_group
+
+    device = ctx.torch_device()
+    world = init_process_group(device.type)
+    if world.is_distributed:
+        if device.type == "cuda":  # one GPU per process: the local rank's
+            torch.cuda.set_device(world.local_rank)
+        check_same(repr(cfg), "the command's options")
+        if cfg.batch_size % world.world_size:
+            raise InputError(
+                f"--batch-size: {cfg.batch_size} is not a multiple of the {world.world_size} processes (each "
+                "process trains on an equal share of every batch)"
+            )
+        ctx.log.info("data parallel: rank %d of %d", world.rank, world.world_size)
+    return world
+
+
+def _rank_seed(seed: int) -> int:
+    """The torch seed of this rank's training loop: ``seed`` in one process, ``derive_seed(seed, rank)`` under
+    torchrun (independent dropout streams per rank; the models here have none, so this changes nothing today)."""
+    from iclr25_shared.distributed import derive_seed, world
+
+    w = world()
+    return derive_seed(seed, w.rank) if w.is_distributed else seed
 
 
 def _layer_distance(student: Any, teacher: Any, data: Any, n: int = 64) -> float:
@@ -152,7 +190,7 @@ def _run_strategy(
         teacher_mode="train" if official else "eval",
     )
     tch = {"target": teacher, "hybrid": teacher, "trajectory": s["base"], "waypoint": s["base"]}.get(strategy)
-    torch.manual_seed(seed)
+    torch.manual_seed(_rank_seed(seed))
     t0 = time.perf_counter()
     res = distill(
         student,
@@ -199,7 +237,7 @@ def _fine_tune_teacher(cfg: Any, s: dict[str, Any], ctx: RunContext, save_every:
         if save_every and (step + 1) % save_every == 0:
             waypoints.append({k: v.detach().clone() for k, v in teacher.state_dict().items()})
 
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(_rank_seed(cfg.seed))
     distill(
         teacher,
         (
@@ -292,6 +330,7 @@ def convert(cfg: ConvertConfig, ctx: RunContext) -> Result:
 def distill_cmd(cfg: DistillConfig, ctx: RunContext) -> Result:
     """One guidance strategy on Wikipedia topic classification: teacher, conversion, guided fine-tuning."""
     t0 = time.perf_counter()
+    _join(cfg, ctx)
     s = _setup(cfg, ctx)
     teacher, waypoints = _fine_tune_teacher(
         cfg, s, ctx, save_every=max(1, cfg.teacher_steps // 4) if cfg.strategy == "waypoint" else 0
@@ -313,9 +352,12 @@ def distill_cmd(cfg: DistillConfig, ctx: RunContext) -> Result:
 def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     """CALD Table 1 at small scale: unguided vs target- vs trajectory-guided vs teacher, >= 3 seeds, paired."""
     from iclr25_cald._convert import convert as convert_model
+    from iclr25_cald.cli import GPU_SIZE
     from iclr25_shared.metrics import paired_t_interval
 
     t0 = time.perf_counter()
+    cfg = cfg.sized()
+    _join(cfg, ctx)
     s = _setup(cfg, ctx)
     ctx.log.info("fine-tuning the teacher (%d steps)", cfg.teacher_steps)
     teacher, _ = _fine_tune_teacher(cfg, s, ctx)
@@ -388,6 +430,8 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             "converted_untuned_relative_layer_mse": raw_dist,
             "majority_class_accuracy": chance,
             "classes": len(s["classes"]),
+            "size": cfg.size,
+            "sized_options": {k: getattr(cfg, k) for k in GPU_SIZE},
         },
         tables={"summary": summary, "paired": paired, "runs": rows},
         timings={"total": time.perf_counter() - t0},
@@ -411,14 +455,24 @@ _START_NOTE = {
 }
 
 
+BENCH_HELD_EQUAL = (
+    "held equal: the input (batch 1, n tokens, d = 576), the layer's projections (converted from the same teacher "
+    "layer), forward only without gradients, threads; not equal: FLOPs (attention O(n² d), Linformer O(n k d), "
+    "Mamba O(n d d_state) + its projections) and the output (different mixers)"
+)
+
+
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """Time and peak memory of one layer's token mixer vs sequence length: attention vs Linformer vs Mamba."""
+    """Time and peak memory of one layer's token mixer vs sequence length: attention vs Linformer vs Mamba, all
+    three interleaved in rounds at each length (``iclr25_shared.bench.interleaved``); peak memory from one separate
+    call each. With ``--ddp-processes``: data-parallel distillation step time and bytes per step."""
     import torch
     import transformers
 
     from iclr25_cald._convert import convert as convert_model
     from iclr25_cald._mixers import MambaConfig
-    from iclr25_shared.device import PeakMemory, Timer
+    from iclr25_shared.bench import interleaved, machine_state
+    from iclr25_shared.device import PeakMemory
 
     device = ctx.torch_device()
     config = (
@@ -436,73 +490,175 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     )
     torch.manual_seed(cfg.seed)
     teacher = transformers.LlamaForCausalLM(config).to(device).eval()
+    scan = "recurrent scan" if cfg.mamba_chunk == 1 else f"blocked scan, chunk={cfg.mamba_chunk}"
+    att, lin, mam = "attention (sdpa, teacher)", f"linformer k={cfg.k}", f"mamba ({scan})"
     models = {
-        "attention (sdpa, teacher)": teacher,
-        f"linformer k={cfg.k}": convert_model(  # one mixer timed on its own: causality is not at stake
+        att: teacher,
+        lin: convert_model(  # one mixer timed on its own: causality is not at stake
             teacher, "linformer", k=cfg.k, max_seq_len=max(cfg.lengths), allow_bidirectional=True
         ).model,
-        "mamba (recurrent scan)": convert_model(
-            teacher, "mamba", mamba=MambaConfig(expand=cfg.mamba_expand)
+        mam: convert_model(
+            teacher, "mamba", mamba=MambaConfig(expand=cfg.mamba_expand, chunk=cfg.mamba_chunk)
         ).model,
     }
-    rows = []
+    rows: list[dict[str, Any]] = []
+    runs: dict[str, Any] = {}
     skip: set[str] = set()
     for n in cfg.lengths:
         x = torch.randn(1, n, config.hidden_size, device=device)
         pos = torch.arange(n, device=device)[None]
+        arms = {}
         for name, model in models.items():
             if name in skip:
+                continue
+            layer = model.model.layers[0]
+            pe = model.model.rotary_emb(x, pos)
+
+            def call(layer: Any = layer, pe: Any = pe, x: Any = x) -> None:
+                with (
+                    torch.no_grad()
+                ):  # no padding: the teacher's SDPA attention is causal when no mask is given
+                    layer.self_attn(x, position_embeddings=pe, attention_mask=None)
+
+            arms[name] = call
+        run = None
+        if arms:
+            run = interleaved(
+                arms, repeats=cfg.repeats, warmup=cfg.warmup, device=str(device), threads=ctx.threads or None
+            )
+            runs[str(n)] = run.as_dict()
+        peaks = {}
+        for name, call in arms.items():  # memory apart from the timed rounds: one call each
+            with PeakMemory(device) as mem:
+                call()
+            peaks[name] = mem.peak_bytes / 2**20
+        for name in models:
+            if name not in arms:
                 rows.append(
                     {
                         "seq_len": n,
                         "mixer": name,
                         "seconds": None,
+                        "time_vs_attention": None,
+                        "ratio_low": None,
+                        "ratio_high": None,
                         "peak_mib": None,
-                        "note": f"skipped: previous length took > {cfg.max_seconds} s",
+                        "note": f"skipped: its median at a shorter length took > {cfg.max_seconds} s",
                     }
                 )
                 continue
-            layer = model.model.layers[0]
-            pe = model.model.rotary_emb(x, pos)
-            mask = None  # no padding; the teacher's SDPA attention is causal when no mask is given
-            times = []
-            with torch.no_grad():
-                for _ in range(cfg.repeats):
-                    with PeakMemory(device) as mem, Timer(device) as tm:
-                        layer.self_attn(x, position_embeddings=pe, attention_mask=mask)
-                    times.append(tm.seconds)
-                    if tm.seconds > cfg.max_seconds / 4:  # long calls: one timing is enough
-                        break
-            t = float(np.median(times))
+            t = run.median(name)
+            est = run.ratio(name, att) if name != att and att in arms else None
             rows.append(
-                {"seq_len": n, "mixer": name, "seconds": t, "peak_mib": mem.peak_bytes / 2**20, "note": ""}
+                {
+                    "seq_len": n,
+                    "mixer": name,
+                    "seconds": t,
+                    "time_vs_attention": 1.0 if name == att else (est.value if est else None),
+                    "ratio_low": est.low if est else None,
+                    "ratio_high": est.high if est else None,
+                    "peak_mib": peaks[name],
+                    "note": "",
+                }
             )
-            ctx.log.info("n=%6d %-28s %.4f s  %.1f MiB", n, name, t, mem.peak_bytes / 2**20)
+            ctx.log.info(
+                "n=%6d %-28s %.4f s  x attn %s  %.1f MiB",
+                n,
+                name,
+                t,
+                f"{est.value:.3f}" if est else "-",
+                peaks[name],
+            )
             if t > cfg.max_seconds:
                 skip.add(name)
-    att = {r["seq_len"]: r["seconds"] for r in rows if r["mixer"].startswith("attention")}
     crossover: dict[str, Any] = {}
-    for r in rows:
-        base = att.get(r["seq_len"])
-        r["time_vs_attention"] = r["seconds"] / base if r["seconds"] is not None and base else None
     for name in list(models)[1:]:
-        ratios = [(r["seq_len"], r["time_vs_attention"]) for r in rows if r["mixer"] == name]
-        ratios = [(n, v) for n, v in ratios if v is not None]
-        # shortest length from which the mixer is faster than attention at every longer measured length
+        ratios = [
+            (r["seq_len"], r["ratio_high"])
+            for r in rows
+            if r["mixer"] == name and r["ratio_high"] is not None
+        ]
+        # shortest length from which the mixer is faster than attention (the ratio's 95 % interval below 1) at
+        # every longer measured length
         crossover[name] = next(
             (n for i, (n, _) in enumerate(ratios) if all(v < 1 for _, v in ratios[i:])), None
+        )
+    tables: dict[str, Any] = {"scaling": rows}
+    notes = [
+        "one token-mixer forward (no grad), batch 1, SmolLM2-135M layer sizes; at each length the three mixers run "
+        f"in {cfg.repeats} interleaved rounds (order rotated each round) after {cfg.warmup} warm-up call(s) each "
+        "(iclr25_shared.bench.interleaved); seconds = median over rounds; time_vs_attention = median of the "
+        "per-round ratios mixer / attention with a 95 % bootstrap interval over rounds [ratio_low, ratio_high]; "
+        "peak memory from one further call each, apart from the timed rounds",
+        BENCH_HELD_EQUAL,
+        "crossover = shortest measured length from which the mixer is faster than attention (ratio interval "
+        "below 1) at every longer measured length (None: not within the measured lengths)",
+    ]
+    if cfg.ddp_processes:
+        tables["ddp"] = [_ddp_bench_row(cfg, ctx, n, device) for n in cfg.ddp_processes]
+        notes.append(
+            "ddp: target-guided distillation of the reproduction's model shape (2-layer SmolLM2-135M prefix, random "
+            "weights, Linformer k=16, seq 32) under torchrun, the same global batch at every process count; held "
+            "equal: global batch, model, steps, data; not equal: the number of processes (each with --threads "
+            "threads on the same machine). Run one process count after another, not interleaved (each is its own "
+            "torchrun job); on a machine with fewer free cores than processes no speed-up is expected"
         )
     if ctx.writes:
         _plot(rows, ctx)
     return Result(
-        metrics={"crossover_seq_len": crossover, "threads": torch.get_num_threads(), "device": str(device)},
-        tables={"scaling": rows},
-        notes=[
-            "one token-mixer forward (no grad), batch 1, SmolLM2-135M layer sizes; median of --repeats; "
-            "crossover = shortest measured length from which the mixer is faster than attention at every longer "
-            "measured length (None: not within the measured lengths)"
-        ],
+        metrics={
+            "crossover_seq_len": crossover,
+            "threads": torch.get_num_threads(),
+            "device": str(device),
+            "machine": machine_state(),
+            "protocol": runs,
+        },
+        tables=tables,
+        notes=notes,
     )
+
+
+def _ddp_bench_row(cfg: BenchConfig, ctx: RunContext, processes: int, device: Any) -> dict[str, Any]:
+    """Run ``iclr25_cald._ddp_bench`` under torchrun with ``processes`` processes; its rank 0's JSON result."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    args = {
+        "seed": cfg.seed,
+        "batch_size": cfg.ddp_batch_size,
+        "seq_len": 32,
+        "k": 16,
+        "warmup": 2,
+        "steps": cfg.ddp_steps,
+        "threads": ctx.threads or 1,
+        "device": str(device),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "ddp.json"
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            str(processes),
+            "-m",
+            "iclr25_cald._ddp_bench",
+            json.dumps(args),
+            str(out),
+        ]
+        ctx.log.info("ddp bench: %d process(es) ...", processes)
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not out.is_file():
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+            raise RuntimeError(f"ddp bench with {processes} processes failed: {' | '.join(tail)}")
+        row = json.loads(out.read_text(encoding="utf-8"))
+    row["job_wall_s"] = time.perf_counter() - t0
+    return row
 
 
 def _plot(rows: list[dict], ctx: RunContext) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import ClassVar, Literal
 
 from iclr25_shared import inputs
-from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.checks import check_choice, check_float, check_int
 from iclr25_shared.cli import CommonOptions, run
 from iclr25_shared.errors import InputError
 
@@ -190,6 +190,10 @@ class DistillConfig(_TaskOptions):
 class ReproduceConfig(_TaskOptions):
     """CALD Table 1 at small scale: unguided vs target- vs trajectory-guided vs teacher, paired over seeds."""
 
+    size: Literal["quick", "gpu"] = "quick"
+    """quick: the defaults below (about 3 minutes on one CPU thread); gpu: the options left at their quick defaults
+    take the preset GPU_SIZE (10x the student steps, 12x the teacher steps, 4x the batch, 5x the training data;
+    about a minute on one GPU with --device cuda: README "GPU"). Options given explicitly win over the preset."""
     seeds: int = 3
     """Independent seeds (conversion init and data order); >= 2 for an interval."""
     strategies: tuple[Literal["unguided", "target", "trajectory", "hybrid"], ...] = (
@@ -201,14 +205,34 @@ class ReproduceConfig(_TaskOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_choice("size", self.size, ("quick", "gpu"))
         check_int("seeds", self.seeds, low=1)
         if not self.strategies:
             raise ValueError("strategies must name at least one of unguided, target, trajectory, hybrid")
 
+    def sized(self) -> ReproduceConfig:
+        """This config with the ``--size`` preset applied to every option still at its quick default."""
+        if self.size == "quick":
+            return self
+        defaults = {f.name: f.default for f in fields(self)}
+        return replace(self, **{k: v for k, v in GPU_SIZE.items() if getattr(self, k) == defaults[k]})
+
+
+GPU_SIZE = {
+    "train_examples": 8000,
+    "eval_examples": 1000,
+    "batch_size": 32,
+    "steps": 300,
+    "teacher_steps": 600,
+}
+"""``reproduce --size gpu``: 8 000 / 1 000 summaries (5.3x / 3.3x), batch 32 (4x), 300 student steps (10x) and 600
+teacher steps (12x): 40x the student's training tokens of quick. Estimate (README "GPU"): about a minute on one GPU."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """Time and peak memory of one token mixer vs sequence length: attention vs Linformer vs Mamba, one run."""
+    """Time and peak memory of one token mixer vs sequence length (attention vs Linformer vs Mamba, interleaved
+    rounds, ratio intervals); optionally data-parallel distillation step time and bytes at 1, 2, ... processes."""
 
     lengths: tuple[int, ...] = (256, 1024, 4096, 16384)
     """Sequence lengths (each >= 1)."""
@@ -216,10 +240,21 @@ class BenchConfig(CommonOptions):
     """Linformer projected length (<= min(lengths))."""
     mamba_expand: int = 1
     """Mamba inner width = expand * hidden."""
-    repeats: int = 3
-    """Timed repetitions per point (the median is reported)."""
+    mamba_chunk: int = 1
+    """Mamba scan block: 1 = the plain recurrence (fastest on CPUs), > 1 the blocked parallel form (for GPUs)."""
+    repeats: int = 7
+    """Timed rounds per length; each round calls every mixer once, the order rotated (the median is reported)."""
+    warmup: int = 1
+    """Untimed calls of each mixer per length before the rounds."""
     max_seconds: float = 30.0
-    """Stop timing a mixer at longer lengths once one forward exceeds this."""
+    """A mixer whose median at one length exceeds this is not run at the longer lengths (reported as skipped)."""
+    ddp_processes: tuple[int, ...] = ()
+    """Also time data-parallel target-guided distillation under torchrun at these process counts (e.g. 1 2):
+    step time and bytes all-reduced per step. Empty: not run."""
+    ddp_steps: int = 6
+    """Timed distillation steps per process count (after 2 warm-up steps)."""
+    ddp_batch_size: int = 8
+    """Global batch of the data-parallel rows (a multiple of every process count)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -231,8 +266,20 @@ class BenchConfig(CommonOptions):
             raise ValueError(f"k must be an integer in [1, min(lengths)={min(self.lengths)}], got {self.k}")
         check_int("k", self.k, low=1)
         check_int("mamba_expand", self.mamba_expand, low=1)
+        check_int("mamba_chunk", self.mamba_chunk, low=1)
         check_int("repeats", self.repeats, low=1)
+        check_int("warmup", self.warmup, low=0)
         check_float("max_seconds", self.max_seconds, low=0.0, low_inclusive=False)
+        for n in self.ddp_processes:
+            check_int("ddp_processes", n, low=1)
+        check_int("ddp_steps", self.ddp_steps, low=2)
+        check_int("ddp_batch_size", self.ddp_batch_size, low=1)
+        for n in self.ddp_processes:
+            if self.ddp_batch_size % n:
+                raise ValueError(
+                    f"ddp_batch_size must be a multiple of every --ddp-processes value, got {self.ddp_batch_size} "
+                    f"for {n} processes"
+                )
 
 
 COMMANDS = {
