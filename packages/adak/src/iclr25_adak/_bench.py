@@ -1,0 +1,323 @@
+"""``bench``: Ada-K's tokens/s against the host's static top-K, under the shared interleaved protocol.
+
+Two parts, both timed with :func:`iclr25_shared.bench.interleaved` (every arm once per round, rotated order, median
+and bootstrap interval of the per-round ratio):
+
+1. **End to end** on the reproduction's Wikipedia MoE: one forward pass of the same ``batch x 64`` validation
+   tokens. Arms: the unpatched host at its static top-K with each of transformers' expert kernels (``eager``,
+   ``grouped_mm``, ``batched_mm``); Ada-K (argmax) with the grouped dispatch for each trained allocator (``lams``);
+   and Ada-K at the largest lambda with the old dispatch (the sentinel-padded table into the host kernel).
+   FLOPs of one pass are counted with ``torch.utils.flop_counter`` (all matrix products: attention, experts,
+   routers, allocators, LM head), which gives the experts' share of the forward and the FLOP-proportional target.
+2. **One MoE block** at a Mixtral-like width (``d = width``, FFN ``3.5 d``, the host's experts and K) where the
+   experts dominate: static top-K with the host kernels against the grouped dispatch fed the per-token k
+   distribution each allocator chose on the timed tokens (pooled over layers).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from iclr25_adak._experiment import _reset_allocators, _spec, _train_once
+from iclr25_shared.cli import Result, RunContext
+
+if TYPE_CHECKING:
+    from iclr25_adak.cli import BenchConfig
+
+
+def _fmt(lam: float) -> str:
+    return f"{lam:g}"
+
+
+def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
+    """Tokens/s of Ada-K against the host's static top-K (every expert kernel), interleaved, same model and tokens."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from iclr25_adak._eval import evaluate_lm
+    from iclr25_adak._routing import apply_adak
+    from iclr25_adak._zoo import wiki_moe
+    from iclr25_shared.bench import interleaved
+
+    device = ctx.torch_device()
+    model, tokens = wiki_moe(
+        _spec(), wiki_path=cfg.wiki_path, label="--wiki-path", device=device, log=ctx.log
+    )
+    default_kernel = model.config._experts_implementation
+    patch = apply_adak(model, seed=cfg.seed)
+    k_big = patch.host_top_k
+    states: dict[float, dict[str, torch.Tensor]] = {}
+    t0 = time.perf_counter()
+    for lam in cfg.lams:
+        _reset_allocators(patch)
+        _train_once(patch, tokens.train, cfg, lam, cfg.seed, device, ctx)
+        states[lam] = {k: v.detach().clone() for k, v in patch.allocator_state_dict().items()}
+    t_train = time.perf_counter() - t0
+    dtype = getattr(torch, cfg.dtype)
+    model.to(dtype)  # the allocators follow (and compute in at least float32)
+    for lam, state in states.items():
+        states[lam] = {k: v.to(dtype) for k, v in state.items()}
+
+    def use(lam: float | None, kernel: str, dispatch: str = "grouped") -> None:
+        if lam is not None:
+            patch.load_allocator_state_dict(states[lam])
+        model.set_experts_implementation(kernel)
+        patch.dispatch = dispatch
+
+    # quality and mean k on the validation blocks (not timed)
+    val = tokens.val[: cfg.eval_blocks]
+    use(None, default_kernel)
+    quality = {"top": evaluate_lm(patch, val, mode="fixed", k=k_big, batch=cfg.batch, device=device)}
+    for lam in cfg.lams:
+        use(lam, default_kernel)
+        quality[lam] = evaluate_lm(patch, val, mode="argmax", batch=cfg.batch, device=device)
+
+    ids = torch.as_tensor(tokens.val[: cfg.batch], device=device)
+    n_tok = ids.numel()
+
+    def host_forward() -> None:
+        with torch.no_grad(), patch._host_routers():
+            model(input_ids=ids)
+
+    def adak_forward() -> None:
+        with torch.no_grad():
+            model(input_ids=ids)
+
+    # FLOPs of one pass and the per-token k each allocator chose on the timed tokens
+    old_impl = patch.dispatch_impl
+    patch.dispatch_impl = "loop"  # torch's FLOP counter sees the per-expert GEMMs, not grouped_mm
+    use(None, "eager")
+    with FlopCounterMode(display=False) as fc:
+        host_forward()
+    flops = {"top": fc.get_total_flops()}
+    patch.reset_counters()
+    with torch.no_grad(), patch.mode_as("fixed", k_big):
+        model(input_ids=ids)
+    topk_expert_flops = patch.flops()["topk_expert_flops"]
+    k_hist: dict[float, np.ndarray] = {}
+    mean_k_timed: dict[float, float] = {}
+    for lam in cfg.lams:
+        use(lam, "eager")
+        patch.reset_counters()
+        with FlopCounterMode(display=False) as fc, patch.mode_as("argmax"):
+            patch.record = True
+            try:
+                adak_forward()
+                recs = patch.take_records()
+            finally:
+                patch.record = False
+        flops[lam] = fc.get_total_flops()
+        mean_k_timed[lam] = float(np.mean(patch.mean_k_per_layer()))
+        hist = np.zeros(patch.num_experts + 1)
+        for rt, chunks in zip(patch.routers, recs, strict=True):
+            for _, a, _ in chunks:
+                hist += np.bincount((a + rt.allocator.k_min).cpu().numpy(), minlength=patch.num_experts + 1)
+        k_hist[lam] = hist / hist.sum()
+    patch.dispatch_impl = old_impl
+    expert_share = topk_expert_flops / flops["top"]
+
+    # the timed arms
+    patch.count = False  # counters read k on the host; inference needs none
+    arms: dict[str, Any] = {}
+    setups: dict[str, Any] = {}
+    for kernel in cfg.host_kernels:
+        name = f"top-{k_big} host {kernel}"
+        arms[name] = host_forward
+        setups[name] = lambda kernel=kernel: use(None, kernel)
+    for lam in cfg.lams:
+        name = f"Ada-K lam={_fmt(lam)} grouped"
+        arms[name] = adak_forward
+        setups[name] = lambda lam=lam: use(lam, "eager")
+    lam_hi = max(cfg.lams)
+    old_kernels = [k for k in cfg.host_kernels if k != "batched_mm"] or list(cfg.host_kernels)
+    for kernel in old_kernels:
+        name = f"Ada-K lam={_fmt(lam_hi)} old dispatch (host {kernel})"
+        arms[name] = adak_forward
+        setups[name] = lambda kernel=kernel: use(lam_hi, kernel, "host")
+    with patch.mode_as("argmax"):
+        run = interleaved(
+            arms,
+            repeats=cfg.repeats,
+            warmup=1,
+            device=device,
+            threads=ctx.threads or None,
+            setup=setups,
+            progress=lambda it: ctx.progress(it, total=cfg.repeats, desc="bench rounds"),
+        )
+    patch.count = True
+    host_arms = [f"top-{k_big} host {k}" for k in cfg.host_kernels]
+    baseline = min(host_arms, key=run.median)
+    held = f"the same {n_tok} tokens (batch {cfg.batch} x 64), model, weights and dtype {cfg.dtype}"
+    rows = run.rows(baseline, units=dict.fromkeys(arms, n_tok), unit="tokens", held_equal=held)
+    for row in rows:
+        arm = row["arm"]
+        lam = next((lam for lam in cfg.lams if arm.startswith(f"Ada-K lam={_fmt(lam)} ")), None)
+        q = quality["top"] if lam is None else quality[lam]
+        row["val_loss"] = q["loss"]
+        row["val_mean_k"] = q["mean_k"]
+        row["timed_mean_k"] = float(k_big) if lam is None else mean_k_timed[lam]
+        row["forward_flops_vs_topK"] = 1.0 if lam is None else flops[lam] / flops["top"]
+    goals = _goals(run, cfg, baseline, flops, mean_k_timed, k_big)
+
+    tables: dict[str, Any] = {"end_to_end": rows, "goals": goals}
+    metrics: dict[str, Any] = {
+        "baseline": baseline,
+        "expert_share_of_forward_flops": expert_share,
+        "forward_flops_topK": flops["top"],
+        "device": str(device),
+        "dtype": cfg.dtype,
+        "end_to_end_bench": run.as_dict(),
+    }
+    notes = [
+        f"interleaved protocol (iclr25_shared.bench): {cfg.repeats} rounds after 1 warm-up call per arm, order "
+        f"rotated each round; speed-ups are medians of per-round ratios against {baseline!r} (the fastest host "
+        "kernel here) with 95 % bootstrap intervals over rounds",
+        "not held equal: the Ada-K arms activate their allocators' k (timed_mean_k); quality columns are "
+        f"validation NLL on {val.size} tokens",
+        f"experts' share of forward FLOPs at top-{k_big}: {expert_share:.3f} (torch.utils.flop_counter, one pass)",
+    ]
+    if cfg.width:
+        block_rows, block_goals, block_run = _block_bench(cfg, k_hist, patch, device, dtype)
+        tables["moe_block"] = block_rows
+        tables["goals"] = goals + block_goals
+        metrics["block_bench"] = block_run.as_dict()
+        notes.append(
+            f"moe_block: one MixtralSparseMoeBlock, d={cfg.width}, ffn={int(cfg.width * 3.5)}, "
+            f"{patch.num_experts} experts, top-{k_big}, {cfg.block_tokens} tokens; Ada-K arms route each token "
+            "with k drawn from that allocator's k distribution on the timed tokens (routing included, allocator "
+            "not); batched_mm is left out (it gathers one weight matrix per token-slot: tens of GB here)"
+        )
+    return Result(metrics=metrics, tables=tables, timings={"ppo": t_train}, notes=notes)
+
+
+def _goals(
+    run: Any,
+    cfg: BenchConfig,
+    baseline: str,
+    flops: dict[Any, int],
+    mean_k: dict[float, float],
+    k_big: int,
+) -> list[dict[str, Any]]:
+    """Issue 43's goals: at equal mean k >= 1.0x the fastest top-K; at the allocator's k at least the
+    FLOP-proportional speed-up (top-K forward FLOPs / Ada-K forward FLOPs)."""
+    out = []
+    lam_eq = min(cfg.lams, key=lambda lam: abs(mean_k[lam] - k_big))
+    est = run.speedup(f"Ada-K lam={_fmt(lam_eq)} grouped", baseline)
+    out.append(
+        {
+            "goal": f"equal mean k (lam={_fmt(lam_eq)}, mean k {mean_k[lam_eq]:.3f} vs {k_big}): >= 1.0x",
+            "part": "end to end",
+            "target_speedup": 1.0,
+            "speedup": est.value,
+            "interval": f"[{est.low:.3g}, {est.high:.3g}]",
+            "met": bool(est.value >= 1.0),
+        }
+    )
+    for lam in cfg.lams:
+        if lam == lam_eq:
+            continue
+        target = flops["top"] / flops[lam]
+        est = run.speedup(f"Ada-K lam={_fmt(lam)} grouped", baseline)
+        out.append(
+            {
+                "goal": f"lam={_fmt(lam)} (mean k {mean_k[lam]:.3f}): >= FLOP-proportional speed-up",
+                "part": "end to end",
+                "target_speedup": target,
+                "speedup": est.value,
+                "interval": f"[{est.low:.3g}, {est.high:.3g}]",
+                "met": bool(est.value >= target),
+            }
+        )
+    return out
+
+
+def _block_bench(
+    cfg: BenchConfig, k_hist: dict[float, np.ndarray], patch: Any, device: Any, dtype: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
+    import torch
+    from transformers import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
+
+    from iclr25_adak._dispatch import grouped_experts_forward
+    from iclr25_adak._routing import variable_k_route
+    from iclr25_shared.bench import interleaved
+
+    n_exp, k_big = patch.num_experts, patch.host_top_k
+    conf = MixtralConfig(
+        hidden_size=cfg.width,
+        intermediate_size=int(cfg.width * 3.5),
+        num_local_experts=n_exp,
+        num_experts_per_tok=k_big,
+    )
+    torch.manual_seed(cfg.seed)
+    block = MixtralSparseMoeBlock(conf).eval()
+    with torch.no_grad():
+        for prm in block.parameters():
+            prm.normal_(0, 0.02)
+    block = block.to(device=device, dtype=dtype)
+    block.experts._is_expert_parallel = True  # the host kernels' sentinel handling (as apply_adak sets it)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    x = torch.randn(cfg.block_tokens, cfg.width, generator=gen).to(device=device, dtype=dtype)
+    ks = {
+        lam: torch.multinomial(
+            torch.as_tensor(p, dtype=torch.float), cfg.block_tokens, replacement=True, generator=gen
+        ).to(device)
+        for lam, p in k_hist.items()
+    }
+    k_top = torch.full((cfg.block_tokens,), k_big, device=device)
+
+    def host(kernel: str, k: torch.Tensor) -> Any:
+        def call() -> None:
+            block.experts.config._experts_implementation = kernel
+            with torch.no_grad():
+                _, w, ix = variable_k_route(block.gate, x, k, n_exp)
+                block.experts(x, ix, w)
+
+        return call
+
+    def grouped(k: torch.Tensor) -> Any:
+        def call() -> None:
+            with torch.no_grad():
+                _, w, ix = variable_k_route(block.gate, x, k, n_exp)
+                grouped_experts_forward(block.experts, x, ix, w)
+
+        return call
+
+    kernels = [k for k in cfg.host_kernels if k != "batched_mm"] or ["eager"]
+    arms: dict[str, Any] = {f"block top-{k_big} host {kern}": host(kern, k_top) for kern in kernels}
+    for lam, k in ks.items():
+        arms[f"block Ada-K lam={_fmt(lam)} k-dist grouped"] = grouped(k)
+    lam_hi = max(ks)
+    for kern in kernels:
+        arms[f"block Ada-K lam={_fmt(lam_hi)} k-dist old dispatch (host {kern})"] = host(kern, ks[lam_hi])
+    run = interleaved(arms, repeats=cfg.repeats, warmup=1, device=device, threads=None)
+    baseline = min((f"block top-{k_big} host {kern}" for kern in kernels), key=run.median)
+    rows = run.rows(
+        baseline,
+        units=dict.fromkeys(arms, cfg.block_tokens),
+        unit="tokens",
+        held_equal=f"the same {cfg.block_tokens} token vectors, block weights and dtype",
+    )
+    for row in rows:
+        lam = next((lam for lam in ks if row["arm"].startswith(f"block Ada-K lam={_fmt(lam)} ")), None)
+        row["mean_k"] = float(k_big) if lam is None else float(ks[lam].float().mean())
+        row["expert_flops_vs_topK"] = row["mean_k"] / k_big
+    goals = []
+    for lam, k in ks.items():
+        target = k_big / float(k.float().mean())
+        est = run.speedup(f"block Ada-K lam={_fmt(lam)} k-dist grouped", baseline)
+        goals.append(
+            {
+                "goal": f"one block, lam={_fmt(lam)} k distribution (mean k {float(k.float().mean()):.3f}): "
+                ">= max(1, expert-FLOP-proportional speed-up)",
+                "part": "moe block",
+                "target_speedup": max(1.0, target),
+                "speedup": est.value,
+                "interval": f"[{est.low:.3g}, {est.high:.3g}]",
+                "met": bool(est.value >= max(1.0, target)),
+            }
+        )
+    return rows, goals, run
