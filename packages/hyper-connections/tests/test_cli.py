@@ -120,6 +120,25 @@ def test_bench_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         rows[2]["activation ratio"] > rows[1]["activation ratio"] > 1.0
     )  # n streams are stored for backward
     assert "time ratio" in capsys.readouterr().out
+    run = json.loads((tmp_path / "results.json").read_text())["metrics"]["bench_run"]
+    assert run["order"] == [["residual", "DHCx1", "DHCx4"]]  # the shared interleaved protocol's record
+    assert rows[0]["time ratio 95 % CI"] == "[1.000, 1.000]"
+
+
+@pytest.mark.slow
+def test_bench_data_parallel_rows_count_the_gradient_bytes(tmp_path: Path) -> None:
+    args = ["bench", "--dim", "16", "--num-layers", "2", "--num-heads", "2", "--context", "8"]
+    args += ["--batch-size", "2", "--expansion-rates", "4", "--repeats", "1", "--warmup-steps", "0"]
+    assert main([*args, "--processes", "1", "2", "--quiet", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "results.json").read_text())["tables"]["data parallel (DDP)"]
+    assert [(r["processes"], r["variant"], r["batch per process"]) for r in rows] == [
+        (1, "residual", 2),
+        (1, "DHCx4", 2),
+        (2, "residual", 1),
+        (2, "DHCx4", 1),
+    ]
+    for r in rows:  # one process: no DDP; two: every float32 gradient entry all-reduced once per step
+        assert r["bytes all-reduced per step"] == (0 if r["processes"] == 1 else 4 * r["params"])
 
 
 @pytest.mark.parametrize(
@@ -136,6 +155,8 @@ def test_bench_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
         (["reproduce", "--num-seeds", "0"], "num_seeds must be an integer in [1, inf), got 0"),
         (["bench", "--expansion-rates", "0"], "expansion_rates must be an integer in [1, 16], got 0"),
         (["bench", "--device", "tpu"], "device must be one of"),
+        (["bench", "--processes", "3"], "processes: 3 does not divide batch_size=8"),
+        (["bench", "--processes", "0"], "processes must be an integer in [1, 64], got 0"),
         (["fly"], "unknown subcommand 'fly'"),
     ],
 )

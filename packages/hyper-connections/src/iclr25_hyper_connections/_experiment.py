@@ -911,14 +911,38 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     )
 
 
-def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """Measure HCxn against the residual baseline in one process: time, activation memory, parameters."""
-    from iclr25_shared.device import PeakMemory, Timer
-
-    device = _setup(cfg, ctx)
+def _bench_model_and_batch(cfg: Any, device: torch.device) -> tuple[ModelSpec, Tensor]:
     spec = ModelSpec(dim=cfg.dim, num_layers=cfg.num_layers, num_heads=cfg.num_heads, context=cfg.context)
     gen = torch.Generator().manual_seed(cfg.seed)
     batch = torch.randint(0, cfg.vocab_size, (cfg.batch_size, cfg.context + 1), generator=gen).to(device)
+    return spec, batch
+
+
+def _lm_loss(model: nn.Module, batch: Tensor) -> Tensor:
+    logits = model(input_ids=batch[:, :-1]).logits
+    return nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+
+
+def _ratio_text(est: Any) -> str:
+    return f"{est.value:.3f} [{est.low:.3f}, {est.high:.3f}]"
+
+
+BENCH_HELD_EQUAL = (
+    "held equal: base weights, batch (random tokens), one AdamW step per call; not equal: FLOPs and parameters "
+    "(HC adds its n-stream width/depth connections), activation memory"
+)
+
+
+def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
+    """Measure HCxn against the residual baseline in one process (iclr25_shared.bench.interleaved: warm-up, then
+    rounds of one training step per variant in rotating order; time ratios are medians of per-round ratios with
+    bootstrap intervals): time, activation memory, parameters. With ``--processes``, also data-parallel steps
+    (DDP) under ``torch.distributed.run`` at each process count: step time and gradient bytes all-reduced."""
+    from iclr25_shared.bench import interleaved
+    from iclr25_shared.device import PeakMemory
+
+    device = _setup(cfg, ctx)
+    spec, batch = _bench_model_and_batch(cfg, device)
     kind = "DHC" if cfg.dynamic else "SHC"
     variants = [Variant(name="residual")] + [
         Variant(name=f"{kind}x{n}", expansion_rate=n, dynamic=cfg.dynamic) for n in cfg.expansion_rates
@@ -929,43 +953,37 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     ]
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in models]
 
-    def loss_fn(model: nn.Module) -> Tensor:
-        logits = model(input_ids=batch[:, :-1]).logits
-        return nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+    def step(i: int) -> None:
+        opts[i].zero_grad(set_to_none=True)
+        _lm_loss(models[i], batch).backward()
+        opts[i].step()
 
-    def step(i: int) -> float:
-        with Timer(device) as t:
-            opts[i].zero_grad(set_to_none=True)
-            loss_fn(models[i]).backward()
-            opts[i].step()
-        return t.seconds
-
-    # Timing: rounds of one step per variant, in rotating order, so load changes hit every variant alike;
-    # the time ratio is the median over rounds of (variant step / residual step in the same round).
-    times: list[list[float]] = [[] for _ in variants]
-    for r in ctx.progress(range(cfg.warmup_steps + cfg.repeats), desc="bench"):
-        order = [(r + k) % len(variants) for k in range(len(variants))]
-        measured = {i: step(i) for i in order}
-        if r >= cfg.warmup_steps:
-            for i, sec in measured.items():
-                times[i].append(sec)
+    run = interleaved(
+        {v.name: (lambda i=i: step(i)) for i, v in enumerate(variants)},
+        repeats=cfg.repeats,
+        warmup=cfg.warmup_steps,
+        device=device,
+        progress=lambda it: ctx.progress(it, total=cfg.repeats, desc="bench"),
+    )
     rows: list[dict[str, Any]] = []
     for i, (variant, model) in enumerate(zip(variants, models)):
         opts[i].zero_grad(set_to_none=True)
         params = list(model.parameters())
-        act = saved_activation_bytes(lambda model=model: loss_fn(model), exclude=params)
+        act = saved_activation_bytes(lambda model=model: _lm_loss(model, batch), exclude=params)
         peak = None
         if device.type == "cuda":  # CPU peak RSS cannot see memory the allocator reuses: not reported there
             with PeakMemory(device) as mem:
-                loss_fn(model).backward()
+                _lm_loss(model, batch).backward()
             peak = mem.peak_bytes / 2**20
         opts[i].zero_grad(set_to_none=True)
+        est = run.ratio(variant.name, "residual")
         rows.append(
             {
                 "variant": variant.name,
                 "params": sum(p.numel() for p in params),
-                "step ms": 1000 * statistics.median(times[i]),
-                "time ratio": statistics.median(a / b for a, b in zip(times[i], times[0])),
+                "step ms": 1000 * run.median(variant.name),
+                "time ratio": est.value,
+                "time ratio 95 % CI": f"[{est.low:.3f}, {est.high:.3f}]",
                 "saved activations MiB": act / 2**20,
                 "peak memory MiB": peak,
             }
@@ -983,17 +1001,85 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         "params ratio",
         "step ms",
         "time ratio",
+        "time ratio 95 % CI",
         "saved activations MiB",
         "activation ratio",
         "peak memory MiB",
         "peak memory ratio",
     ]
-    return Result(
-        metrics={r["variant"]: {k: v for k, v in r.items() if k != "variant"} for r in rows},
-        tables={"bench": [{c: row[c] for c in columns} for row in rows]},
-        notes=[
-            "saved activations: bytes of distinct tensors autograd keeps for backward (exact); peak memory: "
-            "CUDA max_memory_allocated during forward+backward above the start (CUDA only).",
-            "paper (OLMo-1B, d = 2048): +0.03 % parameters, +0.2 % FLOPs, +26 % activation memory.",
-        ],
-    )
+    tables: dict[str, Any] = {"bench": [{c: row[c] for c in columns} for row in rows]}
+    notes = [
+        "time ratio: median over rounds of (variant step / residual step in the same round), 95 % bootstrap "
+        f"interval over {cfg.repeats} rounds (iclr25_shared.bench.interleaved); " + BENCH_HELD_EQUAL + ".",
+        "saved activations: bytes of distinct tensors autograd keeps for backward (exact); peak memory: "
+        "CUDA max_memory_allocated during forward+backward above the start (CUDA only).",
+        "paper (OLMo-1B, d = 2048): +0.03 % parameters, +0.2 % FLOPs, +26 % activation memory.",
+    ]
+    metrics: dict[str, Any] = {r["variant"]: {k: v for k, v in r.items() if k != "variant"} for r in rows}
+    metrics["bench_run"] = run.as_dict()
+    if cfg.processes:
+        ddp_rows = _bench_data_parallel(cfg, ctx, device)
+        tables["data parallel (DDP)"] = ddp_rows
+        metrics["data_parallel"] = ddp_rows
+        notes.append(
+            "data parallel: each process count in its own torch.distributed.run launch (gloo on CPU, NCCL on CUDA), "
+            f"global batch {cfg.batch_size} x {cfg.context} tokens split over the processes, one thread per "
+            "process; bytes = gradient buckets DDP all-reduces per step, counted by iclr25_shared.distributed."
+            "ByteCounter (1 process: no DDP, nothing sent); train/reproduce also all-reduce the step's loss "
+            "(8 bytes). Step times of different process counts come from different launches (not interleaved); "
+            "on 2 shared CPU cores no speed-up is expected."
+        )
+    return Result(metrics=metrics, tables=tables, notes=notes)
+
+
+def _bench_data_parallel(cfg: BenchConfig, ctx: RunContext, device: torch.device) -> list[dict[str, Any]]:
+    """Launch ``_ddp_bench`` under ``torch.distributed.run`` once per process count; its rows."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from iclr25_shared.errors import InputError
+
+    rows: list[dict[str, Any]] = []
+    for n in cfg.processes:
+        if cfg.batch_size % n:
+            raise InputError(f"--processes: {n} does not divide --batch-size {cfg.batch_size}")
+        args = {
+            "dim": cfg.dim,
+            "num_layers": cfg.num_layers,
+            "num_heads": cfg.num_heads,
+            "context": cfg.context,
+            "batch_size": cfg.batch_size,
+            "vocab_size": cfg.vocab_size,
+            "seed": cfg.seed,
+            "expansion_rate": max(cfg.expansion_rates),
+            "dynamic": cfg.dynamic,
+            "fused": cfg.fused,
+            "repeats": cfg.repeats,
+            "warmup": cfg.warmup_steps,
+            "device": device.type,
+        }
+        with tempfile.TemporaryDirectory(prefix="hc-ddp-bench-") as tmp:
+            out = os.path.join(tmp, "rank0.json")
+            cmd = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                "--nproc-per-node",
+                str(n),
+                "-m",
+                "iclr25_hyper_connections._ddp_bench",
+                json.dumps(args),
+                out,
+            ]
+            env = dict(os.environ, OMP_NUM_THREADS="1")
+            ctx.log.info(f"data parallel: {n} process(es)")
+            done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"the {n}-process DDP bench failed:\n{done.stderr[-2000:]}")
+            with open(out, encoding="utf-8") as fh:
+                rows.extend(json.load(fh))
+    return rows

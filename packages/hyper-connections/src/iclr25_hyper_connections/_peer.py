@@ -107,13 +107,12 @@ def _is_ours(layer: nn.Module) -> bool:
 def peer(cfg: Any, ctx: Any) -> Any:
     """This package vs the peer on the same decoder: agreement at and away from init, step time, activations."""
     import copy
-    import statistics
 
     from iclr25_hyper_connections._experiment import ModelSpec, build_model, saved_activation_bytes
     from iclr25_hyper_connections._hf import apply_hyper_connections
     from iclr25_hyper_connections._variants import Variant
     from iclr25_shared.cli import Result
-    from iclr25_shared.device import PeakMemory, Timer, seed_everything
+    from iclr25_shared.device import PeakMemory, seed_everything
 
     version = peer_version()
     device = ctx.torch_device()
@@ -167,23 +166,28 @@ def peer(cfg: Any, ctx: Any) -> Any:
     for m in models:
         m.train()
 
-    # 2. time and memory, rounds of one AdamW step per model in rotating order
+    # 2. time and memory: the shared interleaved protocol (warm-up, rounds of one AdamW step per model in
+    # rotating order; ratios = medians of per-round ratios with bootstrap intervals)
+    from iclr25_shared.bench import interleaved
+
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-4) for m in models]
 
     def loss_fn(model: nn.Module) -> Tensor:
         logits = model(input_ids=batch[:, :-1]).logits
         return nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
 
-    times: list[list[float]] = [[] for _ in models]
-    for r in ctx.progress(range(cfg.warmup_steps + cfg.repeats), desc="peer"):
-        for k in range(len(models)):
-            i = (r + k) % len(models)
-            with Timer(device) as t:
-                opts[i].zero_grad(set_to_none=True)
-                loss_fn(models[i]).backward()
-                opts[i].step()
-            if r >= cfg.warmup_steps:
-                times[i].append(t.seconds)
+    def step(i: int) -> None:
+        opts[i].zero_grad(set_to_none=True)
+        loss_fn(models[i]).backward()
+        opts[i].step()
+
+    run = interleaved(
+        {name: (lambda i=i: step(i)) for i, name in enumerate(names)},
+        repeats=cfg.repeats,
+        warmup=cfg.warmup_steps,
+        device=device,
+        progress=lambda it: ctx.progress(it, total=cfg.repeats, desc="peer"),
+    )
     rows = []
     for i, (name, model) in enumerate(zip(names, models)):
         opts[i].zero_grad(set_to_none=True)
@@ -195,13 +199,16 @@ def peer(cfg: Any, ctx: Any) -> Any:
                 loss_fn(model).backward()
             peak = mem.peak_bytes / 2**20
         opts[i].zero_grad(set_to_none=True)
+        vs_res, vs_peer = run.ratio(name, names[0]), run.ratio(name, names[-1])
         rows.append(
             {
                 "implementation": name,
                 "params": sum(p.numel() for p in params),
-                "step ms": 1000 * statistics.median(times[i]),
-                "time vs residual": statistics.median(a / b for a, b in zip(times[i], times[0])),
-                "time vs peer": statistics.median(a / b for a, b in zip(times[i], times[-1])),
+                "step ms": 1000 * run.median(name),
+                "time vs residual": vs_res.value,
+                "vs residual 95 % CI": f"[{vs_res.low:.3f}, {vs_res.high:.3f}]",
+                "time vs peer": vs_peer.value,
+                "vs peer 95 % CI": f"[{vs_peer.low:.3f}, {vs_peer.high:.3f}]",
                 "saved activations MiB": act / 2**20,
                 "peak memory MiB": peak,
             }
@@ -213,6 +220,7 @@ def peer(cfg: Any, ctx: Any) -> Any:
             "max_abs_logit_diff_at_init_vs_residual": init_vs_residual,
             "max_abs_logit_diff_random_weights": random_diff,
             "max_abs_logit_change_random_weights": random_scale,
+            "bench_run": run.as_dict(),
         },
         tables={"ours vs peer": rows},
         notes=[
@@ -221,5 +229,8 @@ def peer(cfg: Any, ctx: Any) -> Any:
             "random weights: every connection weight of ours perturbed and copied into the peer; our stream "
             "RMSNorm eps set to ~0 (the peer's RMSNorm has none).",
             "saved activations: bytes autograd keeps for backward; peak memory: CUDA only.",
+            f"time ratios: median over {cfg.repeats} rounds of per-round ratios, 95 % bootstrap interval over rounds "
+            "(iclr25_shared.bench.interleaved); held equal: decoder, base weights, batch, one AdamW step per call; "
+            "not equal: the connection code (and the fused row's stream norm: LayerNorm, not RMSNorm).",
         ],
     )

@@ -204,6 +204,9 @@ class BenchConfig(CommonOptions):
     """Timed rounds (one training step of every variant each, in rotating order); medians reported."""
     warmup_steps: int = 2
     """Untimed rounds first."""
+    processes: tuple[int, ...] = ()
+    """Also time data-parallel (DDP) training steps of residual and the largest expansion rate, one
+    torch.distributed.run launch per process count (e.g. --processes 1 2; each must divide --batch-size)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -214,6 +217,10 @@ class BenchConfig(CommonOptions):
             raise ValueError(
                 f"num_heads must divide dim into an even head size; got dim={self.dim}, num_heads={self.num_heads}"
             )
+        for n in self.processes:
+            check_int("processes", n, low=1, high=64)
+            if self.batch_size % n:
+                raise ValueError(f"processes: {n} does not divide batch_size={self.batch_size}")
         if not self.expansion_rates:
             raise ValueError("expansion_rates must list at least one rate")
         if self.fused and not self.dynamic:
