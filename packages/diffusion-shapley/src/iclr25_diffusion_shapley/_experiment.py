@@ -143,21 +143,48 @@ class _Evaluator:
         self.sample_seconds: dict[tuple[int, ...], float] = {}
         self.samples: dict[tuple[int, ...], np.ndarray] = {}
 
+    def job(self, mask: np.ndarray) -> tuple[dict[str, float], float, float, np.ndarray | None]:
+        """One coalition, from scratch: ``(property values, train s, sample s, samples of the full coalition)``.
+        Depends only on the coalition (every coalition trains from the run's seed), so it can run on any rank."""
+        mask = np.asarray(mask, dtype=bool)
+        key = tuple(np.flatnonzero(mask).tolist())
+        images = self.game.samples_for(mask)
+        train_s, sample_s = self.game._last
+        vals = {}
+        for name, fn in self.props.items():
+            v = float(fn(images))
+            if not math.isfinite(v):
+                raise ValueError(f"property {name} is {v} for coalition {list(key)}; it must be finite")
+            vals[name] = v
+        return vals, train_s, sample_s, images if len(key) == self.n else None
+
+    def _store(self, key: tuple[int, ...], out: tuple[dict[str, float], float, float, Any]) -> None:
+        self.values[key], self.train_seconds[key], self.sample_seconds[key], images = out
+        if images is not None:
+            self.samples[key] = images
+
+    def evaluate_all(self, masks: Any, progress: Any = None) -> None:
+        """Evaluate every coalition of ``masks`` not yet evaluated, as a job farm over the ranks of the process
+        group (:func:`iclr25_shared.distributed.farm`; a loop in one process). Each distinct coalition is one job,
+        in the order of ``masks``; every rank ends with every value, so the estimators that follow run the same
+        arithmetic on every rank."""
+        from iclr25_shared.distributed import farm
+
+        todo: dict[tuple[int, ...], np.ndarray] = {}
+        for m in masks:
+            m = np.asarray(m, dtype=bool)
+            key = tuple(np.flatnonzero(m).tolist())
+            if key not in self.values and key not in todo:
+                todo[key] = m
+        results = farm(list(todo.values()), self.job, progress=progress)
+        for key, out in zip(todo, results):
+            self._store(key, out)
+
     def __call__(self, mask: np.ndarray) -> dict[str, float]:
         mask = np.asarray(mask, dtype=bool)
         key = tuple(np.flatnonzero(mask).tolist())
         if key not in self.values:
-            images = self.game.samples_for(mask)
-            self.train_seconds[key], self.sample_seconds[key] = self.game._last
-            vals = {}
-            for name, fn in self.props.items():
-                v = float(fn(images))
-                if not math.isfinite(v):
-                    raise ValueError(f"property {name} is {v} for coalition {list(key)}; it must be finite")
-                vals[name] = v
-            self.values[key] = vals
-            if len(key) == self.n:
-                self.samples[key] = images
+            self._store(key, self.job(mask))
         return self.values[key]
 
     def game_for(self, prop: str):
@@ -166,6 +193,46 @@ class _Evaluator:
     def per_subset_train_seconds(self) -> float:
         keys = [k for k in self.train_seconds if len(k) > 0]
         return float(np.mean([self.train_seconds[k] for k in keys])) if keys else math.nan
+
+
+def _join(ctx: RunContext) -> Any:
+    """Join the launcher's process group (torchrun / accelerate launch; a no-op in one process): the coalitions are
+    then farmed over the ranks. Returns the :class:`iclr25_shared.distributed.World`."""
+    from iclr25_shared.distributed import check_same, init_process_group
+
+    here = init_process_group(ctx.torch_device())
+    if here.is_distributed:
+        check_same(repr(ctx.config), "configuration")
+        ctx.log.info(f"rank {here.rank} of {here.world_size}: coalitions are farmed over the ranks")
+    return here
+
+
+def _same_model(model: Any, what: str) -> None:
+    """Refuse to go on when the ranks trained different ``model``s (every rank trains the shared models itself,
+    from the same seed; a difference would make the farmed values depend on the rank)."""
+    import hashlib
+
+    from iclr25_shared.distributed import check_same, world
+
+    if not world().is_distributed:
+        return
+    h = hashlib.sha256()
+    for t in model.state_dict().values():
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    check_same(h.hexdigest(), what)
+
+
+def _planned(estimate: Any, n: int) -> list[np.ndarray]:
+    """The coalitions ``estimate(game)`` will ask for, found by running it on a recording game that answers 0
+    (the estimators choose their coalitions from the seed alone, never from the values), plus ∅ and N."""
+    seen: list[np.ndarray] = [np.zeros(n, dtype=bool), np.ones(n, dtype=bool)]
+
+    def record(mask: np.ndarray) -> float:
+        seen.append(np.asarray(mask, dtype=bool).copy())
+        return 0.0
+
+    estimate(record)
+    return seen
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -178,6 +245,7 @@ def attribute(cfg: AttributeConfig, ctx: RunContext) -> Result:
     from iclr25_diffusion_shapley import _shapley as sh
 
     t_start = time.perf_counter()
+    _join(ctx)
     setup = _setup(cfg, ctx, cfg.seed)
     n = setup.data.num_contributors
     props = _properties(cfg.property, setup)
@@ -190,20 +258,29 @@ def attribute(cfg: AttributeConfig, ctx: RunContext) -> Result:
         full = _strategy("retrain", cfg, setup, cfg.seed)
         ctx.log.info(f"training the model on all contributors ({cfg.retrain_steps} steps)")
         full_model = full.fit(np.ones(n, dtype=bool))
+        _same_model(full_model, "model trained on all contributors")
     strategy = _strategy(cfg.method, cfg, setup, cfg.seed, full_model)
     if cfg.method == "sparse-ft":
         ctx.log.info(f"pruning ({cfg.pruning_ratio:.0%} of channels) and fine-tuning on all data")
         strategy.prepare()
+        _same_model(strategy.base, "pruned and fine-tuned model")
     ev = _Evaluator(strategy, props, cfg, n)
+
+    def estimate(g: Any) -> np.ndarray:
+        if cfg.estimator == "exact":
+            return sh.exact_shapley(g, n)
+        if cfg.estimator == "kernel-shap":
+            return sh.kernel_shap(g, n, cfg.kernel_samples, seed=cfg.seed).values
+        if cfg.estimator == "banzhaf":
+            return sh.banzhaf(g, n, max(cfg.kernel_samples, n + 1), seed=cfg.seed).values
+        return sh.leave_one_out(g, n).values
+
+    # every coalition the estimator needs, evaluated first as a job farm over the ranks (a loop in one process)
+    ev.evaluate_all(
+        _planned(estimate, n), progress=lambda it: ctx.progress(it, desc=f"{cfg.method} coalitions")
+    )
     game = sh.CachedGame(ev.game_for(prop), n)
-    if cfg.estimator == "exact":
-        phi = sh.exact_shapley(game, n)
-    elif cfg.estimator == "kernel-shap":
-        phi = sh.kernel_shap(game, n, cfg.kernel_samples, seed=cfg.seed).values
-    elif cfg.estimator == "banzhaf":
-        phi = sh.banzhaf(game, n, max(cfg.kernel_samples, n + 1), seed=cfg.seed).values
-    else:
-        phi = sh.leave_one_out(game, n).values
+    phi = estimate(game)
     v0, v1 = game(np.zeros(n, dtype=bool)), game(np.ones(n, dtype=bool))
     rows = [
         {"contributor": name, "images": int(c), "attribution": float(p)}
@@ -256,8 +333,12 @@ def _one_seed(cfg: ReproduceConfig, ctx: RunContext, seed: int, classifier: Any)
     ev_rt = _Evaluator(retrain, props, cfg, n)
     t0 = time.perf_counter()
     full_model = retrain.fit(np.ones(n, dtype=bool))
-    for m in ctx.progress(masks[::-1], desc=f"seed {seed}: retrain {len(masks)} coalitions"):
-        ev_rt(m)
+    _same_model(full_model, f"seed {seed}: model trained on all contributors")
+    # every coalition is one job of a farm over the ranks (a loop in one process)
+    ev_rt.evaluate_all(
+        masks[::-1],
+        progress=lambda it: ctx.progress(it, desc=f"seed {seed}: retrain {len(masks)} coalitions"),
+    )
     t_retrain_all = time.perf_counter() - t0
     tables = {p: np.array([ev_rt(m)[p] for m in masks]) for p in props}
 
@@ -271,9 +352,12 @@ def _one_seed(cfg: ReproduceConfig, ctx: RunContext, seed: int, classifier: Any)
         strat = _strategy(kind, cfg, setup, seed, full_model)
         if kind == "sparse-ft":
             strat.prepare()
+            _same_model(strat.base, f"seed {seed}: pruned and fine-tuned model")
         ev = _Evaluator(strat, props, cfg, n)
-        for m in [np.zeros(n, bool), np.ones(n, bool), *kernel_masks]:
-            ev(m)
+        ev.evaluate_all(
+            [np.zeros(n, bool), np.ones(n, bool), *kernel_masks],
+            progress=lambda it, kind=kind: ctx.progress(it, desc=f"seed {seed}: {kind}"),
+        )
         evs[kind] = ev
 
     pixel = pixel_similarity_attribution(
@@ -351,6 +435,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     from iclr25_shared.metrics import paired_t_interval
 
     t_start = time.perf_counter()
+    _join(ctx)
     classifier = _classifier(cfg.data_root, cfg.classifier_images)
     runs = []
     for k in range(cfg.seeds):
