@@ -217,3 +217,15 @@ def test_saved_activation_bytes_counts_what_autograd_keeps() -> None:
 
     # x @ w saves x (160 B; w is excluded), tanh saves its output (160 B)
     assert saved_activation_bytes(lambda: torch.tanh(x @ w), exclude=[w]) == 2 * 5 * 8 * 4
+
+
+def test_gpu_size_is_quick_at_15x_the_tokens_per_run() -> None:
+    from iclr25_hyper_connections._experiment import _setting
+    from iclr25_hyper_connections.cli import ReproduceConfig
+
+    quick, gpu = _setting(ReproduceConfig(size="quick")), _setting(ReproduceConfig(size="gpu"))
+    tokens = [s.steps * s.batch_size * s.context for s in (quick, gpu)]
+    assert tokens == [81_920, 1_228_800] and tokens[1] == 15 * tokens[0]
+    assert (
+        gpu.variants == quick.variants and gpu.lrs == quick.lrs and gpu.num_layers == quick.num_layers == 12
+    )

@@ -647,6 +647,17 @@ _SIZES = {
         "steps": 160,
         "tuning_seeds": 2,
     },
+    # about a minute on one H200 (never run on a GPU; README "GPU"): 15x quick's tokens per run (300 steps of
+    # 32 x 128 tokens), d = 128; 14 runs of 300 steps, launch-bound at ~10-15 ms per step for 24 sub-layers
+    "gpu": {
+        "variants": ("residual", "dhc4"),
+        "lrs": (3e-3, 1e-2),
+        "dim": 128,
+        "steps": 300,
+        "tuning_seeds": 1,
+        "batch_size": 32,
+        "context": 128,
+    },
 }
 
 
@@ -664,9 +675,9 @@ def _setting(cfg: ReproduceConfig) -> _Setting:
         dim=pick("dim", preset["dim"]),
         num_layers=pick("num_layers", 12),
         num_heads=pick("num_heads", 4),
-        context=pick("context", 64),
+        context=pick("context", preset.get("context", 64)),
         steps=steps,
-        batch_size=pick("batch_size", 16),
+        batch_size=pick("batch_size", preset.get("batch_size", 16)),
         warmup=pick("warmup", max(1, steps // 10)),
         eval_every=pick("eval_every", max(1, steps // 10)),
         tuning_seeds=pick("tuning_seeds", preset["tuning_seeds"]),
