@@ -113,7 +113,7 @@ def test_rewired_llama_on_cuda_matches_cpu_in_fp32() -> None:
     _close(a, b, 1e-4)
     nn.functional.cross_entropy(a.flatten(0, 1), ids.to(device).flatten()).backward()
     nn.functional.cross_entropy(b.flatten(0, 1), ids.flatten()).backward()
-    for (name, p), q in zip(gpu.named_parameters(), cpu.parameters()):
+    for p, q in zip(gpu.parameters(), cpu.parameters()):
         if q.grad is not None:
             _close(p.grad, q.grad, 1e-3)  # gradients sum over all tokens: more summation-order rounding
 
@@ -152,7 +152,7 @@ def test_extra_activation_memory_on_cuda_matches_the_readme_claim() -> None:
         cpu_bytes = saved_activation_bytes(lambda m=model: loss(m, batch), exclude=list(model.parameters()))
         model = model.to(device)
         b = batch.to(device)
-        gpu_bytes = saved_activation_bytes(lambda m=model: loss(m, b), exclude=list(model.parameters()))
+        gpu_bytes = saved_activation_bytes(lambda m=model, b=b: loss(m, b), exclude=list(model.parameters()))
         saved[name] = (cpu_bytes, gpu_bytes)
         with PeakMemory(device) as mem:
             out = loss(model, b)  # the graph (the saved activations) is alive at the peak
