@@ -202,6 +202,16 @@ class LogitJudge:
         return np.concatenate(out) if out else np.zeros(0)
 
 
+def _score_batch(ev: Evaluator, task: str, videos: list[str], captions: list[str]) -> np.ndarray:
+    s = np.asarray(ev.score(videos, captions, task), dtype=np.float64)
+    if s.shape != (len(videos),):
+        raise ValueError(
+            f"{type(ev).__name__} returned {s.shape} {task} scores for a batch of {len(videos)} videos "
+            f"(first: {videos[0]!r})"
+        )
+    return s
+
+
 def evaluate_videos(
     entries: Sequence[tuple[str, Prompt, str]],
     *,
@@ -220,11 +230,17 @@ def evaluate_videos(
     Returns:
         One :class:`~iclr25_videophy.Judgement` per entry, in order.
 
+    Under ``torchrun`` / ``accelerate launch`` the videos are farmed over the ranks in batches of the evaluator's
+    ``batch_size`` (one video for frame evaluators and labels) and every rank gets every score: the same scores as
+    one process, whatever the number of ranks.
+
     Raises:
         ValueError: no entries; an evaluator returning the wrong number of scores or scores outside [0, 1] / 1..5.
     """
     if not entries:
         raise ValueError("no videos to evaluate (the mapping is empty)")
+    from iclr25_shared.distributed import farm
+
     videos = [e[0] for e in entries]
     captions = [e[1].caption for e in entries]
     scores = {}
@@ -232,11 +248,15 @@ def evaluate_videos(
         if ev is None:
             scores[task] = np.full(len(entries), math.nan)
             continue
-        s = np.asarray(ev.score(videos, captions, task), dtype=np.float64)
-        if s.shape != (len(entries),):
-            raise ValueError(
-                f"{type(ev).__name__} returned {s.shape} {task} scores for {len(entries)} videos"
-            )
+        # a job farm over the ranks (a loop in one process): one job per batch of the evaluator's own batch size,
+        # so every video is scored in the batch it has in a one-process run (same padding, same arithmetic)
+        size = int(getattr(ev, "batch_size", 1))
+        chunks = [(s, min(s + size, len(videos))) for s in range(0, len(videos), size)]
+        parts = farm(
+            chunks,
+            lambda c, ev=ev, task=task: _score_batch(ev, task, videos[c[0] : c[1]], captions[c[0] : c[1]]),
+        )
+        s = np.concatenate(parts)
         if not np.isfinite(s).all() or s.min() < 0 or s.max() > 5:
             raise ValueError(
                 f"{type(ev).__name__} returned {task} scores outside [0, 1] (or 1..5) or non-finite"

@@ -64,10 +64,20 @@ def _round(rows: list[dict[str, Any]], nd: int = 1) -> list[dict[str, Any]]:
 
 def generate(cfg: GenerateConfig, ctx: RunContext) -> Result:
     """Run a diffusers pipeline (or the tiny random one) over the prompt set; write videos + mapping.csv."""
+    from iclr25_shared.distributed import check_same, init_process_group
     from iclr25_videophy._generate import DiffusersGenerator
     from iclr25_videophy._generate import generate as run_generation
     from iclr25_videophy._io import Prompt
 
+    here = init_process_group(
+        ctx.torch_device()
+    )  # torchrun / accelerate launch: the videos are farmed over ranks
+    if here.is_distributed:
+        if cfg.videos_dir is None:
+            raise InputError(
+                "--videos-dir is required under torchrun / accelerate launch: every rank writes its videos there"
+            )
+        check_same(repr(cfg), "configuration")
     if cfg.videos_dir is None and not ctx.writes:
         raise InputError("--videos-dir (or --out) is required: where to write the videos")
     prompts = read_prompts_input(cfg.prompts) if cfg.prompts is not None else []
@@ -166,10 +176,13 @@ def _evaluator(kind: str, cfg: Any, labels: Any) -> Any:
 
 def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
     """Score the videos of a mapping (or the real clips) and aggregate; writes labels.csv in the test format."""
+    from iclr25_shared.distributed import check_same, init_process_group
     from iclr25_videophy._aggregate import aggregate
     from iclr25_videophy._evaluators import evaluate_videos
     from iclr25_videophy._io import write_labels
 
+    if init_process_group(ctx.torch_device()).is_distributed:  # the videos are farmed over the ranks
+        check_same(repr(cfg), "configuration")
     entries = _entries_for(cfg)
     labels = _human_labels(cfg, entries) if "labels" in (cfg.sa, cfg.pc) else None
     ctx.log.info(f"scoring {len(entries)} videos (SA: {cfg.sa}, PC: {cfg.pc})")

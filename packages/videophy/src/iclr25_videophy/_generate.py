@@ -5,6 +5,12 @@ is ``videos/<sha1(caption)[:16]>_<k>.mp4`` and ``mapping.csv`` (``videopath, cap
 source``) says which prompt it belongs to. The mapping is rewritten atomically after every video, and a re-run skips
 the videos it already lists whose file decodes, so an interrupted run resumes where it stopped. Seeds are derived
 from ``(seed, caption, k)``, so a resumed or reordered run produces the same videos.
+
+Under ``torchrun`` / ``accelerate launch`` (a process group of several ranks) the videos are a job farm
+(:func:`iclr25_shared.distributed.farm`): rank ``r`` generates videos ``r, r + world_size, ...`` of the
+``(prompt, k)`` list into the shared folder and records them in its own ``mapping.rank<r>.csv`` after each video
+(resumable); at the end rank 0 writes ``mapping.csv`` from every rank's videos, in the one-process order, and removes
+the rank files. The videos and the mapping are the one-process run's whatever the number of ranks.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from iclr25_shared.checks import check_float, check_int
+from iclr25_shared.distributed import farm, world
 from iclr25_videophy._io import Prompt, read_mapping, write_mapping
 from iclr25_videophy._video import VideoDecodeError, count_frames, write_video
 
@@ -122,32 +129,30 @@ def generate(
     check_float("fps", fps, low=0.0, low_inclusive=False)
     out = Path(out_dir)
     mapping_path = out / "mapping.csv"
+    here = world()
     done: dict[tuple[str, str], tuple[str, Prompt, str]] = {}
-    if mapping_path.exists():
-        if not resume:
-            raise ValueError(
-                f"{str(mapping_path)!r} exists; pass resume=True (--resume) to continue that run"
-            )
-        for video, p, src in read_mapping(mapping_path):
-            done[(p.caption, Path(video).name)] = (video, p, src)
+    if mapping_path.exists() and not resume:
+        raise ValueError(f"{str(mapping_path)!r} exists; pass resume=True (--resume) to continue that run")
+    # the mapping, then the rank files a distributed run left (killed before rank 0 merged them)
+    for m in [mapping_path, *sorted(out.glob("mapping.rank*.csv"))] if resume else []:
+        if m.exists():
+            for video, p, src in read_mapping(m):
+                done.setdefault((p.caption, Path(video).name), (video, p, src))
     (out / "videos").mkdir(parents=True, exist_ok=True)
     work = [(p, k) for p in prompts for k in range(videos_per_prompt)]
     entries: dict[tuple[str, str], tuple[str, Prompt, str]] = dict(done)
-    results: list[tuple[str, Prompt, str]] = []
+    mine: dict[tuple[str, str], tuple[str, Prompt, str]] = {}  # this rank's new videos (distributed runs)
 
-    def save() -> None:
-        write_mapping(
-            mapping_path,
-            [(os.path.relpath(v, out), p, s) for v, p, s in entries.values()],
-        )
+    def save(path: Path, rows: dict[tuple[str, str], tuple[str, Prompt, str]]) -> None:
+        write_mapping(path, [(os.path.relpath(v, out), p, s) for v, p, s in rows.values()])
 
-    for p, k in progress(work) if progress is not None else work:
+    def one(index: int) -> tuple[tuple[str, str], tuple[str, Prompt, str], bool]:
+        p, k = work[index]
         name = f"{hashlib.sha1(p.caption.encode('utf-8')).hexdigest()[:16]}_{k}.mp4"
         path = out / "videos" / name
         key = (p.caption, name)
         if key in done and path.is_file() and _decodes(path):
-            results.append((str(path.resolve()), p, done[key][2]))
-            continue
+            return key, (str(path.resolve()), p, done[key][2]), False
         frames = generator(p.caption, video_seed(seed, p.caption, k))
         try:
             write_video(path, frames, fps=fps)
@@ -155,9 +160,28 @@ def generate(
             raise ValueError(
                 f"the generator's output for prompt {p.caption!r} is not a video: {exc}"
             ) from exc
-        entries[key] = (str(path.resolve()), p, source)
-        save()
-        results.append((str(path.resolve()), p, source))
-    if not mapping_path.exists():
-        save()
-    return results
+        entry = (str(path.resolve()), p, source)
+        if here.is_distributed:  # this rank's own file: resumable without a shared writer
+            mine[key] = entry
+            save(out / f"mapping.rank{here.rank}.csv", mine)
+        else:
+            entries[key] = entry
+            save(mapping_path, entries)
+        return key, entry, True
+
+    progress_fn = (lambda it: progress(list(it))) if progress is not None else None
+    outcome = farm(list(range(len(work))), one, progress=progress_fn)
+    if here.is_distributed:  # every rank's new videos, in the one-process order
+        for key, entry, new in outcome:
+            if new:
+                entries[key] = entry
+    if (
+        here.is_main
+    ):  # the final mapping: this run's videos in prompt order, then earlier ones it did not ask for
+        parts = sorted(out.glob("mapping.rank*.csv"))
+        ordered = {key: entry for key, entry, _ in outcome}
+        ordered.update((key, entry) for key, entry in entries.items() if key not in ordered)
+        save(mapping_path, ordered)
+        for part in parts:  # merged into mapping.csv
+            part.unlink(missing_ok=True)
+    return [entry for _, entry, _ in outcome]
