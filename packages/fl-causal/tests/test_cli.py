@@ -175,3 +175,46 @@ def test_the_library_keeps_raising_value_error_outside_the_cli(sim_small):
     assert not isinstance(caught.value, InputError)
     with inputs_named("--data 'x.csv'"), pytest.raises(InputError, match="^--data 'x.csv': grid width 0.3"):
         ipw(sim_small, "always", grid=0.3, treatment_model="L")
+
+
+def test_bench_interleaves_the_arms_and_reports_intervals(tmp_path, capsys):
+    import json
+
+    from iclr25_fl_causal._experiment import _zepid_ice_class
+
+    argv = [
+        "bench",
+        "--ns",
+        "100",
+        "--intervals",
+        "10",
+        "--repeats",
+        "2",
+        "--quiet",
+        "--out",
+        str(tmp_path / "b"),
+    ]
+    if _zepid_ice_class() is None:
+        argv.append("--no-zepid")
+    assert main(argv) == 0
+    rec = json.loads((tmp_path / "b" / "results.json").read_text())
+    order = rec["metrics"]["bench"]["scaling"]["100x10"]["order"]
+    assert order == [["gcomp", "ipw", "dr", "statsmodels_ice"], ["ipw", "dr", "statsmodels_ice", "gcomp"]]
+    (gcomp,) = [r for r in rec["tables"]["scaling"] if r["estimator"] == "gcomp"]
+    assert gcomp["rounds"] == 2 and gcomp["speedup_vs_statsmodels"] > 0 and gcomp["held_equal"]
+    assert gcomp["abs_diff_vs_statsmodels"] < 1e-9
+    if "--no-zepid" not in argv:
+        (z,) = rec["tables"]["ICE risk at tau: ours vs zEpid IterativeCondGFormula (same data and models)"]
+        assert z["abs_diff"] < 1e-8 and z["rounds"] == 2 and z["interval"].startswith("[")
+
+
+def test_size_gpu_takes_10x_the_replicates_and_explicit_options_win():
+    from iclr25_fl_causal.cli import GPU_SIZE, ReproduceConfig
+
+    quick = ReproduceConfig()
+    assert quick.sized() == quick
+    gpu = ReproduceConfig(size="gpu").sized()
+    assert (gpu.reps, gpu.n_boot) == (GPU_SIZE["reps"], GPU_SIZE["n_boot"]) and gpu.reps == 10 * quick.reps
+    assert ReproduceConfig(size="gpu", reps=5).sized().reps == 5
+    with pytest.raises(ValueError, match="size"):
+        ReproduceConfig(size="huge")

@@ -376,16 +376,22 @@ def zepid_rows(
     repeats: int = 3,
     seed: int = 0,
     quiet: bool,
-) -> tuple[list[dict[str, Any]], list[str]]:
+) -> tuple[list[dict[str, Any]], list[str], dict[str, Any]]:
     """Risk of death at τ under always-treat by ICE g-computation: ours vs zEpid's ``IterativeCondGFormula`` on the
-    same data, same estimand, same per-interval models (``A_k + L_k``), timed in the same run."""
+    same data, same estimand, same per-interval models (``A_k + L_k``), interleaved in the same run
+    (:func:`iclr25_shared.bench.interleaved`); returns rows, notes and the raw timings."""
     from iclr25_fl_causal._simulate import SimulationParams
+    from iclr25_shared.bench import interleaved
     from iclr25_shared.cli import progress
 
     ice = _zepid_ice_class()
     if ice is None:
-        return [], ['zEpid comparison skipped: zepid is not importable (pip install zepid "setuptools<82")']
-    rows = []
+        return (
+            [],
+            ['zEpid comparison skipped: zepid is not importable (pip install zepid "setuptools<82")'],
+            {},
+        )
+    rows, raw = [], {}
     params = SimulationParams(eta0=-1.0)
     cells = [(n, K) for n in ns for K in intervals]
     for n, K in progress(cells, total=len(cells), desc="zEpid", quiet=quiet):
@@ -406,32 +412,33 @@ def zepid_rows(
             kw = {"outcome_model": "A + L", "estimand": "risk", "risk_method": method, "se": "none"}
             return _quiet(g_computation, dd, "always", **kw).estimate
 
-        timed: dict[str, tuple[float, float]] = {}
-        for name, fn in (
-            ("zepid", theirs),
-            ("endpoint", lambda: ours("endpoint")),
-            ("curve", lambda: ours("direct")),
-        ):
-            times, value = [], float("nan")
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                value = fn()
-                times.append(time.perf_counter() - t0)
-            timed[name] = (float(np.median(times)), value)
+        values: dict[str, float] = {}
+        arms = {
+            "zepid": lambda values=values, theirs=theirs: values.__setitem__("zepid", theirs()),
+            "endpoint": lambda values=values, ours=ours: values.__setitem__("endpoint", ours("endpoint")),
+            "curve": lambda values=values, ours=ours: values.__setitem__("curve", ours("direct")),
+        }
+        run = interleaved(arms, repeats=repeats, warmup=1)
+        raw[f"{n}x{K}"] = run.as_dict()
+        speed = run.speedup("endpoint", "zepid")
         rows.append(
             {
                 "n": n,
                 "intervals": K,
-                "risk_zepid": timed["zepid"][1],
-                "risk_ours": timed["endpoint"][1],
-                "abs_diff": abs(timed["zepid"][1] - timed["endpoint"][1]),
-                "zepid_s": timed["zepid"][0],
-                "ours_endpoint_s": timed["endpoint"][0],
-                "ours_whole_curve_s": timed["curve"][0],
-                "speedup_vs_zepid": timed["zepid"][0] / timed["endpoint"][0],
+                "risk_zepid": values["zepid"],
+                "risk_ours": values["endpoint"],
+                "abs_diff": abs(values["zepid"] - values["endpoint"]),
+                "zepid_s": run.median("zepid"),
+                "ours_endpoint_s": run.median("endpoint"),
+                "ours_whole_curve_s": run.median("curve"),
+                "speedup_vs_zepid": speed.value,
+                "interval": f"[{speed.low:.3g}, {speed.high:.3g}]",
+                "rounds": repeats,
+                "held_equal": "the same data, estimand (risk at tau, always-treat) and per-interval models; the "
+                "whole curve does K(K+1)/2 fits instead of K",
             }
         )
-    return rows, []
+    return rows, [], raw
 
 
 def bench_rows(
@@ -442,11 +449,15 @@ def bench_rows(
     repeats: int = 3,
     seed: int = 0,
     quiet: bool = True,
-) -> list[dict[str, Any]]:
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Time and peak memory of each estimator vs n and grid size, as ratios to the smallest (n, K) cell.
 
-    Linear scaling in n × K shows as time / (n·K) roughly constant (``time_per_row_ratio`` ≈ 1).
+    Per cell the three estimators and the statsmodels ICE baseline are interleaved
+    (:func:`iclr25_shared.bench.interleaved`: one warm-up call each, ``repeats`` rotated rounds); peak memory comes
+    from one more call each. Linear scaling in n × K shows as time / (n·K) roughly constant
+    (``time_per_row_ratio`` ≈ 1; a ratio between cells, i.e. between separate interleaved runs).
     """
+    from iclr25_shared.bench import interleaved
     from iclr25_shared.cli import progress
     from iclr25_shared.device import PeakMemory
 
@@ -462,49 +473,52 @@ def bench_rows(
         treatment_model=SIM_MODELS["treatment"],
     )
     ice_statsmodels(warm, SIM_MODELS["outcome"])
+    raw = {}
     for n, K in progress(cells, total=len(cells), desc="bench", quiet=quiet):
         dd = data[n].discretise(1.0 / K)
         rows = int(dd.at_risk.sum())
-        for name, fn, kw in (
-            ("gcomp", g_computation, {"outcome_model": SIM_MODELS["outcome"], "se": "none"}),
-            ("ipw", ipw, {"treatment_model": SIM_MODELS["treatment"], "se": "influence"}),
-            (
-                "dr",
-                doubly_robust,
-                {"outcome_model": SIM_MODELS["outcome"], "treatment_model": SIM_MODELS["treatment"]},
+        fns = {
+            "gcomp": lambda dd=dd: _quiet(
+                g_computation, dd, "always", outcome_model=SIM_MODELS["outcome"], se="none"
             ),
-        ):
-            times = []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                _quiet(fn, dd, "always", **kw)
-                times.append(time.perf_counter() - t0)
+            "ipw": lambda dd=dd: _quiet(
+                ipw, dd, "always", treatment_model=SIM_MODELS["treatment"], se="influence"
+            ),
+            "dr": lambda dd=dd: _quiet(
+                doubly_robust,
+                dd,
+                "always",
+                outcome_model=SIM_MODELS["outcome"],
+                treatment_model=SIM_MODELS["treatment"],
+            ),
+            "statsmodels_ice": lambda dd=dd: ice_statsmodels(dd, SIM_MODELS["outcome"]),
+        }
+        run = interleaved(fns, repeats=repeats, warmup=1)
+        raw[f"{n}x{K}"] = run.as_dict()
+        speed = run.speedup("gcomp", "statsmodels_ice")
+        ours = fns["gcomp"]().estimate
+        ref = fns["statsmodels_ice"]()
+        for name in ("gcomp", "ipw", "dr"):
             with PeakMemory("cpu") as mem:
-                _quiet(fn, dd, "always", **kw)
-            out.append(
-                {
-                    "estimator": name,
-                    "n": n,
-                    "intervals": K,
-                    "person_intervals": rows,
-                    "seconds": float(np.median(times)),
-                    "peak_mib": mem.peak_bytes / 2**20,
-                }
-            )
-    # Baseline (same run): g-computation with one statsmodels GLM per interval.
-    for r in out:
-        if r["estimator"] != "gcomp":
-            continue
-        dd = data[r["n"]].discretise(1.0 / r["intervals"])
-        times = []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            ref = ice_statsmodels(dd, SIM_MODELS["outcome"])
-            times.append(time.perf_counter() - t0)
-        r["statsmodels_seconds"] = float(np.median(times))
-        r["speedup_vs_statsmodels"] = r["statsmodels_seconds"] / r["seconds"]
-        ours = _quiet(g_computation, dd, "always", outcome_model=SIM_MODELS["outcome"], se="none").estimate
-        r["abs_diff_vs_statsmodels"] = abs(ours - ref)
+                fns[name]()
+            row = {
+                "estimator": name,
+                "n": n,
+                "intervals": K,
+                "person_intervals": rows,
+                "seconds": run.median(name),
+                "peak_mib": mem.peak_bytes / 2**20,
+                "rounds": repeats,
+            }
+            if name == "gcomp":
+                row["statsmodels_seconds"] = run.median("statsmodels_ice")
+                row["speedup_vs_statsmodels"] = speed.value
+                row["interval"] = f"[{speed.low:.3g}, {speed.high:.3g}]"
+                row["abs_diff_vs_statsmodels"] = abs(ours - ref)
+                row["held_equal"] = (
+                    "the same data, estimand and per-interval outcome models (estimates agree)"
+                )
+            out.append(row)
     base = {}
     for r in out:
         key = r["estimator"]
@@ -514,7 +528,7 @@ def bench_rows(
         r["time_ratio"] = r["seconds"] / b["seconds"]
         r["size_ratio"] = r["person_intervals"] / b["person_intervals"]
         r["time_per_row_ratio"] = r["time_ratio"] / r["size_ratio"]
-    return out
+    return out, raw
 
 
 @dataclasses.dataclass
@@ -676,6 +690,9 @@ def simulate_cmd(cfg: SimulateConfig, ctx: RunContext) -> Result:
 
 def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     """The simulation study, the double-robustness table and the two real cohorts."""
+    cfg = cfg.sized()
+    if cfg.size != "quick":
+        ctx.log.info(f"size {cfg.size}: {cfg.reps} replicates, {cfg.n_boot} bootstrap replicates")
     parts = cfg.part_list()
     res = Result()
     curves: dict = {}
@@ -720,23 +737,33 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     """Scaling in n and K (ratios to the smallest cell) and the same-run comparison with zEpid's ICE."""
     t0 = time.perf_counter()
-    rows = bench_rows(
+    rows, raw = bench_rows(
         ns=cfg.integers("ns"),
         intervals=cfg.integers("intervals"),
         repeats=cfg.repeats,
         seed=cfg.seed,
         quiet=cfg.quiet,
     )
-    res = Result(tables={"scaling": rows}, timings={"scaling": time.perf_counter() - t0})
+    res = Result(
+        tables={"scaling": rows},
+        metrics={"bench": {"scaling": raw}},
+        timings={"scaling": time.perf_counter() - t0},
+        notes=[
+            f"iclr25_shared.bench.interleaved per (n, K) cell: one warm-up call of each arm, then {cfg.repeats} "
+            "rounds with the arms rotated; wall seconds (median); speed-ups are medians of per-round ratios with "
+            "a 95 % bootstrap interval over rounds; peak memory from one more call (peak RSS growth)"
+        ],
+    )
     if cfg.zepid:
         t0 = time.perf_counter()
-        zrows, notes = zepid_rows(
+        zrows, notes, zraw = zepid_rows(
             ns=cfg.integers("ns"), intervals=cfg.integers("intervals"), repeats=cfg.repeats, seed=cfg.seed,
             quiet=cfg.quiet,
         )  # fmt: skip
         if zrows:
             res.tables["ICE risk at tau: ours vs zEpid IterativeCondGFormula (same data and models)"] = zrows
             res.metrics["max_abs_diff_vs_zepid"] = max(r["abs_diff"] for r in zrows)
+            res.metrics["bench"]["zepid"] = zraw
         res.notes += notes
         res.timings["zepid"] = time.perf_counter() - t0
     return res
