@@ -122,6 +122,8 @@ def test_bench_tiny(tmp_path, capsys):
                 "--alphas",
                 "0.3",
                 "3",
+                "--repeats",
+                "2",
                 "--out",
                 str(tmp_path / "b"),
                 "--quiet",
@@ -133,6 +135,9 @@ def test_bench_tiny(tmp_path, capsys):
     rows = rec["tables"]["selection time and memory"]
     assert rows[0]["N"] == 400
     assert rows[0]["objective infomax/greedy"] >= 1.0 - 1e-9
+    assert rows[0]["rounds"] == 2 and rows[0]["held equal"]
+    order = rec["metrics"]["bench"]["400"]["order"]  # interleaved: the methods rotate round by round
+    assert order[1] == order[0][1:] + order[0][:1]
     quality = rec["tables"]["objective vs exact MILP optimum"]
     assert {(r["instance"].split()[0], r["α"]) for r in quality} == {
         ("knn", 0.3),

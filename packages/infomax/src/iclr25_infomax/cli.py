@@ -202,8 +202,10 @@ GPU_SIZE = {"num_train": 55_000, "seeds": 5, "score_epochs": 8, "train_steps": 2
 class BenchConfig(_Options):
     """Selection time and memory at N = 10⁴…10⁶ (InfoMax vs greedy vs facility location) and quality vs MILP."""
 
-    sizes: tuple[int, ...] = (10_000, 100_000, 1_000_000)
-    """Numbers of samples N."""
+    sizes: tuple[int, ...] = (10_000, 100_000)
+    """Numbers of samples N (10⁶ takes minutes per round: pass it explicitly)."""
+    repeats: int = 5
+    """Interleaved timing rounds per N (half, at least 3, above N = 50 000), after one warm-up call per method."""
     dim: int = 64
     """Feature dimension d."""
     k: int = 10
@@ -240,6 +242,7 @@ class BenchConfig(_Options):
         super().__post_init__()
         if not self.sizes:
             raise ValueError("sizes must list at least one N")
+        check_int("repeats", self.repeats, low=1)
         for n in self.sizes:
             check_int("sizes", n, low=self.k + 1)
         check_int("dim", self.dim, low=1)
