@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-import statistics
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -342,34 +341,19 @@ def _reproduce_figures(ctx: RunContext, res: dict[str, Any]) -> None:
     plt.close(fig)
 
 
-def _median_time(fn: Any, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def _hooked_time(model: Any, plain: Any, d: int, device: Any, repeats: int) -> float:
-    import torch
-
-    from iclr25_vl_interp._edit import ProjectAway
-
-    with ProjectAway(model, [torch.randn(d, device=device)], layer=2, alpha=1.0):
-        return _median_time(plain, repeats)
-
-
 _BENCH_SPECS = {
     "tiny": {"layers": 3, "hidden": 32, "vocab": 64, "image_size": 16},
     "small": {"layers": 8, "hidden": 256, "vocab": 8192, "image_size": 48},
 }
 
 
-def _bench_size(size: str, seed: int, repeats: int, device: Any) -> list[dict[str, Any]]:
+def _bench_size(
+    size: str, seed: int, repeats: int, device: Any, progress: Any = None, threads: int | None = None
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     import torch
 
+    from iclr25_shared.bench import interleaved
+    from iclr25_vl_interp._edit import ProjectAway
     from iclr25_vl_interp._lens import capture_hidden_states, logit_lens
     from iclr25_vl_interp._tiny import IMAGE_TOKEN, tiny_llava
 
@@ -407,37 +391,69 @@ def _bench_size(size: str, seed: int, repeats: int, device: Any) -> list[dict[st
         with capture_hidden_states(parts):
             plain()
 
-    base = _median_time(plain, repeats)
-    timings = {
-        "project_away_hook": _hooked_time(model, plain, spec["hidden"], device, repeats),
-        "capture_all_layers": _median_time(capture, repeats),
-        "internal_confidence_2_words": _median_time(
-            lambda: internal_confidence(model, x, [[10], [11, 12]]), repeats
-        ),
-        "logit_lens_full_vocab": _median_time(lambda: logit_lens(model, x), repeats),
+    # The hook stays installed across its arm's call (installed by its setup, removed by every other arm's setup),
+    # so the hook arm times a forward with ProjectAway in place, not the install.
+    direction = torch.randn(spec["hidden"], generator=g).to(device)
+    hook: list[Any] = []
+
+    def install() -> None:
+        if not hook:
+            hook.append(ProjectAway(model, [direction], layer=2, alpha=1.0))
+
+    def uninstall() -> None:
+        while hook:
+            hook.pop().remove()
+
+    arms = {
+        "plain_forward": plain,
+        "project_away_hook": plain,
+        "capture_all_layers": capture,
+        "internal_confidence_2_words": lambda: internal_confidence(model, x, [[10], [11, 12]]),
+        "logit_lens_full_vocab": lambda: logit_lens(model, x),
     }
-    return [
-        {
-            "size": size,
-            "layers": spec["layers"],
-            "d": spec["hidden"],
-            "vocab": spec["vocab"],
-            "image_tokens": n_img,
-            "what": name,
-            "plain_forward_ms": round(1e3 * base, 3),
-            "ms": round(1e3 * t, 3),
-            "ratio_to_plain": round(t / base, 3),
-        }
-        for name, t in timings.items()
-    ]
+    setup = {name: (install if name == "project_away_hook" else uninstall) for name in arms}
+    run = interleaved(
+        arms, repeats=repeats, warmup=2, device=device, setup=setup, progress=progress, threads=threads
+    )
+    uninstall()
+    held = "the same model, weights, prompt and image; one forward pass each (the lens arms add their projections)"
+    rows = []
+    for row in run.rows("plain_forward", held_equal=held):
+        est = run.ratio(row["arm"], "plain_forward")
+        rows.append(
+            {
+                "size": size,
+                "layers": spec["layers"],
+                "d": spec["hidden"],
+                "vocab": spec["vocab"],
+                "image_tokens": n_img,
+                "what": row["arm"],
+                "median_ms": 1e3 * row["median_s"],
+                "ratio_to_plain": est.value,
+                "ratio_interval": f"[{est.low:.3g}, {est.high:.3g}]",
+                "rounds": row["rounds"],
+                "held_equal": held,
+            }
+        )
+    return rows, run.as_dict()
 
 
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     """Median time of a plain forward, the forward with the ProjectAway hook, the hidden-state capture, and the full
     logit lens / internal confidence (2 words), as ratios to the plain forward, on random-weight LLaVA models."""
     device = ctx.torch_device()
-    rows = [row for size in cfg.sizes for row in _bench_size(size, cfg.seed, cfg.repeats, device)]
+    rows, raw = [], {}
+    for size in cfg.sizes:
+        size_rows, raw[size] = _bench_size(
+            size, cfg.seed, cfg.repeats, device, ctx.progress, ctx.threads or None
+        )
+        rows += size_rows
     return Result(
         tables={"overhead": rows},
-        notes=[f"median of {cfg.repeats} repeats after one warm-up, device {device}, threads {ctx.threads}"],
+        metrics={"bench": raw},
+        notes=[
+            f"iclr25_shared.bench.interleaved: {cfg.repeats} rounds after 2 warm-up calls per arm, arms rotated each "
+            f"round; ratio = median of per-round ratios to the plain forward, 95 % bootstrap interval over rounds; "
+            f"device {device}, threads {ctx.threads}"
+        ],
     )
