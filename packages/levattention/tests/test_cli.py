@@ -149,13 +149,18 @@ def test_existing_results_survive_a_failed_run(qk_files, capsys):
 def test_bench_tiny_run_reports_ratios(tmp_path, capsys):
     out = tmp_path / "bench"
     code = main(["bench", "--min-log-n", "6", "--max-log-n", "7", "--d", "4", "--eps", "0.1", "--out", str(out),
-                 "--quiet"])  # fmt: skip
+                 "--repeats", "2", "--layer-ns", "16", "--layer-dim", "8", "--layer-top-k", "4", "--quiet"])  # fmt: skip
     assert code == 0
     results = json.loads((out / "results.json").read_text())
-    rows = results["tables"]["heavy_entries vs brute force vs matmul floor (CPU, float64, same process)"]
+    rows = results["tables"]["finder"]
     assert [r["n"] for r in rows] == [64, 128]
     assert all(r["same entries"] for r in rows)
-    assert all(r["time ratio (cpu)"] > 0 and r["mem ratio"] > 0 for r in rows)
+    assert all(r["speedup vs brute"] > 0 and r["mem ratio"] > 0 and r["rounds"] == 2 for r in rows)
+    assert all(r["held equal"] for r in rows)
+    bench = results["metrics"]["bench"]["finder"]["64"]
+    assert bench["order"] == [["ours", "brute", "floor"], ["brute", "floor", "ours"]]  # interleaved, rotated
+    (layer,) = results["tables"]["layer"]
+    assert layer["n"] == 16 and layer["speedup"] > 0
 
 
 @pytest.mark.parametrize(
@@ -163,7 +168,7 @@ def test_bench_tiny_run_reports_ratios(tmp_path, capsys):
     [
         (["--min-log-n", "12", "--max-log-n", "10"], "max_log_n"),
         (["--p", "5"], "p must be a positive even integer"),
-        (["--device", "cuda:0"], "device"),
+        (["--layer-dim", "10", "--layer-heads", "4"], "layer_dim"),
     ],
 )
 def test_bench_bad_options_exit_2(capsys, args, needle):

@@ -549,31 +549,33 @@ def matmul_floor(Q: np.ndarray, K: np.ndarray, *, chunk_size: int) -> float:
 
 
 def bench_rows(
-    ns, *, d: int, eps: float, p: int, seed: int, chunk_size: int, quiet: bool = True
-) -> list[dict]:
+    ns, *, d: int, eps: float, p: int, seed: int, chunk_size: int, repeats: int = 5, quiet: bool = True
+) -> tuple[list[dict], dict]:
     """heavy_entries vs brute force vs the matmul floor on heavy-tailed keys/queries: time and memory, same process.
 
-    Time: CPU seconds (and wall seconds), best of 3 for n <= 8192, else one run. Memory: peak bytes allocated during
-    the call (tracemalloc), excluding the inputs Q and K. The floor is Q Kᵀ alone (:func:`matmul_floor`).
+    Time: :func:`iclr25_shared.bench.interleaved` per n (one warm-up call of each arm, then ``repeats`` rounds for
+    n <= 8192 and 3 above, the arms rotated each round), wall seconds; speed-ups are medians of per-round ratios with
+    a 95 % bootstrap interval. Memory: peak bytes allocated during one more call of each (tracemalloc, outside the
+    timed rounds), excluding the inputs Q and K. The floor is Q Kᵀ alone (:func:`matmul_floor`).
     """
+    from iclr25_shared.bench import interleaved
     from iclr25_shared.cli import progress
 
-    rows = []
+    rows, raw = [], {}
     for n in progress(ns, desc="bench n", quiet=quiet):
         K = heavy_tailed(n, d, seed=seed)
         Q = heavy_tailed(n, d, seed=seed + 1)
-        repeats = 3 if n <= 2**13 else 1
-        t_ours = t_brute = w_ours = w_brute = math.inf
-        for _ in range(repeats):
-            ours, w, t, mem_ours = _measured(heavy_entries, Q, K, eps, p, chunk_size=chunk_size)
-            t_ours, w_ours = min(t_ours, t), min(w_ours, w)
-        for _ in range(repeats):
-            brute, w, t, mem_brute = _measured(brute_force_heavy_entries, Q, K, eps, p, chunk_size=chunk_size)
-            t_brute, w_brute = min(t_brute, t), min(w_brute, w)
-        t_floor = math.inf
-        for _ in range(repeats):
-            _, _, t = _cpu_timed(matmul_floor, Q, K, chunk_size=chunk_size)
-            t_floor = min(t_floor, t)
+        arms = {
+            "ours": lambda Q=Q, K=K: heavy_entries(Q, K, eps, p, chunk_size=chunk_size),
+            "brute": lambda Q=Q, K=K: brute_force_heavy_entries(Q, K, eps, p, chunk_size=chunk_size),
+            "floor": lambda Q=Q, K=K: matmul_floor(Q, K, chunk_size=chunk_size),
+        }
+        run = interleaved(arms, repeats=repeats if n <= 2**13 else 3, warmup=1)
+        raw[str(n)] = run.as_dict()
+        ours, _, _, mem_ours = _measured(arms["ours"])
+        brute, _, _, mem_brute = _measured(arms["brute"])
+        speed = run.speedup("ours", "brute")
+        over_floor = run.ratio("brute", "floor")
         u = int(ours.universal_set.size)
         rows.append(
             {
@@ -585,22 +587,76 @@ def bench_rows(
                 "bound d^(p/2)/eps": d ** (p / 2) / eps,
                 "entries": len(ours),
                 "same entries": ours.pairs() == brute.pairs(),
-                "cpu ours (s)": t_ours,
-                "cpu brute (s)": t_brute,
-                "cpu matmul floor (s)": t_floor,
-                "time ratio (cpu)": t_brute / t_ours,
-                "brute / floor": t_brute / t_floor,
-                "floor / ours": t_floor / t_ours,
-                "wall ours (s)": w_ours,
-                "wall brute (s)": w_brute,
+                "ours (s)": run.median("ours"),
+                "brute (s)": run.median("brute"),
+                "matmul floor (s)": run.median("floor"),
+                "speedup vs brute": speed.value,
+                "speedup interval": f"[{speed.low:.3g}, {speed.high:.3g}]",
+                "brute / floor": over_floor.value,
+                "floor / ours": run.ratio("floor", "ours").value,
+                "rounds": len(run.times["ours"]),
                 "mem ours (MiB)": mem_ours / 2**20,
                 "mem brute (MiB)": mem_brute / 2**20,
                 "mem ratio": mem_brute / mem_ours,
-                "input n·d·8 (MiB)": n * d * 8 / 2**20,
+                "held equal": "the same Q, K, eps, p and chunks; the same entry set found (column 'same entries')",
             }
         )
-        del K, Q, ours, brute
-    return rows
+        del K, Q, ours, brute, arms
+    return rows, raw
+
+
+def layer_bench_rows(
+    ns, *, batch: int, dim: int, heads: int, top_k: int, seed: int, device, repeats: int, threads=None
+) -> tuple[list[dict], dict]:
+    """The torch layer on ``device``: LevAttention top-``top_k`` against full softmax attention (``top_k=None``),
+    one forward and backward of the same layer, weights and input per call, interleaved; plus each arm's peak memory
+    (one more call, outside the timed rounds)."""
+    import torch
+
+    from iclr25_levattention._layer import LevAttention
+    from iclr25_shared.bench import interleaved
+    from iclr25_shared.device import PeakMemory
+
+    rows, raw = [], {}
+    for n in ns:
+        torch.manual_seed(seed)
+        layer = LevAttention(dim, heads, top_k=top_k).to(device)
+        x = torch.randn(batch, n, dim, device=device, requires_grad=True)
+
+        def step(k, layer=layer, x=x):
+            layer.top_k = k
+            layer(x).sum().backward()
+            layer.zero_grad(set_to_none=True)
+            x.grad = None
+
+        arms = {"full": lambda: step(None), f"top-{top_k}": lambda: step(top_k)}
+        run = interleaved(arms, repeats=repeats, warmup=1, device=device, threads=threads)
+        raw[str(n)] = run.as_dict()
+        peaks = {}
+        for name, call in arms.items():
+            with PeakMemory(device) as mem:
+                call()
+            peaks[name] = mem.peak_bytes / 2**20
+        speed = run.speedup(f"top-{top_k}", "full")
+        rows.append(
+            {
+                "device": str(device),
+                "n": n,
+                "batch x heads": f"{batch} x {heads}",
+                "dim": dim,
+                "full (ms)": 1e3 * run.median("full"),
+                f"top-{top_k} (ms)": 1e3 * run.median(f"top-{top_k}"),
+                "speedup": speed.value,
+                "speedup interval": f"[{speed.low:.3g}, {speed.high:.3g}]",
+                "rounds": repeats,
+                "peak full (MiB)": peaks["full"],
+                f"peak top-{top_k} (MiB)": peaks[f"top-{top_k}"],
+                "held equal": "the same layer weights and input, one forward + backward (float32); not equal: the "
+                f"output (top-{top_k} attends to {top_k} keys per head)",
+            }
+        )
+        del layer, x
+    return rows, raw
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -865,15 +921,35 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
 
 
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """``bench``: heavy_entries vs chunked brute force, time and peak-memory ratios in the same process."""
+    """``bench``: heavy_entries vs chunked brute force vs the matmul floor (numpy, host), time and peak-memory
+    ratios in the same process; and the torch layer, top-k against full attention, on ``--device``."""
     ns = [2**e for e in range(cfg.min_log_n, cfg.max_log_n + 1)]
-    rows = bench_rows(
-        ns, d=cfg.d, eps=cfg.eps, p=cfg.p, seed=cfg.seed, chunk_size=cfg.chunk_size, quiet=cfg.quiet
+    rows, raw = bench_rows(
+        ns,
+        d=cfg.d,
+        eps=cfg.eps,
+        p=cfg.p,
+        seed=cfg.seed,
+        chunk_size=cfg.chunk_size,
+        repeats=cfg.repeats,
+        quiet=cfg.quiet,
+    )
+    device = ctx.torch_device()
+    layer_rows, layer_raw = layer_bench_rows(
+        cfg.layer_ns,
+        batch=cfg.layer_batch,
+        dim=cfg.layer_dim,
+        heads=cfg.layer_heads,
+        top_k=cfg.layer_top_k,
+        seed=cfg.seed,
+        device=device,
+        repeats=cfg.repeats,
+        threads=ctx.threads or None,
     )
     last = rows[-1]
-    metrics = {
-        "time ratio (cpu) at largest n": last["time ratio (cpu)"],
-        "time ratio (wall) at largest n": last["wall brute (s)"] / last["wall ours (s)"],
+    metrics: dict = {
+        "speedup vs brute at largest n": last["speedup vs brute"],
+        "speedup interval at largest n": last["speedup interval"],
         "memory ratio at largest n": last["mem ratio"],
         "brute / matmul floor at largest n": last["brute / floor"],
         "all entry sets equal": all(r["same entries"] for r in rows),
@@ -882,22 +958,29 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         # growth exponents: least-squares slope of log time on log n, over all n and over the largest half
         top = rows[len(rows) // 2 :] if len(rows) >= 4 else rows
         for label, key in (
-            ("ours", "cpu ours (s)"),
-            ("brute", "cpu brute (s)"),
-            ("matmul floor", "cpu matmul floor (s)"),
+            ("ours", "ours (s)"),
+            ("brute", "brute (s)"),
+            ("matmul floor", "matmul floor (s)"),
         ):
             metrics[f"growth exponent {label}"] = round(loglog_slope(rows, key), 3)
             metrics[f"growth exponent {label} (n >= {top[0]['n']})"] = round(loglog_slope(top, key), 3)
+    if layer_rows:
+        metrics["layer speedup at largest n"] = layer_rows[-1]["speedup"]
+    metrics["bench"] = {"finder": raw, "layer": layer_raw}
     return Result(
         metrics=metrics,
-        tables={"heavy_entries vs brute force vs matmul floor (CPU, float64, same process)": rows},
+        tables={"finder": rows, "layer": layer_rows},
         notes=[
-            "keys and queries: Gaussian rows scaled by 1 + Pareto(1.5) magnitudes (seeded)",
-            "time: CPU seconds (time.process_time) with --threads BLAS threads (default 1) for both methods, best "
-            "of 3 for n <= 8192, else one run; wall seconds beside them (on a shared machine wall time is mostly "
-            "waiting)",
-            "memory: peak bytes allocated during the call (tracemalloc: Python + numpy buffers), inputs excluded",
+            "finder: numpy on the host (float64, --threads BLAS threads, default 1); keys and queries: Gaussian "
+            "rows scaled by 1 + Pareto(1.5) magnitudes (seeded)",
+            f"time: iclr25_shared.bench.interleaved, wall seconds; one warm-up call per arm, then {cfg.repeats} "
+            "rounds (3 for n > 8192), arms rotated each round; speed-ups are medians of per-round ratios with a "
+            "95 % bootstrap interval over rounds",
+            "memory: peak bytes allocated during one more call (tracemalloc: Python + numpy buffers), inputs "
+            "excluded",
             "matmul floor: Q K^T alone in the same chunks (no power, no threshold): the least any exact dense method "
             "does",
+            f"layer: LevAttention on {device}, forward + backward, top-{cfg.layer_top_k} vs full softmax attention; "
+            "peak memory from PeakMemory (CUDA: max allocated; CPU: peak RSS growth, page resolution)",
         ],
     )

@@ -91,12 +91,13 @@ class ReproduceConfig(CommonOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """heavy_entries vs chunked brute force at n = 2^min_log_n ... 2^max_log_n: time and peak-memory ratios."""
+    """heavy_entries vs chunked brute force at n = 2^min_log_n ... 2^max_log_n (numpy, host): time and peak-memory
+    ratios; and the LevAttention layer, top-k vs full attention, on --device."""
 
     min_log_n: int = 10
     """Smallest n is 2^min_log_n."""
-    max_log_n: int = 17
-    """Largest n is 2^max_log_n."""
+    max_log_n: int = 15
+    """Largest n is 2^max_log_n (17 takes ~10 minutes of brute force on one core)."""
     d: int = 64
     """Key/query dimension."""
     eps: float = 0.1
@@ -105,19 +106,38 @@ class BenchConfig(CommonOptions):
     """Positive even exponent."""
     chunk_size: int = 512
     """Queries per chunk, for both methods."""
+    repeats: int = 5
+    """Interleaved rounds per n (3 for the finder above n = 8192), after one warm-up call of each arm."""
+    layer_ns: tuple[int, ...] = (256, 1024)
+    """Sequence lengths of the layer bench (top-k vs full attention, forward + backward, on --device)."""
+    layer_batch: int = 2
+    """Batch of the layer bench."""
+    layer_dim: int = 64
+    """Width of the layer bench's LevAttention."""
+    layer_heads: int = 4
+    """Heads of the layer bench."""
+    layer_top_k: int = 32
+    """Keys kept per head in the layer bench (the paper's ViT setting)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_int("repeats", self.repeats, low=1)
+        for n in self.layer_ns:
+            check_int("layer_ns", n, low=2, high=65536)
+        check_int("layer_batch", self.layer_batch, low=1)
+        check_int("layer_heads", self.layer_heads, low=1)
+        check_int("layer_dim", self.layer_dim, low=self.layer_heads)
+        if self.layer_dim % self.layer_heads:
+            raise ValueError(
+                f"layer_dim ({self.layer_dim}) must be divisible by layer_heads ({self.layer_heads})"
+            )
+        check_int("layer_top_k", self.layer_top_k, low=1)
         check_int("min_log_n", self.min_log_n, low=4, high=20)
         check_int("max_log_n", self.max_log_n, low=self.min_log_n, high=20)
         check_int("d", self.d, low=1, high=4096)
         check_float("eps", self.eps, low=0.0, high=1.0, low_inclusive=False)
         FindConfig.check_even_p(self.p, "bench")
         check_int("chunk_size", self.chunk_size, low=1)
-        if self.device not in ("auto", "cpu"):
-            raise ValueError(
-                f"device must be cpu or auto for bench (the exact routines are numpy), got {self.device!r}"
-            )
 
 
 COMMANDS = {
