@@ -208,11 +208,14 @@ def bench_prompts(
     seed: int,
     prompts: Sequence[str] = PROMPTS,
     tick: Callable[[], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Median time of one tuning step (forward, backward, Adam) and its memory, per prompt, in one run.
+    threads: int | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Time of one tuning step (forward, backward, Adam) and its memory, per prompt, interleaved in one run.
 
-    Memory is the size of the tensors autograd saves for backward in one step (device-independent and exact),
-    plus the CUDA peak allocation on GPUs.
+    Timing: :func:`iclr25_shared.bench.interleaved`: ``warmup`` untimed steps of each prompt, then ``steps`` rounds
+    in which every prompt takes one step (order rotated each round, each prompt on its next batch); speed ratios are
+    medians of per-round ratios with a 95 % bootstrap interval. Memory is the size of the tensors autograd saves
+    for backward in one step (device-independent and exact), plus the CUDA peak allocation on GPUs.
 
     Every prompt sees the same batches in the same order; ratios are against ``none`` (classifier only), which is
     timed as a user runs it: the frozen backbone embeds every graph once (``embed_once_ms_per_batch``, not in the
@@ -220,6 +223,7 @@ def bench_prompts(
     """
     from torch_geometric.loader import DataLoader
 
+    from iclr25_shared.bench import interleaved
     from iclr25_shared.device import PeakMemory, Timer
 
     torch.manual_seed(seed)
@@ -227,7 +231,8 @@ def bench_prompts(
     batches = [b.to(device) for b in DataLoader(list(graphs), batch_size=batch_size, shuffle=False)]
     if not batches:
         raise ValueError("no graphs to benchmark on")
-    rows = []
+    arms: dict[str, Callable[[], None]] = {}
+    info: dict[str, dict[str, Any]] = {}
     for name in prompts:
         torch.manual_seed(seed)
         tuner = PromptTuner(
@@ -237,70 +242,83 @@ def bench_prompts(
         ).to(device)
         optimizer = torch.optim.Adam(tuner.trainable_parameters(), lr=1e-3)
         tuner.train()
-        extra: dict[str, Any] = {}
+        counter = iter(range(10**12))
         if name == "none":
             # Classifier-only as a user runs it: embed every graph once with the frozen backbone, then train the
             # head on those fixed embeddings (nothing upstream of the head needs a gradient).
             with torch.no_grad(), Timer(device) as t_embed:
                 cached = [(tuner.embed(b), b.y.view(-1)) for b in batches]
-            extra = {
+            info[name] = {
                 "mode": "head on precomputed embeddings",
                 "embed_once_ms_per_batch": 1000 * t_embed.seconds / len(batches),
             }
 
-            def step(i: int, tuner=tuner, optimizer=optimizer, cached=cached) -> None:
-                emb, y = cached[i % len(cached)]
+            def step(tuner=tuner, optimizer=optimizer, cached=cached, counter=counter) -> None:
+                emb, y = cached[next(counter) % len(cached)]
                 _head_step(tuner.head, optimizer, emb, y)
         else:
-            extra = {"mode": "through the frozen GNN"}
+            info[name] = {"mode": "through the frozen GNN"}
 
-            def step(i: int, tuner=tuner, optimizer=optimizer) -> None:
-                _step(tuner, optimizer, batches[i % len(batches)])
+            def step(tuner=tuner, optimizer=optimizer, counter=counter) -> None:
+                _step(tuner, optimizer, batches[next(counter) % len(batches)])
 
-        for i in range(warmup):
-            step(i)
-        times = []
-        for i in range(steps):
+        arms[name] = step
+        info[name]["trainable_params"] = sum(p.numel() for p in tuner.trainable_parameters())
+
+    def ticking(rounds):
+        for r in rounds:
             if tick is not None:  # the CLI passes the runner's Ctrl-C check
                 tick()
-            with Timer(device) as t:
-                step(i)
-            times.append(t.seconds)
-        saved = _saved_bytes(lambda step=step: step(0))
-        row = {
-            "prompt": name,
-            "step_ms": 1000 * statistics.median(times),
-            "saved_for_backward_mib": saved / 2**20,
-            "trainable_params": sum(p.numel() for p in tuner.trainable_parameters()),
-            **extra,
-        }
+            yield r
+
+    run = interleaved(arms, repeats=steps, warmup=warmup, device=device, threads=threads, progress=ticking)
+    rows = []
+    for name, step in arms.items():
+        row: dict[str, Any] = {"prompt": name, "mode": info[name]["mode"], "step_ms": 1000 * run.median(name)}
+        if "none" in arms:
+            est = run.ratio(name, "none")
+            row["time_ratio"] = est.value
+            row["time_ratio_interval"] = f"[{est.low:.3g}, {est.high:.3g}]"
+        row["saved_for_backward_mib"] = _saved_bytes(step) / 2**20
+        row["trainable_params"] = info[name]["trainable_params"]
+        if "embed_once_ms_per_batch" in info[name]:
+            row["embed_once_ms_per_batch"] = info[name]["embed_once_ms_per_batch"]
         if device.type == "cuda":
             with PeakMemory(device) as mem:
-                step(0)
+                step()
             row["cuda_peak_mib"] = mem.peak_bytes / 2**20
+        row["rounds"] = steps
+        row["held_equal"] = (
+            "the same batches in the same order, one optimiser step each; not equal: what is trained"
+        )
         rows.append(row)
-    base = rows[0] if rows[0]["prompt"] == "none" else None
+    by_name = {r["prompt"]: r for r in rows}
     for row in rows:
         for key, ratio in (
-            ("step_ms", "time_ratio"),
             ("saved_for_backward_mib", "saved_mem_ratio"),
             ("cuda_peak_mib", "cuda_mem_ratio"),
         ):
             if key in row:
-                row[ratio] = row[key] / base[key] if base and base.get(key) else float("nan")
-    return rows
+                b = by_name.get("none", {}).get(key)
+                row[ratio] = row[key] / b if b else float("nan")
+    return rows, run.as_dict()
 
 
-def bench_subgraphs(num_nodes: int, degree: int, baseline_nodes: int, *, seed: int) -> list[dict[str, Any]]:
+def bench_subgraphs(
+    num_nodes: int, degree: int, baseline_nodes: int, *, seed: int, repeats: int = 3
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Time :func:`node_subgraphs` (all nodes, 2 hops) against PyG's ``k_hop_subgraph`` called once per node.
 
     The graph is a seeded random simple graph with about ``num_nodes · degree / 2`` undirected edges (both
     directions stored). The baseline loop runs on the first ``baseline_nodes`` targets only (it costs nodes ×
-    edges); its time is reported per node and scaled to all nodes. Both give the same subgraphs (tested).
+    edges); per node, its time is scaled to all nodes. Both arms are interleaved
+    (:func:`iclr25_shared.bench.interleaved`, one warm-up call each); the speed-up per node is the median of
+    per-round ratios with a bootstrap interval. Both give the same subgraphs (tested).
     """
     from torch_geometric.utils import coalesce, k_hop_subgraph, to_undirected
 
     from iclr25_edgeprompt._data import node_subgraphs
+    from iclr25_shared.bench import interleaved
 
     gen = torch.Generator().manual_seed(seed)
     ei = torch.randint(num_nodes, (2, num_nodes * degree // 2), generator=gen)
@@ -309,34 +327,48 @@ def bench_subgraphs(num_nodes: int, degree: int, baseline_nodes: int, *, seed: i
     data = Data(
         x=torch.randn(num_nodes, 8, generator=gen), edge_index=ei, y=torch.zeros(num_nodes, dtype=torch.long)
     )
-    t0 = time.perf_counter()
-    subgraphs = node_subgraphs(data, 2)
-    fast = time.perf_counter() - t0
     k = min(baseline_nodes, num_nodes)
-    t0 = time.perf_counter()
-    for v in range(k):
-        k_hop_subgraph(v, 2, ei, relabel_nodes=True, num_nodes=num_nodes)
-    slow_per_node = (time.perf_counter() - t0) / k
-    mean_nodes = statistics.fmean(g.num_nodes for g in subgraphs)
+    found: list[Any] = []
+
+    def fast() -> None:
+        found[:] = node_subgraphs(data, 2)
+
+    def slow() -> None:
+        for v in range(k):
+            k_hop_subgraph(v, 2, ei, relabel_nodes=True, num_nodes=num_nodes)
+
+    run = interleaved({"node_subgraphs": fast, "k_hop_loop": slow}, repeats=repeats, warmup=1)
+    est = run.speedup("node_subgraphs", "k_hop_loop")  # per node: times (num_nodes / k)
+    scale = num_nodes / k
+    mean_nodes = statistics.fmean(g.num_nodes for g in found)
     graph = f"{num_nodes} nodes, {ei.size(1)} directed edges"
-    return [
+    fast_s, slow_per_node = run.median("node_subgraphs"), run.median("k_hop_loop") / k
+    held = "the same graph, 2 hops, the same subgraphs; per target node"
+    rows = [
         {
             "method": "node_subgraphs (CSR, all targets)",
             "graph": graph,
-            "seconds_all_nodes": round(fast, 2),
-            "ms_per_node": round(1000 * fast / num_nodes, 4),
-            "speedup": round(slow_per_node * num_nodes / fast, 1),
-            "mean_subgraph_nodes": round(mean_nodes, 1),
+            "seconds_all_nodes": fast_s,
+            "ms_per_node": 1000 * fast_s / num_nodes,
+            "speedup_per_node": est.value * scale,
+            "interval": f"[{est.low * scale:.3g}, {est.high * scale:.3g}]",
+            "rounds": repeats,
+            "mean_subgraph_nodes": mean_nodes,
+            "held_equal": held,
         },
         {
             "method": f"k_hop_subgraph per node (timed on {k}, scaled)",
             "graph": graph,
-            "seconds_all_nodes": round(slow_per_node * num_nodes, 2),
-            "ms_per_node": round(1000 * slow_per_node, 4),
-            "speedup": 1.0,
-            "mean_subgraph_nodes": round(mean_nodes, 1),
+            "seconds_all_nodes": slow_per_node * num_nodes,
+            "ms_per_node": 1000 * slow_per_node,
+            "speedup_per_node": 1.0,
+            "interval": "",
+            "rounds": repeats,
+            "mean_subgraph_nodes": mean_nodes,
+            "held_equal": held,
         },
     ]
+    return rows, run.as_dict()
 
 
 def _head_step(head: nn.Module, optimizer: torch.optim.Optimizer, emb: torch.Tensor, y: torch.Tensor) -> None:
@@ -769,7 +801,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         hidden_channels=cfg.hidden_channels,
         num_layers=cfg.num_layers,
     )
-    rows = bench_prompts(
+    rows, raw = bench_prompts(
         graphs,
         bb_cfg,
         data.num_classes,
@@ -780,20 +812,28 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         num_anchors=cfg.num_anchors,
         seed=cfg.seed,
         tick=check_interrupted,
+        threads=ctx.threads or None,
     )
     tables = {"tuning step vs classifier-only": rows}
+    raws = {"prompts": raw}
     if cfg.subgraph_nodes:
-        tables["2-hop node subgraphs vs a per-node k_hop_subgraph loop"] = bench_subgraphs(
+        sub_rows, raws["subgraphs"] = bench_subgraphs(
             cfg.subgraph_nodes, cfg.subgraph_degree, cfg.subgraph_baseline_nodes, seed=cfg.seed
         )
+        tables["2-hop node subgraphs vs a per-node k_hop_subgraph loop"] = sub_rows
     return Result(
         metrics={
-            r["prompt"]: {"time_ratio": r["time_ratio"], "saved_mem_ratio": r["saved_mem_ratio"]}
-            for r in rows
+            **{
+                r["prompt"]: {"time_ratio": r.get("time_ratio"), "saved_mem_ratio": r["saved_mem_ratio"]}
+                for r in rows
+            },
+            "bench": raws,
         },
         tables=tables,
         notes=[
-            f"median over {cfg.steps} steps after {cfg.warmup} warm-up steps; batch {cfg.batch_size} "
-            f"graphs; GIN {cfg.num_layers}x{cfg.hidden_channels}; torch threads {ctx.threads}"
+            f"iclr25_shared.bench.interleaved: {cfg.warmup} warm-up steps per prompt, then {cfg.steps} rounds of one "
+            f"step per prompt (order rotated each round); batch {cfg.batch_size} graphs; GIN "
+            f"{cfg.num_layers}x{cfg.hidden_channels}; device {device}; torch threads {ctx.threads}; ratios are "
+            "medians of per-round ratios with a 95 % bootstrap interval over rounds"
         ],
     )
