@@ -182,6 +182,8 @@ def test_bench_reports_overhead_ratios(tmp_path, capsys):
         "1",
         "--sampler-calls",
         "50",
+        "--repeats",
+        "3",
         "--batch-size",
         "4",
         "--image-size",
@@ -199,6 +201,11 @@ def test_bench_reports_overhead_ratios(tmp_path, capsys):
     assert m["curriculum_sampler_us"] > 0
     assert m["uniform_randint_us"] > 0
     assert m["sampler_fraction_of_step"] == pytest.approx(m["curriculum_sampler_us"] / (1000 * m["step_ms"]))
+    low, high = m["curriculum_step_vs_uniform_step_interval"]
+    assert low <= m["curriculum_step_vs_uniform_step"] <= high
+    steps = m["bench"]["steps"]
+    assert steps["order"] == [["uniform", "curriculum"], ["curriculum", "uniform"]]  # interleaved, rotated
+    assert len(m["bench"]["sampler_calls"]["times_s"]["randint"]) == 3
 
 
 @pytest.mark.slow

@@ -240,11 +240,13 @@ class BenchConfig(_CurriculumOptions):
     """Per-step overhead of the curriculum sampler (sample + pacer update) against a training step and torch.randint."""
 
     steps: int = 20
-    """Timed training steps."""
+    """Interleaved rounds of one uniform and one curriculum training step."""
     warmup: int = 3
-    """Untimed training steps first."""
+    """Untimed training steps of each kind first."""
     sampler_calls: int = 2000
-    """Timed sampler calls."""
+    """Sampler calls per round of the sampler-only comparison."""
+    repeats: int = 7
+    """Rounds of the sampler-only comparison (sampler.sample + update vs torch.randint)."""
     batch_size: int = 64
     """Batch size."""
     image_size: int = 16
@@ -257,6 +259,7 @@ class BenchConfig(_CurriculumOptions):
         check_int("steps", self.steps, low=1)
         check_int("warmup", self.warmup, low=0)
         check_int("sampler_calls", self.sampler_calls, low=1)
+        check_int("repeats", self.repeats, low=1)
         check_int("batch_size", self.batch_size, low=1)
         check_int("image_size", self.image_size, low=4, high=64)
         self._check_unet(self.channels, self.image_size)
