@@ -190,7 +190,82 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             "with k drawn from that allocator's k distribution on the timed tokens (routing included, allocator "
             "not); batched_mm is left out (it gathers one weight matrix per token-slot: tens of GB here)"
         )
+    if cfg.ddp_steps:
+        tables["ddp_ppo_step"] = _ddp_rows(cfg, device)
+        notes.append(
+            "ddp_ppo_step: PPO steps (rollout of the global batch split over the ranks + 2 epochs of DDP updates) "
+            "in fresh gloo process groups of 1 and 2 CPU processes (iclr25_shared run_ranks, as torchrun would "
+            "start them), one after the other (not interleaved: a process group cannot change size); bytes are "
+            "the allocator gradients DDP all-reduced (ByteCounter), not counting the few float64 metric "
+            "reductions; on this 2-core machine shared by other jobs no speed-up is expected"
+        )
     return Result(metrics=metrics, tables=tables, timings={"ppo": t_train}, notes=notes)
+
+
+def _ddp_worker(cfg_items: dict[str, Any], steps: int, batch: int) -> dict[str, Any]:
+    """One rank of the DDP step bench (module level: run in fresh processes)."""
+    import torch
+
+    from iclr25_adak._ppo import PPOConfig, train_allocators
+    from iclr25_adak._routing import apply_adak
+    from iclr25_adak._zoo import wiki_moe
+    from iclr25_shared.distributed import ByteCounter, world
+
+    torch.set_num_threads(1)
+    model, tokens = wiki_moe(_spec(), wiki_path=cfg_items["wiki_path"], label="--wiki-path")
+    patch = apply_adak(model, seed=cfg_items["seed"])
+    gen = np.random.default_rng(cfg_items["seed"])
+    batches = [
+        torch.as_tensor(tokens.train[gen.integers(0, len(tokens.train), batch)]) for _ in range(steps + 1)
+    ]
+    stamps: list[float] = []
+
+    def clocked(it: Any) -> Any:
+        for ids in it:
+            stamps.append(time.perf_counter())
+            yield ids
+        stamps.append(time.perf_counter())
+
+    counter = ByteCounter()
+    ppo = PPOConfig(lam=max(cfg_items["lams"]), lr=cfg_items["lr"], epochs=cfg_items["epochs"])
+    train_allocators(patch, batches, ppo, progress=clocked, comm_hook=counter.hook)
+    step_s = np.diff(stamps)[1:]  # the first step (DDP set-up, caches) is the warm-up
+    return {
+        "rank": world().rank,
+        "median_step_s": float(np.median(step_s)),
+        "steps": len(step_s),
+        "bytes_per_step": counter.bytes / (steps + 1),
+        "allreduce_calls_per_step": counter.calls / (steps + 1),
+    }
+
+
+def _ddp_rows(cfg: BenchConfig, device: Any) -> list[dict[str, Any]]:
+    from iclr25_shared._ranks import run_ranks
+
+    if str(device) != "cpu":
+        return [{"processes": "-", "note": "the DDP step bench runs on CPU (gloo) only"}]
+    items = {
+        "wiki_path": cfg.wiki_path,
+        "seed": cfg.seed,
+        "lams": cfg.lams,
+        "lr": cfg.lr,
+        "epochs": cfg.epochs,
+    }
+    rows = []
+    for size in (1, 2):
+        out = run_ranks(_ddp_worker, items, cfg.ddp_steps, cfg.batch, world_size=size, timeout_s=900)
+        rows.append(
+            {
+                "processes": size,
+                "global_batch": f"{cfg.batch} x 64 tokens",
+                "median_step_s": max(r["median_step_s"] for r in out),
+                "steps_timed": out[0]["steps"],
+                "bytes_allreduced_per_step": out[0]["bytes_per_step"],
+                "allreduce_calls_per_step": out[0]["allreduce_calls_per_step"],
+                "held_equal": "global batch, model, PPO settings; per-rank batch halves at 2 processes",
+            }
+        )
+    return rows
 
 
 def _goals(

@@ -64,10 +64,22 @@ def evaluate_lm(
             the tokens of each type, by the type of the token being routed.
         device: where the model is.
 
+    Under an initialised process group each rank evaluates rows ``rank, rank + W, ...`` of ``blocks`` and the
+    sums (NLL, tokens, experts per layer, k per token type) are reduced over ranks, so every rank returns the
+    metrics of all of ``blocks`` (the same as one process up to summation order); ``tokens_per_s`` is all tokens
+    over the slowest rank's time.
+
     Returns:
         ``{"loss" (nats/token), "mean_k", "k_per_layer" (L,), "flops_reduction", "tokens_per_s", "k_by_type"}``.
         ``flops_reduction`` is ``1 - mean(k)/K`` over routed expert FLOPs (see :meth:`AdaKPatch.flops`).
     """
+    from iclr25_adak._ppo import _group
+    from iclr25_shared.distributed import all_reduce_sum, gather_objects
+
+    here = _group()
+    n_total = blocks.size
+    if here.is_distributed:  # data-parallel evaluation: this rank's rows, sums reduced below
+        blocks = blocks[here.rank :: here.world_size]
     nll_sum, n_pred = 0.0, 0
     type_k = np.zeros(3)
     type_n = np.zeros(3)
@@ -99,6 +111,24 @@ def evaluate_lm(
         finally:
             patch.record = old_record
             patch.take_records()
+    if here.is_distributed:
+        sums = all_reduce_sum(
+            {
+                "nll": nll_sum,
+                "n": float(n_pred),
+                **{f"type_k{i}": float(v) for i, v in enumerate(type_k)},
+                **{f"type_n{i}": float(v) for i, v in enumerate(type_n)},
+                **{f"tokens{i}": float(r.counters.tokens) for i, r in enumerate(patch.routers)},
+                **{f"experts{i}": float(r.counters.experts) for i, r in enumerate(patch.routers)},
+            }
+        )
+        nll_sum, n_pred = sums["nll"], int(sums["n"])
+        type_k = np.array([sums[f"type_k{i}"] for i in range(3)])
+        type_n = np.array([sums[f"type_n{i}"] for i in range(3)])
+        for i, r in enumerate(patch.routers):
+            r.counters.tokens = int(sums[f"tokens{i}"])
+            r.counters.experts = int(sums[f"experts{i}"])
+        elapsed = max(gather_objects(elapsed))  # the ranks run side by side: the slowest one's time
     flops = patch.flops()
     per_layer = patch.mean_k_per_layer()
     out = {
@@ -106,7 +136,7 @@ def evaluate_lm(
         "mean_k": float(np.mean(per_layer)),
         "k_per_layer": per_layer,
         "flops_reduction": flops["flops_reduction"],
-        "tokens_per_s": blocks.size / elapsed if elapsed > 0 else float("nan"),
+        "tokens_per_s": n_total / elapsed if elapsed > 0 else float("nan"),
     }
     if types is not None:
         out["k_by_type"] = {

@@ -43,31 +43,78 @@ def _text_blocks(tokenizer: Any, docs: list[str], seq_len: int) -> tuple[np.ndar
     return cut(enc[n_val:]), cut(enc[:n_val])
 
 
+def _join_group(cfg: Any, device: Any) -> Any:
+    """Join the launcher's process group (torchrun / accelerate launch; a no-op in one process) and check that
+    every rank runs the same configuration. Returns the World."""
+    from iclr25_shared.distributed import check_same, init_process_group
+
+    here = init_process_group(device)
+    if here.is_distributed:
+        check_same(repr(cfg), "command configuration")
+        batch = getattr(cfg, "batch", None)
+        if batch is not None and batch % here.world_size:
+            raise UsageError(
+                f"--batch {batch} must be divisible by the number of processes ({here.world_size}): each rank"
+                " rolls out an equal share of every PPO batch"
+            )
+    return here
+
+
+def _rank0_first(here: Any, build: Any) -> Any:
+    """``build()`` on rank 0 first, then on the others (the model cache is written once, then read)."""
+    if not here.is_distributed:
+        return build()
+    import torch.distributed as dist
+
+    if not here.is_main:
+        dist.barrier()
+    out = build()
+    if here.is_main:
+        dist.barrier()
+    return out
+
+
+def _check_replicated(model: Any) -> None:
+    """Every rank must hold the same frozen model (a checksum of its parameters; a no-op in one process)."""
+    from iclr25_adak._ppo import _group
+    from iclr25_shared.distributed import check_same
+
+    if _group().is_distributed:
+        check_same(round(sum(float(p.double().sum()) for p in model.parameters()), 6), "frozen model weights")
+
+
 def _load(cfg: Any, ctx: RunContext) -> tuple[Any, np.ndarray, np.ndarray, list[str] | None, Any]:
-    """Model, train and validation blocks, vocabulary pieces (wiki-moe only) and device."""
+    """Model, train and validation blocks, vocabulary pieces (wiki-moe only) and device; joins the process
+    group when launched with torchrun / accelerate launch."""
     import torch
 
     device = ctx.torch_device()
+    here = _join_group(cfg, device)
     torch.manual_seed(cfg.seed)
     if cfg.model == WIKI_MOE:
         from iclr25_adak._zoo import wiki_moe
 
         if cfg.text is not None:
             raise UsageError("text can only be given with a --model folder (wiki-moe has its own vocabulary)")
-        model, tokens = wiki_moe(
-            _spec(),
-            wiki_path=cfg.wiki_path,
-            label="--wiki-path",
-            device=device,
-            log=ctx.log,
-            progress=lambda it: ctx.progress(it, desc="pre-train MoE"),
+        model, tokens = _rank0_first(
+            here,
+            lambda: wiki_moe(
+                _spec(),
+                wiki_path=cfg.wiki_path,
+                label="--wiki-path",
+                device=device,
+                log=ctx.log,
+                progress=lambda it: ctx.progress(it, desc="pre-train MoE"),
+            ),
         )
+        _check_replicated(model)
         return model, tokens.train, tokens.val, tokens.pieces, device
     from iclr25_adak._inputs import load_model_folder, read_text
 
     # the user's files first (fast), then the weights
     docs = read_text(cfg.text, label="--text") if cfg.text is not None else None
     model, tokenizer = load_model_folder(cfg.model, device=device, label="--model")
+    _check_replicated(model)
     if docs is None:
         from iclr25_shared.data import wiki_summaries
 
@@ -260,15 +307,20 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     from iclr25_shared.metrics import paired_t_interval
 
     device = ctx.torch_device()
+    here = _join_group(cfg, device)
     t0 = time.perf_counter()
-    model, tokens = wiki_moe(
-        _spec(cfg.size),
-        wiki_path=cfg.wiki_path,
-        label="--wiki-path",
-        device=device,
-        log=ctx.log,
-        progress=lambda it: ctx.progress(it, desc="pre-train MoE"),
+    model, tokens = _rank0_first(
+        here,
+        lambda: wiki_moe(
+            _spec(cfg.size),
+            wiki_path=cfg.wiki_path,
+            label="--wiki-path",
+            device=device,
+            log=ctx.log,
+            progress=lambda it: ctx.progress(it, desc="pre-train MoE"),
+        ),
     )
+    _check_replicated(model)
     t_pre = time.perf_counter() - t0
     patch = apply_adak(model, seed=cfg.seed)
     types = token_types(tokens.pieces)

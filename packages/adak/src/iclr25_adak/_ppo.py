@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch import nn
 
 from iclr25_adak._routing import AdaKPatch
 from iclr25_shared.checks import check_choice, check_float, check_int
@@ -31,6 +32,7 @@ __all__ = [
     "ppo_objective",
     "ppo_update",
     "rollout",
+    "step_noise",
     "token_log_likelihood",
     "train_allocators",
 ]
@@ -167,8 +169,56 @@ def _token_reward(
     return ll_full.reshape(-1) - expert_cost(k, lam), k, ll
 
 
+def _group() -> Any:
+    """The process group's World when one is initialised (DDP, reductions), else rank 0 of 1."""
+    from iclr25_shared.distributed import World, world
+
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return world()
+    return World()
+
+
+def _raise_if_any_rank(bad: bool, message: str) -> None:
+    """Raise ``FloatingPointError(message)`` on every rank when it holds on any (one clear error, no rank left
+    waiting in the next collective)."""
+    from iclr25_shared.distributed import gather_objects
+
+    flags = gather_objects(bool(bad))
+    ranks = [r for r, flag in enumerate(flags) if flag]
+    if ranks:
+        where = f" (on rank {', '.join(map(str, ranks))} of {len(flags)})" if len(flags) > 1 else ""
+        raise FloatingPointError(message + where)
+
+
+class _AllocatorStack(nn.Module):
+    """The allocators of every layer as one module (what DDP wraps): ``forward(xs)`` -> one logits per layer."""
+
+    def __init__(self, allocators: list[nn.Module]) -> None:
+        super().__init__()
+        self.allocators = nn.ModuleList(allocators)
+
+    def forward(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [a(x) for a, x in zip(self.allocators, xs, strict=True)]
+
+
+def step_noise(seed: int, step: int, layers: int, shape: tuple[int, int]) -> torch.Tensor:
+    """The sampling uniforms of PPO step ``step``: ``(layers, batch, seq)`` float64 in [0, 1), from a CPU generator
+    seeded with ``derive_seed(seed, step)``, so every rank draws the same global array and takes its rows."""
+    from iclr25_shared.distributed import derive_seed
+
+    gen = torch.Generator().manual_seed(derive_seed(seed, step))
+    return torch.rand((layers, *shape), generator=gen, dtype=torch.float64)
+
+
 @torch.no_grad()
-def rollout(patch: AdaKPatch, input_ids: torch.Tensor, lam: float, baseline: str = "mean") -> dict[str, Any]:
+def rollout(
+    patch: AdaKPatch,
+    input_ids: torch.Tensor,
+    lam: float,
+    baseline: str = "mean",
+    *,
+    noise: torch.Tensor | None = None,
+) -> dict[str, Any]:
     """Run the model once with sampled ``k``; return the rollout needed by :func:`ppo_update`.
 
     Args:
@@ -177,6 +227,8 @@ def rollout(patch: AdaKPatch, input_ids: torch.Tensor, lam: float, baseline: str
         lam: the cost per activated expert.
         baseline: ``"greedy"`` adds ``"baseline"``, the reward of each token under the current argmax policy
             (a second forward pass); ``"mean"`` leaves it out (the update then uses the batch mean).
+        noise: optional ``(L, batch * seq)`` uniforms: each token's k is drawn by inverse CDF from its own uniform
+            (see ``AdaKPatch.sample_noise``) instead of from the patch's generator.
 
     Returns:
         ``{"x": [L x (batch*seq, d)], "action": (L, batch*seq), "k": (L, batch*seq), "logp_old":
@@ -189,7 +241,17 @@ def rollout(patch: AdaKPatch, input_ids: torch.Tensor, lam: float, baseline: str
             f"input_ids must have at least 2 positions per row (a next token to predict), got {s}"
         )
     check_choice("baseline", baseline, ("greedy", "mean"))
-    logits, records = _run(patch, input_ids, "sample")
+    if noise is not None:
+        n = input_ids.numel()
+        if noise.shape != (len(patch.routers), n):
+            raise ValueError(
+                f"noise must be (layers, batch * seq) = ({len(patch.routers)}, {n}), got {tuple(noise.shape)}"
+            )
+        patch.sample_noise = list(noise.to(input_ids.device))
+    try:
+        logits, records = _run(patch, input_ids, "sample")
+    finally:
+        patch.sample_noise = None
     xs, actions, logps = [], [], []
     for chunks in records:
         if len(chunks) != 1:
@@ -219,28 +281,57 @@ def rollout(patch: AdaKPatch, input_ids: torch.Tensor, lam: float, baseline: str
 
 
 def ppo_update(
-    patch: AdaKPatch, batch: dict[str, Any], optimizer: torch.optim.Optimizer, cfg: PPOConfig
+    patch: AdaKPatch,
+    batch: dict[str, Any],
+    optimizer: torch.optim.Optimizer,
+    cfg: PPOConfig,
+    *,
+    module: nn.Module | None = None,
 ) -> PPOStats:
-    """``cfg.epochs`` PPO epochs over one rollout (full batch); only allocator parameters receive gradients."""
+    """``cfg.epochs`` PPO epochs over one rollout (full batch); only allocator parameters receive gradients.
+
+    Under an initialised process group (data-parallel training, every rank holding the same number of tokens)
+    the batch mean baseline, the advantage's standard deviation and the reported statistics are taken over all
+    ranks, and ``module`` (the allocators wrapped in ``DistributedDataParallel``) averages the gradients: the
+    update is the one-process update of the concatenated batch, up to floating-point summation order.
+
+    Args:
+        module: what computes every layer's allocator logits from the recorded inputs (a list in, a list out);
+            default: the allocators themselves (one process).
+    """
+    from iclr25_shared.distributed import all_reduce_mean, all_reduce_sum, gather_objects
+
     valid = batch["valid"]
     reward = batch["reward"][valid]
-    base = batch["baseline"][valid] if "baseline" in batch else reward.mean()
+    if "baseline" in batch:
+        base: Any = batch["baseline"][valid]
+    else:
+        tot = all_reduce_sum({"sum": float(reward.double().sum()), "n": float(reward.numel())})
+        base = tot["sum"] / max(tot["n"], 1.0)
     adv = reward - base
-    if cfg.normalize_advantage and adv.numel() > 1:
-        adv = adv / (adv.std() + 1e-8)
-    stats = PPOStats(
-        reward=float(reward.mean()),
-        log_likelihood=float(batch["log_likelihood"].mean()),
-        mean_k=float(batch["k"][:, valid].float().mean()),
+    if cfg.normalize_advantage:
+        a64 = adv.double()
+        tot = all_reduce_sum({"n": float(a64.numel()), "s": float(a64.sum()), "q": float((a64 * a64).sum())})
+        if tot["n"] > 1:
+            var = max(tot["q"] - tot["s"] ** 2 / tot["n"], 0.0) / (tot["n"] - 1)
+            adv = adv / (var**0.5 + 1e-8)
+    means = all_reduce_mean(
+        {
+            "reward": float(reward.mean()),
+            "ll": float(batch["log_likelihood"].mean()),
+            "k": float(batch["k"][:, valid].float().mean()),
+        }
     )
+    stats = PPOStats(reward=means["reward"], log_likelihood=means["ll"], mean_k=means["k"])
     layers = len(patch.routers)
     adv_all = adv.repeat(layers)
     logp_old = batch["logp_old"][:, valid].reshape(-1)
     actions = batch["action"][:, valid]
+    module = module if module is not None else _AllocatorStack(patch.allocators())
     for _ in range(cfg.epochs):
         new_lp, ent = [], []
-        for r, x, a in zip(patch.routers, batch["x"], actions, strict=True):
-            logp = torch.log_softmax(r.allocator(x[valid]), dim=-1)
+        for lg, a in zip(module([x[valid] for x in batch["x"]]), actions, strict=True):
+            logp = torch.log_softmax(lg, dim=-1)
             new_lp.append(logp.gather(1, a[:, None]).squeeze(1))
             ent.append(-(logp.exp() * logp).sum(-1))
         loss, info = ppo_objective(
@@ -251,16 +342,25 @@ def ppo_update(
             clip_eps=cfg.clip_eps,
             entropy_coef=cfg.entropy_coef,
         )
-        if not bool(torch.isfinite(loss)):
-            raise FloatingPointError("non-finite PPO loss; the allocators were not updated with it")
+        _raise_if_any_rank(
+            not bool(torch.isfinite(loss)), "non-finite PPO loss; the allocators were not updated with it"
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        stats.ratio_mean.append(float(info["ratio"].mean()))
-        stats.ratio_max.append(float(info["ratio"].max()))
-        stats.clip_fraction.append(float(info["clipped"].float().mean()))
-        stats.entropy.append(float(torch.cat(ent).detach().mean()))
-        stats.loss.append(float(loss.detach()))
+        m = all_reduce_mean(
+            {
+                "ratio": float(info["ratio"].mean()),
+                "clip": float(info["clipped"].float().mean()),
+                "entropy": float(torch.cat(ent).detach().mean()),
+                "loss": float(loss.detach()),
+            }
+        )
+        stats.ratio_mean.append(m["ratio"])
+        stats.ratio_max.append(max(gather_objects(float(info["ratio"].max()))))
+        stats.clip_fraction.append(m["clip"])
+        stats.entropy.append(m["entropy"])
+        stats.loss.append(m["loss"])
     return stats
 
 
@@ -270,25 +370,68 @@ def train_allocators(
     cfg: PPOConfig,
     *,
     progress: Any = None,
+    comm_hook: Any = None,
 ) -> list[PPOStats]:
     """Train the allocators with PPO, one rollout per batch of ``(batch, seq)`` token ids.
 
+    Each token's k in a rollout is drawn by inverse CDF from the uniforms of :func:`step_noise` (seeded by the
+    patch's seed and the step), so a token's draw does not depend on how the batch is split.
+
+    **Data-parallel** under an initialised process group (``torchrun`` / ``accelerate launch``, see
+    :func:`iclr25_shared.distributed.init_process_group`): every rank is given the same global batches (and holds
+    the same frozen model); rank ``r`` runs the rollout on rows ``r, r + W, ...`` (``iclr25_shared.distributed.
+    shard``), and the allocators are wrapped in ``DistributedDataParallel``, which averages their gradients. The
+    result is the one-process run on the same batches up to floating-point summation order.
+
+    Args:
+        comm_hook: a DDP communication hook (e.g. ``iclr25_shared.distributed.ByteCounter().hook``); ignored in
+            one process.
+
     Returns:
-        One :class:`PPOStats` per batch. The patch is left in ``"argmax"`` mode.
+        One :class:`PPOStats` per batch (reduced over ranks). The patch is left in ``"argmax"`` mode.
 
     Raises:
-        FloatingPointError: a reward or the PPO loss became non-finite (raised before that update is applied).
+        FloatingPointError: a reward or the PPO loss became non-finite on some rank (raised on every rank, before
+            that update is applied).
+        ValueError: a batch's rows do not split evenly over the ranks.
     """
+    from iclr25_shared.distributed import shard
+
     params = patch.parameters()
     if not params:
         raise ValueError("the patch has no allocator parameters to train")
+    here = _group()
+    stack = _AllocatorStack(patch.allocators())
+    module: nn.Module = stack
+    if here.is_distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        device = params[0].device
+        module = DistributedDataParallel(stack, device_ids=[device.index] if device.type == "cuda" else None)
+        if comm_hook is not None:
+            module.register_comm_hook(None, comm_hook)
     optimizer = torch.optim.Adam(params, lr=cfg.lr)
     history = []
     it = progress(batches) if progress is not None else batches
-    for ids in it:
-        batch = rollout(patch, ids, cfg.lam, cfg.baseline)
-        if not bool(torch.isfinite(batch["reward"][batch["valid"]]).all()):
-            raise FloatingPointError("non-finite reward in a PPO rollout (the model produced NaN/inf logits)")
-        history.append(ppo_update(patch, batch, optimizer, cfg))
+    for step, ids in enumerate(it):
+        if ids.dim() != 2 or ids.shape[0] % here.world_size:
+            raise ValueError(
+                f"each batch must be (rows, seq) with rows divisible by the {here.world_size} ranks, got"
+                f" {tuple(ids.shape)}"
+            )
+        rows = torch.as_tensor(list(shard(ids.shape[0], here)), dtype=torch.long)
+        noise = step_noise(patch.seed, step, len(patch.routers), tuple(ids.shape))[:, rows]
+        batch = rollout(
+            patch,
+            ids[rows.to(ids.device)],
+            cfg.lam,
+            cfg.baseline,
+            noise=noise.reshape(len(patch.routers), -1),
+        )
+        _raise_if_any_rank(
+            not bool(torch.isfinite(batch["reward"][batch["valid"]]).all()),
+            "non-finite reward in a PPO rollout (the model produced NaN/inf logits)",
+        )
+        history.append(ppo_update(patch, batch, optimizer, cfg, module=module))
     patch.set_mode("argmax")
     return history

@@ -217,9 +217,8 @@ class AdaKRouter(nn.Module):
         self._patch = [patch]  # a list so nn.Module does not register the owner as a submodule
         self.counters = LayerCounters()
         self.records: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
-        self.variable = (
-            False  # whether the last routing table mixed several k (then the grouped dispatch runs)
-        )
+        self.layer = 0  # its index in patch.routers
+        self.variable = False  # whether the last routing table mixed several k (then grouped dispatch)
 
     @property
     def top_k(self) -> int:
@@ -243,7 +242,17 @@ class AdaKRouter(nn.Module):
                     raise FloatingPointError(
                         "non-finite MoE block input reached the Ada-K allocator (the model produced NaN/inf)"
                     )
-                action = torch.multinomial(probs, 1, generator=patch.generator(x.device)).squeeze(1)
+                noise = patch.sample_noise[self.layer] if patch.sample_noise is not None else None
+                if noise is None:
+                    action = torch.multinomial(probs, 1, generator=patch.generator(x.device)).squeeze(1)
+                else:  # inverse CDF of given uniforms: the same draw for a token whatever batch it is in
+                    if noise.shape != (x.shape[0],):
+                        raise ValueError(
+                            f"sample_noise[{self.layer}] has shape {tuple(noise.shape)}, the block routes"
+                            f" {x.shape[0]} tokens"
+                        )
+                    below = probs.cumsum(dim=-1) < noise.to(probs)[:, None]
+                    action = below.sum(dim=-1).clamp(max=probs.shape[-1] - 1)
             action_logp = logp.gather(1, action[:, None]).squeeze(1)
         return action + self.allocator.k_min, action, action_logp
 
@@ -329,6 +338,10 @@ class AdaKPatch:
         self._requires_grad = [(p, p.requires_grad) for p in model.parameters()]
         self._training = [(m, m.training) for m in model.modules()]
         self._save_installed = False
+        self.sample_noise: list[torch.Tensor] | None = None
+        """Per layer, ``(tokens,)`` uniforms in [0, 1) that ``"sample"`` mode turns into actions by inverse CDF
+        instead of drawing from the generator (set by :func:`~iclr25_adak.train_allocators` so that a token's draw
+        does not depend on which rank or batch it is in)."""
         self.dispatch: Literal["grouped", "host"] = "grouped"
         self.dispatch_impl: Literal["auto", "loop", "grouped_mm"] = "auto"
         self._dispatch_installed: list[nn.Module] = []
@@ -663,6 +676,7 @@ def apply_adak(
         device = block.gate.weight.device
         alloc = AdaKAllocator(hidden, k_min, k_max, init_k=init_k, init_logit=init_logit).to(device)
         router = AdaKRouter(block.gate, alloc, int(block.experts.num_experts), patch)
+        router.layer = len(patch.routers)
         block.gate = router
         # transformers' expert kernels skip (grouped_mm) or zero (batched_mm) the sentinel id only when this flag
         # is on; the eager loop always skips it. Without it, batched_mm indexes out of range and grouped_mm reads

@@ -204,6 +204,8 @@ class BenchConfig(CommonOptions, _PPOOptions):
     """Hidden size of the single-block benchmark (>= 8; 0 skips it)."""
     block_tokens: int = 512
     """Tokens in the single-block benchmark (>= 1)."""
+    ddp_steps: int = 4
+    """PPO steps timed at 1 and 2 data-parallel CPU processes after one warm-up step (0 skips that part)."""
     wiki_path: Path | None = None
     """Wikipedia summaries JSON to read instead of the installed copy."""
 
@@ -214,6 +216,11 @@ class BenchConfig(CommonOptions, _PPOOptions):
             raise ValueError("lams must hold at least one value >= 0")
         for lam in self.lams:
             check_float("lams", lam, low=0.0)
+        check_int("ddp_steps", self.ddp_steps, low=0)
+        if self.ddp_steps and self.batch % 2:
+            raise ValueError(
+                f"batch must be even for the 2-process DDP rows (or --ddp-steps 0), got {self.batch}"
+            )
         check_int("repeats", self.repeats, low=1)
         check_int("eval_blocks", self.eval_blocks, low=1)
         if not self.host_kernels:
