@@ -25,7 +25,8 @@ from iclr25_lantern.cli import main
         (["bench", "--deltas", "0.1", "0"], "delta must be"),
         (["generate", "--delta", "3"], "delta must be in [0, 1]"),
         (["generate", "--delta", "1.5", "--lam", "2"], "pass --lam 1.5 instead of --delta"),
-        (["bench", "--deltas", "2"], "`generate --lam 2` runs the lambda mode"),
+        (["bench", "--deltas", "2"], "pass --lams 2 for the lambda mode"),
+        (["bench", "--lams", "1"], "lam must be"),
         (["bench", "--quality-images", "5"], "quality_images must be"),
     ],
 )

@@ -40,6 +40,20 @@ class Size:
 
 SIZES = {
     "tiny": Size(2000, 60, (32, 1, 2), 60, (16, 1, 2), 40, 40, 3, 200, ((8, 0.2, None),)),
+    # about 1.5 min on one H200 (README, GPU): all 60 000 training images, 5x the quick steps, a 4-layer d = 128
+    # target, 3x the images per seed and 5x the real images; never run (no GPU was lent)
+    "gpu": Size(
+        60000,
+        1000,
+        (128, 4, 4),
+        3000,
+        (64, 1, 2),
+        1500,
+        500,
+        48,
+        5000,
+        ((8, 0.1, None), (8, 0.4, None), (64, 0.1, None), (64, 0.4, None), (8, None, 3.0)),
+    ),
     "quick": Size(
         10000,
         200,
@@ -65,7 +79,14 @@ def _images(split: str, data: Any, n: int, seed: int):
     return torch.from_numpy(x[idx].astype(np.float32) / 255.0), torch.from_numpy(y[idx])
 
 
-def _train_models(size: Size, codebook_size: int, data: Any, seed: int, ctx: RunContext) -> dict[str, Any]:
+def _device(models: dict[str, Any]) -> Any:
+    """The device the models are on (the target's)."""
+    return next(models["target"].parameters()).device
+
+
+def _train_models(
+    size: Size, codebook_size: int, data: Any, seed: int, ctx: RunContext, device: Any = None
+) -> dict[str, Any]:
     import torch
 
     from iclr25_lantern._models import TransformerConfig
@@ -74,28 +95,30 @@ def _train_models(size: Size, codebook_size: int, data: Any, seed: int, ctx: Run
     timings = {}
     x, y = _images("train", data, size.n_train, seed)
     tic = time.perf_counter()
-    vq = train_vqvae(x, codebook_size=codebook_size, code_dim=16, steps=size.vq_steps, seed=seed, log=ctx.log)
+    vq = train_vqvae(x, codebook_size=codebook_size, code_dim=16, steps=size.vq_steps, seed=seed, log=ctx.log,
+                     device=device)  # fmt: skip
     timings["train_vqvae"] = time.perf_counter() - tic
     with torch.no_grad():
-        tokens = torch.cat([vq.encode(x[i : i + 1000]) for i in range(0, len(x), 1000)])
+        tokens = torch.cat([vq.encode(x[i : i + 1000].to(device)) for i in range(0, len(x), 1000)])
+    y = y.to(tokens.device)
     used = int(torch.unique(tokens).numel())
     ctx.log.info("VQ-VAE uses %d of %d codes", used, codebook_size)
     d, l_, h = size.target
     tic = time.perf_counter()
     target = train_token_model(
         tokens, y, TransformerConfig(codebook_size, dim=d, layers=l_, heads=h), steps=size.target_steps,
-        seed=seed + 1, log=ctx.log, name="target",
+        seed=seed + 1, log=ctx.log, name="target", device=device,
     )  # fmt: skip
     timings["train_target"] = time.perf_counter() - tic
     d, l_, h = size.drafter
     tic = time.perf_counter()
     drafter = train_token_model(
         tokens, y, TransformerConfig(codebook_size, dim=d, layers=l_, heads=h), steps=size.drafter_steps,
-        seed=seed + 2, log=ctx.log, name="drafter",
+        seed=seed + 2, log=ctx.log, name="drafter", device=device,
     )  # fmt: skip
     timings["train_drafter"] = time.perf_counter() - tic
     tic = time.perf_counter()
-    clf = train_classifier(x, y, steps=size.clf_steps, seed=seed + 3)
+    clf = train_classifier(x, y, steps=size.clf_steps, seed=seed + 3, device=device)
     timings["train_classifier"] = time.perf_counter() - tic
     return {
         "vq": vq,
@@ -107,27 +130,34 @@ def _train_models(size: Size, codebook_size: int, data: Any, seed: int, ctx: Run
     }
 
 
+def _cpu_state(module: Any) -> dict[str, Any]:
+    return {k: v.detach().cpu() for k, v in module.state_dict().items()}
+
+
 def _save_models(models: dict[str, Any], ctx: RunContext) -> None:
     import torch
 
     if not ctx.writes:
         return
     blob = {
-        "vq": models["vq"].state_dict(),
+        "vq": _cpu_state(models["vq"]),
         "vq_shape": tuple(models["vq"].codebook.shape),
-        "target": models["target"].state_dict(),
+        "target": _cpu_state(models["target"]),
         "target_cfg": models["target"].cfg.__dict__,
-        "drafter": models["drafter"].state_dict(),
+        "drafter": _cpu_state(models["drafter"]),
         "drafter_cfg": models["drafter"].cfg.__dict__,
-        "clf": models["clf"].state_dict(),
+        "clf": _cpu_state(models["clf"]),
     }
     torch.save(blob, ctx.path("models.pt"))
 
 
-def _load_models(folder: Any) -> dict[str, Any]:
+def _load_models(folder: Any, device: Any = None) -> dict[str, Any]:
     from iclr25_lantern._inputs import load_models
 
-    return load_models(folder, label="--models")
+    models = load_models(folder, label="--models")
+    if device is not None:
+        models = {k: v.to(device) if hasattr(v, "parameters") else v for k, v in models.items()}
+    return models
 
 
 def _decode_images(models, labels, seed, *, method, relax=None, gamma=4, processor=None):
@@ -137,12 +167,13 @@ def _decode_images(models, labels, seed, *, method, relax=None, gamma=4, process
     from iclr25_lantern._decoding import autoregressive_generate, speculative_generate
 
     target, drafter = models["target"], models["drafter"]
-    gen = torch.Generator().manual_seed(seed)
+    dev = _device(models)
+    gen = torch.Generator(device=dev).manual_seed(seed)
     toks, calls, drafted, accepted, seconds, cpu = [], 0, 0, 0, 0.0, 0.0
     for c in labels.tolist():
-        prefix = torch.tensor([[target.class_token(c)]])
+        prefix = torch.tensor([[target.class_token(c)]], device=dev)
         if processor is not None and processor.rows == 2:
-            prefix = torch.tensor([[target.class_token(c)], [target.null_token()]])
+            prefix = torch.tensor([[target.class_token(c)], [target.null_token()]], device=dev)
         if method == "ar":
             out = autoregressive_generate(
                 target, prefix, max_new_tokens=49, processor=processor, generator=gen
@@ -174,12 +205,13 @@ def _quality(models, tokens, labels):
     """Classifier confidence in the prompted class (mean) and 64-d features of the decoded images."""
     import torch
 
+    dev = _device(models)
     with torch.no_grad():
-        imgs = models["vq"].decode(tokens)
+        imgs = models["vq"].decode(tokens.to(dev))
         feats = models["clf"].features(imgs)
         prob = torch.softmax(models["clf"].out(feats), -1)
-    conf = prob[torch.arange(len(labels)), labels].numpy()
-    return imgs, conf, feats.numpy().astype(np.float64)
+    conf = prob[torch.arange(len(labels)), labels.to(dev)].cpu().numpy()
+    return imgs.cpu(), conf, feats.cpu().numpy().astype(np.float64)
 
 
 FD_DIM = 16
@@ -216,7 +248,7 @@ def _ambiguity(models, tokens, labels) -> dict[str, float]:
     import torch
 
     target = models["target"]
-    seq = torch.cat([(target.cfg.vocab_size + labels)[:, None], tokens], dim=1)
+    seq = torch.cat([(target.cfg.vocab_size + labels)[:, None], tokens], dim=1).to(_device(models))
     with torch.no_grad():
         p = torch.softmax(target.logits(seq[:, :-1]).double(), -1)
     ent = -(p * p.clamp_min(1e-300).log()).sum(-1)
@@ -231,8 +263,9 @@ def _call_costs(models, repeats: int = 200) -> dict[str, float]:
     for name in ("target", "drafter"):
         m = models[name]
         m.reset()
-        m.forward(torch.tensor([[m.class_token(0)]]))
-        ids = torch.tensor([[1]])
+        dev = next(m.parameters()).device
+        m.forward(torch.tensor([[m.class_token(0)]], device=dev))
+        ids = torch.tensor([[1]], device=dev)
         tic = time.process_time()
         for i in range(repeats):
             m.forward(ids)
@@ -250,17 +283,20 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     from iclr25_shared.metrics import paired_t_interval
 
     size = SIZES[cfg.size]  # the config checked its largest k against --codebook-size
-    ctx.torch_device()
+    device = ctx.torch_device()
     torch.manual_seed(cfg.seed)
     tic0 = time.perf_counter()
-    models = _train_models(size, cfg.codebook_size, cfg.data, cfg.seed, ctx)
+    models = _train_models(size, cfg.codebook_size, cfg.data, cfg.seed, ctx, device)
     _save_models(models, ctx)
     timings = dict(models["timings"])
     xt, yt = _images("test", cfg.data, size.n_real, cfg.seed)
+    xt, yt = xt.to(device), yt.to(device)
     with torch.no_grad():
         real_tokens = models["vq"].encode(xt)
-        real_feats = models["clf"].features(xt).numpy().astype(np.float64)
-        recon_feats = models["clf"].features(models["vq"].decode(real_tokens)).numpy().astype(np.float64)
+        real_feats = models["clf"].features(xt).cpu().numpy().astype(np.float64)
+        recon_feats = (
+            models["clf"].features(models["vq"].decode(real_tokens)).cpu().numpy().astype(np.float64)
+        )
         clf_acc = float((models["clf"](xt).argmax(-1) == yt).float().mean())
     real = _real_stats(real_feats)
     diag = _ambiguity(models, real_tokens[:500], yt[:500])
@@ -300,7 +336,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             for key, val in stats.items():
                 row.setdefault(key, []).append(val)
             row.setdefault("confidence", []).append(float(conf.mean()))
-            row.setdefault("nll", []).append(token_nll(models["target"], toks, labels))
+            row.setdefault("nll", []).append(token_nll(models["target"], toks.to(device), labels.to(device)))
             feats_all[name].append(feats)
             if s == 0:
                 grids[name] = imgs[:10]
@@ -444,14 +480,14 @@ def generate(cfg: GenerateConfig, ctx: RunContext) -> Result:
     from iclr25_lantern._relaxed import LogitsProcessor, Relaxation, latent_proximity
 
     processor = LogitsProcessor(temperature=cfg.temperature, top_k=cfg.top_k, cfg_scale=cfg.cfg_scale)
-    ctx.torch_device()
+    device = ctx.torch_device()
     torch.manual_seed(cfg.seed)
     if cfg.models is not None:
-        models = _load_models(cfg.models)
+        models = _load_models(cfg.models, device)
     else:
         ctx.log.info("training tiny Fashion-MNIST models (pass --models DIR from `reproduce --out` to skip)")
         size = Size(3000, 150, (64, 2, 2), 250, (32, 1, 2), 150, 100, 0, 0, ())
-        models = _train_models(size, GENERATE_CODEBOOK, cfg.data, cfg.seed, ctx)
+        models = _train_models(size, GENERATE_CODEBOOK, cfg.data, cfg.seed, ctx, device)
     _check_k(cfg.k, models["vq"].codebook_size, " of the codebook in --models")
     table = latent_proximity(models["vq"].codebook.detach(), cfg.k) if cfg.k else None
     relax = Relaxation(neighbours=table, delta=cfg.delta, lam=cfg.lam or None)
@@ -565,13 +601,14 @@ def _per_image_nll(model, tokens, labels) -> np.ndarray:
     import torch
     from torch.nn import functional as F
 
-    seq = torch.cat([(model.cfg.vocab_size + labels)[:, None], tokens], dim=1)
+    dev = next(model.parameters()).device
+    seq = torch.cat([(model.cfg.vocab_size + labels)[:, None], tokens], dim=1).to(dev)
     out = []
     with torch.no_grad():
         for i in range(0, len(seq), 250):
             logits = model.logits(seq[i : i + 250, :-1])
             nll = F.cross_entropy(logits.transpose(1, 2), seq[i : i + 250, 1:], reduction="none").mean(1)
-            out.append(nll.double().numpy())
+            out.append(nll.double().cpu().numpy())
     return np.concatenate(out)
 
 
@@ -627,9 +664,11 @@ def _recorded_rounds(models, labels, gamma, seed, n_rounds):
     from iclr25_lantern._relaxed import LogitsProcessor
 
     gen = torch.Generator().manual_seed(seed)
+    dev = _device(models)
+    dgen = torch.Generator(device=dev).manual_seed(seed)
     proc = LogitsProcessor()
     toks, _ = _decode_images(models, labels, seed, method="ar")
-    seq = torch.cat([(models["target"].cfg.vocab_size + labels)[:, None], toks], dim=1)
+    seq = torch.cat([(models["target"].cfg.vocab_size + labels)[:, None], toks], dim=1).to(dev)
     with torch.no_grad():
         p_all = proc(models["target"].logits(seq[:, :-1]).unsqueeze(0))
         q_all = proc(models["drafter"].logits(seq[:, :-1]).unsqueeze(0))
@@ -638,7 +677,7 @@ def _recorded_rounds(models, labels, gamma, seed, n_rounds):
         i = int(torch.randint(len(labels), (1,), generator=gen))
         t = int(torch.randint(seq.shape[1] - 1 - gamma, (1,), generator=gen))
         q = q_all[i, t : t + gamma]
-        x = torch.multinomial(q, 1, generator=gen).squeeze(-1)
+        x = torch.multinomial(q, 1, generator=dgen).squeeze(-1)
         rounds.append((p_all[i, t : t + gamma].contiguous(), q.contiguous(), x))
     return rounds
 
@@ -653,9 +692,9 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
 
     device = ctx.torch_device()
     if cfg.models is not None:
-        models = _load_models(cfg.models)
+        models = _load_models(cfg.models, device)
     else:
-        models = _train_models(SIZES[cfg.size], GENERATE_CODEBOOK, cfg.data, cfg.seed, ctx)
+        models = _train_models(SIZES[cfg.size], GENERATE_CODEBOOK, cfg.data, cfg.seed, ctx, device)
     _check_k(cfg.k, models["vq"].codebook_size, " of the codebook in --models")
     tic = time.perf_counter()
     table = latent_proximity(models["vq"].codebook.detach(), cfg.k)  # once per codebook
@@ -666,12 +705,14 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     ]
     for delta in cfg.deltas:
         arms.append((_relax_label(cfg.k, delta, None), "sd", Relaxation(neighbours=table, delta=delta)))
+    for lam in cfg.lams:
+        arms.append((_relax_label(cfg.k, None, lam), "sd", Relaxation(neighbours=table, lam=lam)))
 
     # quality: many images, decoded once per arm, with intervals
     tic = time.perf_counter()
     xt, _ = _images("test", cfg.data, 1000, cfg.seed)
     with torch.no_grad():
-        real = _real_stats(models["clf"].features(xt).numpy().astype(np.float64))
+        real = _real_stats(models["clf"].features(xt.to(device)).cpu().numpy().astype(np.float64))
     q_labels = torch.arange(cfg.quality_images) % 10
     quality = _quality_rows(models, arms, q_labels, cfg.seed + 1, cfg.gamma, real, ctx)
     timings["quality"] = time.perf_counter() - tic
@@ -720,7 +761,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
 
     def step(relax):
         def run_step():
-            gen = torch.Generator().manual_seed(cfg.seed)
+            gen = torch.Generator(device=device).manual_seed(cfg.seed)
             for p, q, x in rounds:
                 verify_drafts(p, q, x, relax, greedy=False, generator=gen)
 

@@ -9,9 +9,9 @@ from torch.nn import functional as F
 from iclr25_lantern._models import VQVAE, FeatureCNN, TokenTransformer, TransformerConfig, cosine_lr
 
 
-def _batches(n: int, batch: int, steps: int, rng: np.random.Generator):
+def _batches(n: int, batch: int, steps: int, rng: np.random.Generator, device=None):
     for _ in range(steps):
-        yield torch.from_numpy(rng.integers(0, n, size=batch))
+        yield torch.from_numpy(rng.integers(0, n, size=batch)).to(device)
 
 
 def train_vqvae(
@@ -23,18 +23,21 @@ def train_vqvae(
     seed: int,
     batch: int = 64,
     log=None,
+    device=None,
 ) -> VQVAE:
     """Train a :class:`VQVAE` on ``(n, 28, 28)`` images in [0, 1]; dead codes are re-seeded from encoder outputs
     every 100 steps (a standard fix for codebook collapse)."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    model = VQVAE(codebook_size, code_dim)
+    device = images.device if device is None else torch.device(device)
+    images = images.to(device)
+    model = VQVAE(codebook_size, code_dim).to(device)
     with torch.no_grad():  # initialise the codebook from encoder outputs
         z = model.encoder(images[:512].unsqueeze(1)).permute(0, 2, 3, 1).reshape(-1, code_dim)
-        model.codebook.copy_(z[torch.randperm(len(z))[:codebook_size]])
+        model.codebook.copy_(z[torch.randperm(len(z)).to(device)[:codebook_size]])
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    usage = torch.zeros(codebook_size)
-    for step, idx in enumerate(_batches(len(images), batch, steps, rng)):
+    usage = torch.zeros(codebook_size, device=device)
+    for step, idx in enumerate(_batches(len(images), batch, steps, rng, device)):
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, steps, 1e-3)
         loss, codes = model.loss(images[idx])
@@ -47,7 +50,7 @@ def train_vqvae(
             if len(dead):
                 with torch.no_grad():
                     z = model.encoder(images[idx].unsqueeze(1)).permute(0, 2, 3, 1).reshape(-1, code_dim)
-                    model.codebook[dead] = z[torch.randint(0, len(z), (len(dead),))]
+                    model.codebook[dead] = z[torch.randint(0, len(z), (len(dead),)).to(device)]
             usage.zero_()
         if log is not None and (step + 1) % max(1, steps // 4) == 0:
             log.info("vq-vae step %d/%d loss %.4f", step + 1, steps, loss.item())
@@ -66,18 +69,21 @@ def train_token_model(
     label_dropout: float = 0.1,
     log=None,
     name: str = "model",
+    device=None,
 ) -> TokenTransformer:
     """Train a class-conditional :class:`TokenTransformer` on ``(n, 49)`` token grids with next-token
     cross-entropy; the class token is replaced by the null token with probability ``label_dropout`` (for CFG)."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    model = TokenTransformer(cfg)
+    device = tokens.device if device is None else torch.device(device)
+    tokens, labels = tokens.to(device), labels.to(device)
+    model = TokenTransformer(cfg).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    for step, idx in enumerate(_batches(len(tokens), batch, steps, rng)):
+    for step, idx in enumerate(_batches(len(tokens), batch, steps, rng, device)):
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, steps, lr)
         cond = cfg.vocab_size + labels[idx]
-        drop = torch.rand(len(idx)) < label_dropout
+        drop = (torch.rand(len(idx)) < label_dropout).to(device)
         cond = torch.where(drop, cfg.vocab_size + cfg.num_classes, cond)
         seq = torch.cat([cond[:, None], tokens[idx]], dim=1)
         logits = model.logits(seq[:, :-1])
@@ -91,13 +97,17 @@ def train_token_model(
     return model.eval()
 
 
-def train_classifier(images: torch.Tensor, labels: torch.Tensor, *, steps: int, seed: int, batch: int = 64):
+def train_classifier(
+    images: torch.Tensor, labels: torch.Tensor, *, steps: int, seed: int, batch: int = 64, device=None
+):
     """Train a :class:`FeatureCNN` (cross-entropy, Adam)."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    model = FeatureCNN()
+    device = images.device if device is None else torch.device(device)
+    images, labels = images.to(device), labels.to(device)
+    model = FeatureCNN().to(device)
     opt = torch.optim.Adam(model.parameters(), lr=2e-3)
-    for step, idx in enumerate(_batches(len(images), batch, steps, rng)):
+    for step, idx in enumerate(_batches(len(images), batch, steps, rng, device)):
         for g in opt.param_groups:
             g["lr"] = cosine_lr(step, steps, 2e-3)
         loss = F.cross_entropy(model(images[idx]), labels[idx])

@@ -24,7 +24,7 @@ DEFAULT = "generate"
 GENERATE_CODEBOOK = 256
 """V of the models generate and bench train when --models is omitted."""
 SMOLLM2_VOCAB = 49152
-LARGEST_K = {"quick": 64, "tiny": 8}
+LARGEST_K = {"quick": 64, "tiny": 8, "gpu": 64}
 """The largest k of each reproduce --size grid (_experiment.SIZES); the codebook must hold k + 1 codes."""
 
 
@@ -131,8 +131,9 @@ class ReproduceConfig(CommonOptions):
         "data": inputs.fashion_mnist_folder(splits=("train", "test"))
     }
 
-    size: Literal["quick", "tiny"] = "quick"
-    """quick: about 4 minutes on one CPU core (210 s measured); tiny: a smoke test (not a result)."""
+    size: Literal["quick", "tiny", "gpu"] = "quick"
+    """quick: about 4 minutes on one CPU core (210 s measured); tiny: a smoke test (not a result); gpu: the larger
+    preset for one GPU (with --device cuda; about 1.5 minutes on one H200, estimated, never run)."""
     seeds: int = 3
     """Sampling seeds (>= 1; >= 3 for an interval): each draws its own class prompts, shared by all configs."""
     codebook_size: int = 256
@@ -146,7 +147,7 @@ class ReproduceConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_choice("size", self.size, ("quick", "tiny"))
+        check_choice("size", self.size, ("quick", "tiny", "gpu"))
         check_int("seeds", self.seeds, low=1, high=100)
         check_int("codebook_size", self.codebook_size, low=16, high=4096)
         check_int("gamma", self.gamma, low=1, high=64)
@@ -176,7 +177,9 @@ class BenchConfig(CommonOptions):
     k: int = 8
     """LANTERN neighbours (>= 1)."""
     deltas: tuple[float, ...] = (0.05, 0.1, 0.2)
-    """LANTERN budgets, each in (0, 1] (the official code's delta > 1, its lambda mode, is generate --lam)."""
+    """LANTERN budgets, each in (0, 1] (the official code's delta > 1, its lambda mode, is --lams)."""
+    lams: tuple[float, ...] = ()
+    """LANTERN++ relative budgets lambda > 1, one arm each (after the --deltas arms)."""
     gamma: int = 4
     """Draft tokens per round (>= 1)."""
     text: bool = False
@@ -191,11 +194,13 @@ class BenchConfig(CommonOptions):
         check_int("repeats", self.repeats, low=1, high=1000)
         check_int("quality_images", self.quality_images, low=20, high=100000)
         check_int("k", self.k, low=1)
-        if not self.deltas:
-            raise ValueError("deltas must name at least one budget")
+        if not self.deltas and not self.lams:
+            raise ValueError("deltas and lams name no LANTERN arm; give at least one budget")
         for delta in self.deltas:
             check_float("delta", delta, low=0.0, low_inclusive=False)
-            _check_delta(delta, f"bench times delta only; `generate --lam {delta:g}` runs the lambda mode")
+            _check_delta(delta, f"pass --lams {delta:g} for the lambda mode")
+        for lam in self.lams:
+            check_float("lam", lam, low=1.0, low_inclusive=False)
         check_int("gamma", self.gamma, low=1, high=64)
         if self.models is None:
             _check_k(self.k, GENERATE_CODEBOOK)
