@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# CPU unless the GPU tier runs (the `gpu` nox session sets ICLR25_REQUIRE_GPU=1): there JAX must see CUDA as well as
+# the CPU, which tests/test_gpu.py uses as its reference.
+os.environ.setdefault("JAX_PLATFORMS", "cuda,cpu" if os.environ.get("ICLR25_REQUIRE_GPU") == "1" else "cpu")
 
 
 def pytest_configure(config):

@@ -346,70 +346,34 @@ def _mesh_devices(devices: Sequence[Any] | None, replicas: int) -> list[Any]:
     return devs[:count]
 
 
-def anneal(
-    problem: Problem,
-    *,
-    key: Any,
-    replicas: int = 100,
-    steps: int = 3000,
-    lr: float = 1.0,
-    temperature: float = 1e-3,
-    gamma: tuple[float, float] = (-3.0, 0.1),
-    p: int = 4,
-    diversity: float = 0.2,
-    weight_decay: float = 0.0,
-    local_search: bool = False,
-    normalize_loss: bool = True,
-    chunk: int = 100,
-    init: Any = None,
-    devices: Sequence[Any] | None = None,
-    callback: Callable[[int, int], None] | None = None,
-) -> Result:
-    """Solve ``problem`` with Parallel Quasi-Quantum Annealing (see the module docstring for the step).
+@dataclass
+class _Prepared:
+    """A run ready to step: the compiled programs, the initial carry and the per-chunk device inputs."""
 
-    Args:
-        problem: a :class:`Problem` (binary or categorical).
-        key: a ``jax.random.key`` (or an int seed); the run is a deterministic function of it.
-        replicas, steps, lr, temperature, gamma, p, diversity, weight_decay, local_search, normalize_loss, chunk:
-            see :class:`AnnealConfig`.
-        init: optional starting point, shape ``(replicas, *problem.variable_shape)`` (or one replica's shape,
-            broadcast); default ``U(0, 1)`` drawn from ``key``.
-        devices: devices to shard the replica axis over (default ``jax.devices()``); the largest prefix whose
-            size divides ``replicas`` is used.
-        callback: called as ``callback(steps_done, steps)`` after every chunk (progress bars).
+    static: _Static
+    carry: Any
+    arrays: Any
+    k_noise: Any
+    chunk_inputs: list[Any]
+    compiled: Any
+    finish: Any
+    compile_time: float
+    chunk: int
+    schedule: np.ndarray
+    devices: list[Any]
 
-    Returns:
-        :class:`Result`.
 
-    Raises:
-        ValueError: a hyper-parameter out of range (named), ``gamma`` not increasing, ``init`` of the wrong shape
-            or outside the domain.
-        TypeError: ``problem`` is not a :class:`Problem`; ``key`` is not a key or int.
-
-    References:
-        arXiv:2409.02135 §3, Algorithm 1.
-    """
+def _prepare(
+    problem: Problem, cfg: AnnealConfig, key: Any, init: Any, devices: Sequence[Any] | None
+) -> _Prepared:
+    """Validate ``init``, place the replicas and the problem's arrays on ``devices`` and compile the chunk program
+    (cached by shapes and :class:`_Static`)."""
     import jax
     import jax.numpy as jnp
     import optax
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    if not isinstance(problem, Problem):
-        raise TypeError(f"problem must be an iclr25_qqa Problem, got {type(problem).__name__}")
-    cfg = AnnealConfig(
-        replicas=replicas,
-        steps=steps,
-        lr=lr,
-        temperature=temperature,
-        gamma=tuple(gamma),  # type: ignore[arg-type]
-        p=p,
-        diversity=diversity,
-        weight_decay=weight_decay,
-        local_search=local_search,
-        normalize_loss=normalize_loss,
-        chunk=chunk,
-    )
     key = _as_key(key)
     categorical = isinstance(problem, CategoricalProblem)
     if not categorical and not isinstance(problem, BinaryProblem):
@@ -462,20 +426,129 @@ def anneal(
     best_x0 = jax.device_put(jnp.zeros(problem.variable_shape, jnp.float32), replicated)
     arrays = jax.device_put(problem.energy_arrays(), replicated)
     carry = (x0, opt_state, best_x0, jax.device_put(jnp.asarray(jnp.inf, jnp.float32), replicated))
+    # Every chunk's step indices, γ values and padding mask go to the device once, before the clock starts: the
+    # loop below makes no implicit host-device transfer (numpy arguments to the compiled chunk were three
+    # host-to-device copies per chunk; a test counts them with jax.transfer_guard("log")).
+    chunk_inputs = [
+        jax.device_put((ts_all[j * c : (j + 1) * c], gs_all[j * c : (j + 1) * c], active_all[j * c : (j + 1) * c]),
+                       replicated)
+        for j in range(n_chunks)
+    ]  # fmt: skip
     t0 = time.perf_counter()
-    compiled, finish = _compiled_chunk(static, carry, ts_all[:c], gs_all[:c], active_all[:c], arrays, k_noise)
+    compiled, finish = _compiled_chunk(static, carry, *chunk_inputs[0], arrays, k_noise)
     compile_time = time.perf_counter() - t0
+    return _Prepared(
+        static, carry, arrays, k_noise, chunk_inputs, compiled, finish, compile_time, c, schedule, devs
+    )
+
+
+def chunk_runner(
+    problem: Problem, *, key: Any = 0, devices: Sequence[Any] | None = None, **hyper: Any
+) -> Any:
+    """A callable that runs one compiled chunk of ``hyper["chunk"]`` QQA steps (default 100) in place and waits
+    for it: the unit a step-time bench repeats (the γ values of the first chunk each time; compilation happens
+    here, not in the calls).
+
+    Args:
+        problem: the problem.
+        key: PRNG key or int seed.
+        devices: as :func:`anneal`.
+        hyper: :class:`AnnealConfig` fields (``replicas``, ``lr``, ``gamma``, ``chunk``...).
+    """
+    import jax
+
+    cfg = AnnealConfig(**hyper)
+    prep = _prepare(problem, cfg, key, None, devices)
+    state = {"carry": prep.carry}
+    inputs = prep.chunk_inputs[0]
+
+    def run() -> None:
+        state["carry"], _ = prep.compiled(state["carry"], *inputs, prep.arrays, prep.k_noise)
+        jax.block_until_ready(state["carry"])
+
+    return run
+
+
+def anneal(
+    problem: Problem,
+    *,
+    key: Any,
+    replicas: int = 100,
+    steps: int = 3000,
+    lr: float = 1.0,
+    temperature: float = 1e-3,
+    gamma: tuple[float, float] = (-3.0, 0.1),
+    p: int = 4,
+    diversity: float = 0.2,
+    weight_decay: float = 0.0,
+    local_search: bool = False,
+    normalize_loss: bool = True,
+    chunk: int = 100,
+    init: Any = None,
+    devices: Sequence[Any] | None = None,
+    callback: Callable[[int, int], None] | None = None,
+) -> Result:
+    """Solve ``problem`` with Parallel Quasi-Quantum Annealing (see the module docstring for the step).
+
+    Args:
+        problem: a :class:`Problem` (binary or categorical).
+        key: a ``jax.random.key`` (or an int seed); the run is a deterministic function of it.
+        replicas, steps, lr, temperature, gamma, p, diversity, weight_decay, local_search, normalize_loss, chunk:
+            see :class:`AnnealConfig`.
+        init: optional starting point, shape ``(replicas, *problem.variable_shape)`` (or one replica's shape,
+            broadcast); default ``U(0, 1)`` drawn from ``key``.
+        devices: devices to shard the replica axis over (default ``jax.devices()``); the largest prefix whose
+            size divides ``replicas`` is used.
+        callback: called as ``callback(steps_done, steps)`` after every chunk (progress bars).
+
+    Returns:
+        :class:`Result`.
+
+    Raises:
+        ValueError: a hyper-parameter out of range (named), ``gamma`` not increasing, ``init`` of the wrong shape
+            or outside the domain.
+        TypeError: ``problem`` is not a :class:`Problem`; ``key`` is not a key or int.
+
+    References:
+        arXiv:2409.02135 §3, Algorithm 1.
+    """
+    import jax
+
+    if not isinstance(problem, Problem):
+        raise TypeError(f"problem must be an iclr25_qqa Problem, got {type(problem).__name__}")
+    cfg = AnnealConfig(
+        replicas=replicas,
+        steps=steps,
+        lr=lr,
+        temperature=temperature,
+        gamma=tuple(gamma),  # type: ignore[arg-type]
+        p=p,
+        diversity=diversity,
+        weight_decay=weight_decay,
+        local_search=local_search,
+        normalize_loss=normalize_loss,
+        chunk=chunk,
+    )
+    prep = _prepare(problem, cfg, key, init, devices)
+    carry, arrays, k_noise = prep.carry, prep.arrays, prep.k_noise
+    compiled, finish, compile_time, chunk_inputs = (
+        prep.compiled,
+        prep.finish,
+        prep.compile_time,
+        prep.chunk_inputs,
+    )
+    n_chunks, c, schedule, devs = len(chunk_inputs), prep.chunk, prep.schedule, prep.devices
     outs = []
     trace: list[dict[str, float]] = []
     t0 = time.perf_counter()
     for j in range(n_chunks):
-        sl = slice(j * c, (j + 1) * c)
-        carry, out = compiled(carry, ts_all[sl], gs_all[sl], active_all[sl], arrays, k_noise)
+        carry, out = compiled(carry, *chunk_inputs[j], arrays, k_noise)
         jax.block_until_ready(carry)
         elapsed = time.perf_counter() - t0
-        outs.append(jax.device_get(out))
+        out, best_host = jax.device_get((out, carry[2]))  # explicit: the per-chunk trace, not per step
+        outs.append(out)
         done = min((j + 1) * c, cfg.steps)
-        best_now = problem.decode(np.asarray(carry[2]))
+        best_now = problem.decode(best_host)
         trace.append(
             {
                 "step": done,

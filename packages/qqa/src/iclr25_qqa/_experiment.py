@@ -186,7 +186,34 @@ def _ratio(problem: Problem, value: float, ref: float | None) -> float | None:
     return value / ref if problem.sense == "max" else None
 
 
+def _gpu_instances() -> list[dict[str, Any]]:
+    """``--size gpu``: the paper's MIS scale (random regular graphs d = 3 at N = 10^4 and 10^5, d = 20 at 10^4: 10-100x
+    the quick size's 10^3), the tori with S = 256 replicas (8x the quick size) and the largest colouring and clique
+    instances; no n = 100 MIS (their exact MILP references are CPU-bound and their answers already exact). SA at
+    equal time and the greedy baseline run on the CPU beside it."""
+    torus_kw = {"replicas": 256, "steps": 3000}
+    items: list[dict[str, Any]] = [
+        {
+            "task": "max-cut",
+            "problem": "maxcut",
+            "graph": "torus:60x50",
+            "note": "G48/G49 size",
+            "kw": torus_kw,
+        },
+        {"task": "max-cut", "problem": "maxcut", "graph": "torus:25x120", "note": "G50 size", "kw": torus_kw},
+    ]
+    for d, n in ((3, 10_000), (20, 10_000), (3, 100_000)):
+        items.append({"task": "MIS", "problem": "mis", "graph": f"rrg:d={d},n={n},seed=0", "kw": {}})
+    items.append(
+        {"task": "colouring", "problem": "coloring", "graph": "myciel:5", "kw": {}, "note": "myciel5, k=χ=6"}
+    )
+    items.append({"task": "max-clique", "problem": "clique", "graph": "lesmis", "kw": {}})
+    return items
+
+
 def _instances(size: str) -> list[dict[str, Any]]:
+    if size == "gpu":
+        return _gpu_instances()
     torus_kw = {"replicas": 32, "steps": 2000} if size == "quick" else {"replicas": 100, "steps": 3000}
     items: list[dict[str, Any]] = [
         {
@@ -428,9 +455,11 @@ def _plot(curves: dict[str, dict[str, Any]], ctx: RunContext) -> None:
 
 
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """G-set max-cut at equal wall time: QQA beside SA (each tuned on ``cfg.tune_on``), ``cfg.seeds`` paired seeds,
-    and the QQA step time against the edge-list / dense gradient floor."""
+    """G-set max-cut at equal wall time: QQA (raw, and its best replica 1-flip polished), SA (each tuned on
+    ``cfg.tune_on``) and, when installed, the official ``qqa`` with its own profile, ``cfg.seeds`` paired seeds at
+    every budget; the QQA step's cost against the energy-gradient floor under the shared interleaved protocol."""
     from iclr25_qqa import _gset
+    from iclr25_shared.bench import interleaved
 
     def instance(option: str, name: str) -> Any:
         try:
@@ -446,19 +475,22 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
 
     instances = [instance("--instances", name) for name in cfg.instances]  # every file read before any work
     tune = instance("--tune-on", cfg.tune_on) if cfg.tune_on else None
+    official_py = cfg.official_python if cfg.official_python is not None else _gset.official_python()
     devices = _devices(ctx)
     t_start = time.perf_counter()
     qqa_kw: dict[str, Any] = {"devices": devices, "callback": _check}
     grid_rows: list[dict[str, Any]] = []
     best_qqa = (cfg.qqa_replicas[0], cfg.qqa_lr[0], cfg.qqa_gamma_start[0])
+    first_budget = cfg.budget[0]
 
     def gamma_for(prob: Any, c: float) -> tuple[float, float]:
         return (-c * _gset.mean_weighted_degree(prob), 0.1)
 
     best_reads = cfg.sa_reads[0]
-    if tune is not None:
+    tunable = len(cfg.qqa_replicas) * len(cfg.qqa_lr) * len(cfg.qqa_gamma_start) > 1 or len(cfg.sa_reads) > 1
+    if tune is not None and tunable:
         tune_seed = cfg.seed + 10_000  # not one of the scored seeds
-        ctx.log.info(f"tuning on {tune.label} at {cfg.budget:g} s per run")
+        ctx.log.info(f"tuning on {tune.label} at {first_budget:g} s per run")
         scores: dict[Any, float] = {}
         for replicas in cfg.qqa_replicas:
             check_interrupted()
@@ -467,7 +499,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 for c in cfg.qqa_gamma_start:
                     gamma = gamma_for(tune.problem, c)
                     run = _gset.qqa_run(
-                        tune.problem, cfg.budget, tune_seed, replicas, step_s, lr=lr, gamma=gamma, **qqa_kw
+                        tune.problem, first_budget, tune_seed, replicas, step_s, lr=lr, gamma=gamma, **qqa_kw
                     )
                     scores[("qqa", replicas, lr, c)] = run["cut"]
                     grid_rows.append({"method": "QQA", "setting": f"S={replicas}, lr={lr:g}, γ0={gamma[0]:.3g}"
@@ -475,8 +507,8 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                                       "seconds": round(run["seconds"], 2)})  # fmt: skip
         for reads in cfg.sa_reads:
             check_interrupted()  # simulated annealing is not JAX, but JAX's gc callback runs during it too
-            sweeps = _gset.calibrate_sa(tune.problem, tune_seed, reads, cfg.budget)
-            run = _gset.sa_run(tune.problem, cfg.budget, tune_seed, reads, sweeps)
+            sweeps = _gset.calibrate_sa(tune.problem, tune_seed, reads, first_budget)
+            run = _gset.sa_run(tune.problem, first_budget, tune_seed, reads, sweeps)
             scores[("sa", reads)] = run["cut"]
             grid_rows.append({"method": "SA", "setting": f"reads={reads}", "steps/sweeps": run["sweeps"],
                               "cut": run["cut"], "seconds": round(run["seconds"], 2)})  # fmt: skip
@@ -486,107 +518,143 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     replicas, lr, gamma_c = best_qqa
     ctx.log.info(f"chosen: QQA S={replicas}, lr={lr:g}, γ0={gamma_c:g}·d̄; SA reads={best_reads}")
 
-    official_version = "not run"
+    long_names = (
+        {instance("--long-instances", n).label for n in cfg.long_instances} if cfg.long_instances else None
+    )
+    official_version = "not installed" if official_py is None else "?"
     step_rows: list[dict[str, Any]] = []
+    raw_rows: list[dict[str, Any]] = []
+    loads: list[dict[str, Any]] = []
     run_rows: list[dict[str, Any]] = []
     summary_rows: list[dict[str, Any]] = []
-    pooled: list[float] = []
+    pooled: dict[str, list[float]] = {}
+    seeds = [cfg.seed + k for k in range(cfg.seeds)]
     for inst in ctx.progress(instances, desc="instances"):
         prob = inst.problem
-        floor = _gset.step_floor(prob, replicas)
         gamma = gamma_for(prob, gamma_c)
+        budgets = [
+            b for i, b in enumerate(cfg.budget) if i == 0 or long_names is None or inst.label in long_names
+        ]
+        # step cost, interleaved rounds (the shared protocol): the step beside its parts and the gradient floor
+        check_interrupted()
+        arms = _gset.step_arms(prob, replicas, chunk=cfg.step_chunk, devices=devices, lr=lr, gamma=gamma)
+        timing = interleaved(arms, repeats=cfg.step_repeats, warmup=1)
+        for index, names in enumerate(timing.order):
+            raw_rows += [{"instance": inst.label, "round": index, "position": pos, "arm": arm,
+                          "seconds": round(timing.times[arm][index], 5)} for pos, arm in enumerate(names)]  # fmt: skip
+        loads.append({"instance": inst.label, "load before": timing.env.get("load_average_1m"),
+                      "load after": timing.env.get("load_average_1m_after")})  # fmt: skip
+        best_floor = min(("value+grad (edges)", "value+grad (dense)"), key=timing.median)
+        for arm in arms:
+            s_arm = int(arm.split("S=")[1].split(",")[0]) if arm.startswith("QQA") else replicas
+            est = timing.ratio(arm, best_floor)
+            step_rows.append({
+                "instance": inst.label, "N": prob.num_nodes, "|E|": len(prob.edge_u),
+                "layout used": prob.resolved_layout(), "arm": arm,
+                "ms per step": round(1e3 * timing.median(arm) / cfg.step_chunk, 3),
+                "µs per replica-step": round(1e6 * timing.median(arm) / cfg.step_chunk / s_arm, 2),
+                "time / floor (95% CI)": f"{est.value:.2f} [{est.low:.2f}, {est.high:.2f}]",
+                "floor": f"{best_floor}, S={replicas}",
+                "rounds": cfg.step_repeats,
+            })  # fmt: skip
         step_s = _gset.calibrate_qqa(prob, replicas, cfg.seed, lr=lr, gamma=gamma, **qqa_kw)
-        sa_sweeps = _gset.calibrate_sa(prob, cfg.seed, best_reads, cfg.budget)
-        step_ms = 1e3 * step_s
-        step_rows.append(
-            {
-                "instance": inst.label,
-                "N": prob.num_nodes,
-                "|E|": len(prob.edge_u),
-                "layout used": prob.resolved_layout(),
-                "QQA step ms": round(step_ms, 2),
-                "edge-list value+grad ms": round(floor["edges"], 2),
-                "dense value+grad ms": round(floor["dense"], 2),
-                "step / edge-list floor": round(step_ms / floor["edges"], 2),
-                "step / best floor": round(step_ms / min(floor.values()), 2),
-            }
-        )
-        best = inst.best_known
-        diffs, diffs_off = [], []
-        seeds = [cfg.seed + k for k in range(cfg.seeds)]
-        official: dict[int, dict[str, Any]] = {}
-        if cfg.official_python is not None:
-            version, runs = _gset.official_runs(
-                prob, cfg.official_python, cfg.budget, seeds, replicas, lr, gamma
-            )
-            official = {r["seed"]: r for r in runs}
-            official_version = version
-        for seed in seeds:
-            check_interrupted()
-            q = _gset.qqa_run(prob, cfg.budget, seed, replicas, step_s, lr=lr, gamma=gamma, **qqa_kw)
-            a = _gset.sa_run(prob, cfg.budget, seed, best_reads, sa_sweeps)
-            row: dict[str, Any] = {"instance": inst.label, "seed": seed}
-            if seed in official:
-                row["official qqa cut"] = official[seed]["cut"]
-                row["official qqa s"] = round(official[seed]["seconds"], 2)
-                diffs_off.append(q["cut"] - official[seed]["cut"])
-            for name, r in (("QQA", q), ("SA", a)):
-                row[f"{name} cut"] = r["cut"]
-                row[f"{name} s"] = round(r["seconds"], 2)
-                if best:
-                    row[f"{name} cut/best"] = round(r["cut"] / best, 4)
-                    for frac in (0.99, 0.995):
-                        t = _gset.first_time(r["trace"], frac * best)
-                        row[f"{name} t{frac * 100:g}% s"] = None if t is None else round(t, 2)
-            run_rows.append(row)
-            diffs.append(q["cut"] - a["cut"])
-            if best:
-                pooled.append((q["cut"] - a["cut"]) / best)
-            ctx.log.info(f"{inst.label} seed {seed}: QQA {q['cut']:g} ({q['seconds']:.1f} s), SA {a['cut']:g} "
-                         f"({a['seconds']:.1f} s), best known {best}")  # fmt: skip
-        mean, lo, hi = _gset.paired_interval(diffs)
-        rows_i = [r for r in run_rows if r["instance"] == inst.label]
-        summary_rows.append(
-            {
-                "instance": inst.label,
-                "best": best,
-                "reference": inst.kind,
-                "QQA mean cut": round(float(np.mean([r["QQA cut"] for r in rows_i])), 1),
-                "SA mean cut": round(float(np.mean([r["SA cut"] for r in rows_i])), 1),
-                "QQA mean cut/best": _mean_of(rows_i, "QQA cut/best"),
-                "SA mean cut/best": _mean_of(rows_i, "SA cut/best"),
-                "QQA − SA (95% CI)": f"{mean:+.1f} [{lo:+.1f}, {hi:+.1f}]",
-                **(_official_summary(rows_i, diffs_off) if diffs_off else {}),
-                "QQA reached 99% (runs)": sum(r.get("QQA t99% s") is not None for r in rows_i),
-                "SA reached 99% (runs)": sum(r.get("SA t99% s") is not None for r in rows_i),
-            }
-        )
-    pmean, plo, phi = _gset.paired_interval(pooled)
-    extra = {"official qqa": f"PyPI qqa {official_version}"} if cfg.official_python is not None else {}
+        official: dict[tuple[float, int], dict[str, Any]] = {}
+        if official_py is not None:
+            official_version, runs = _gset.official_runs(prob, official_py, budgets, seeds)
+            official = {(r["budget"], r["seed"]): r for r in runs}
+        for budget in budgets:
+            sa_sweeps = _gset.calibrate_sa(prob, cfg.seed, best_reads, budget)
+            diffs: dict[str, list[float]] = {}
+            rows_b: list[dict[str, Any]] = []
+            for seed in seeds:
+                check_interrupted()
+                q = _gset.qqa_run(prob, budget, seed, replicas, step_s, lr=lr, gamma=gamma, **qqa_kw)
+                a = _gset.sa_run(prob, budget, seed, best_reads, sa_sweeps)
+                row: dict[str, Any] = {"budget s": budget, "instance": inst.label, "seed": seed}
+                cuts = {"QQA": q["cut"], "QQA+polish": q["polished_cut"], "SA": a["cut"]}
+                row.update({"QQA steps": q["steps"], "QQA s": round(q["seconds"], 2),
+                            "polish ms": round(1e3 * q["polish_s"], 1), "SA sweeps": a["sweeps"],
+                            "SA s": round(a["seconds"], 2)})  # fmt: skip
+                off = official.get((budget, seed))
+                if off is not None:
+                    cuts["official"] = off["cut"]
+                    cuts["official+polish"] = off["polished_cut"]
+                    row.update({"official epochs": off["epochs"], "official s": round(off["seconds"], 2)})
+                for name, cut in cuts.items():
+                    row[f"{name} cut"] = cut
+                    if inst.best_known:
+                        row[f"{name} cut/best"] = round(cut / inst.best_known, 5)
+                if inst.best_known:
+                    for name, r in (("QQA", q), ("SA", a)):
+                        t = _gset.first_time(r["trace"], 0.99 * inst.best_known)
+                        row[f"{name} t99% s"] = None if t is None else round(t, 2)
+                for name in cuts:
+                    if name != "SA":
+                        diffs.setdefault(f"{name} − SA", []).append(cuts[name] - cuts["SA"])
+                if "official" in cuts:
+                    diffs.setdefault("QQA − official", []).append(cuts["QQA"] - cuts["official"])
+                    diffs.setdefault("QQA+polish − official+polish", []).append(
+                        cuts["QQA+polish"] - cuts["official+polish"]
+                    )
+                rows_b.append(row)
+                ctx.log.info(f"{inst.label} {budget:g} s seed {seed}: QQA {q['cut']:g} (+polish "
+                             f"{q['polished_cut']:g}), SA {a['cut']:g}, best known {inst.best_known}")  # fmt: skip
+            run_rows += rows_b
+            summary: dict[str, Any] = {"budget s": budget, "instance": inst.label, "best": inst.best_known}
+            for name in ("QQA", "QQA+polish", "SA", "official", "official+polish"):
+                if f"{name} cut" in rows_b[0]:
+                    summary[f"{name} % of best"] = _pct(rows_b, f"{name} cut/best")
+            for label, values in diffs.items():
+                mean, lo, hi = _gset.paired_interval(values)
+                summary[f"{label} (95% CI)"] = f"{mean:+.1f} [{lo:+.1f}, {hi:+.1f}]"
+                if inst.best_known:
+                    pooled.setdefault(f"{budget:g} s: ({label})/best", []).extend(
+                        v / inst.best_known for v in values
+                    )
+            summary["QQA reached 99% (runs)"] = sum(r.get("QQA t99% s") is not None for r in rows_b)
+            summary["SA reached 99% (runs)"] = sum(r.get("SA t99% s") is not None for r in rows_b)
+            summary_rows.append(summary)
+    pooled_metrics = {}
+    for label, values in pooled.items():
+        m, lo, hi = _gset.paired_interval(values)
+        pooled_metrics[label] = f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}] over {len(values)} pairs"
     total = time.perf_counter() - t_start
     return Result(
         metrics={
             "device": _device_label(devices),
-            "budget_s": cfg.budget,
+            "budgets_s": list(cfg.budget),
             "chosen": f"QQA S={replicas}, lr={lr:g}, γ from -{gamma_c:g}·d̄ to 0.1; SA reads={best_reads}",
-            "pooled (QQA − SA)/best, 95% CI": f"{pmean:+.4f} [{plo:+.4f}, {phi:+.4f}] over {len(pooled)} pairs",
-            **extra,
+            "official qqa": official_version if official_py is not None else "not installed (not run)",
+            "pooled paired differences, 95% CI": pooled_metrics,
+            "load average around each step-time comparison": loads,
         },
         tables={
             "tuning (on " + (cfg.tune_on or "none") + ")": grid_rows,
-            "step time vs floor": step_rows,
             "equal wall time, per instance": summary_rows,
+            "step time (interleaved rounds)": step_rows,
             "runs": run_rows,
+            "step time, every timed call": raw_rows,
         },
         timings={"total_s": total},
         notes=[
-            f"Equal wall time: each run gets {cfg.budget:g} s; QQA steps = budget / measured step time (compilation "
-            "excluded, reported separately), SA sweeps per read fitted to fill the budget (t = a + b·sweeps from two timed calls; model building excluded).",
-            "Times to 99 % / 99.5 % of the best known: QQA from its best-so-far at every 100-step chunk; SA from "
-            "the best of the reads finished so far (reads run one after another).",
-            "QQA − SA: mean paired difference of cuts over seeds with a two-sided 95 % Student-t interval.",
+            "Equal wall time: each run gets the budget; QQA steps = budget / its step time measured on the instance "
+            "(compilation excluded, reported), SA sweeps per read fitted to fill the budget (t = a + b·sweeps from "
+            "two timed calls; model building excluded); the official qqa (when installed) runs its own default "
+            "profile with epochs = budget / its measured epoch time, one torch thread.",
+            "QQA+polish: the best replica after the budget, improved by steepest 1-flip moves to a local optimum "
+            "(MaxCut.local_search); its milliseconds are reported per run and are outside the budget. "
+            "official+polish: the same 1-flip polish applied to the official package's answer.",
+            "Step time: the shared interleaved protocol (iclr25_shared.bench.interleaved: warm-up, rotated rounds, "
+            "median and bootstrap interval of per-round ratios), every arm running the same number of steps; the "
+            "floor is the energy's value+gradient alone at the chosen S, in the faster layout.",
+            "Differences: mean paired difference of cuts over seeds with a two-sided 95 % Student-t interval.",
         ],
     )
+
+
+def _pct(rows: list[dict[str, Any]], key: str) -> float | None:
+    vals = [r[key] for r in rows if r.get(key) is not None]
+    return round(100 * float(np.mean(vals)), 2) if vals else None
 
 
 def _official_summary(rows: list[dict[str, Any]], diffs: list[float]) -> dict[str, Any]:

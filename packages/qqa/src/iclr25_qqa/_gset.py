@@ -29,7 +29,7 @@ __all__ = [
     "default_gset_dir",
     "load_instance",
     "paired_interval",
-    "step_floor",
+    "step_arms",
 ]
 
 DATA_ENV = "ICLR25_DATA"
@@ -123,41 +123,6 @@ def mean_weighted_degree(problem: MaxCut) -> float:
     return float(2.0 * np.abs(problem.edge_w).sum() / problem.num_nodes)
 
 
-def _median_ms(fn: Any, arg: Any, repeats: int) -> float:
-    import jax
-
-    jax.block_until_ready(fn(arg))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(arg))
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
-
-
-def step_floor(problem: MaxCut, replicas: int, repeats: int = 20) -> dict[str, float]:
-    """Milliseconds of one energy value + gradient for ``replicas`` replicas, with the edge list and dense ``Q``.
-
-    This is the gather/scatter (or matmul) work alone, the floor a QQA step (which adds the penalty, the
-    diversity term, AdamW, the Langevin noise and the rounded energy) is compared against.
-    """
-    import jax
-    import jax.numpy as jnp
-
-    out = {}
-    old = problem.layout
-    x = jax.random.uniform(jax.random.key(0), (replicas, problem.num_nodes), jnp.float32)
-    try:
-        for layout in ("edges", "dense"):
-            problem.layout = layout
-            arrays = problem.energy_arrays()
-            fn = jax.jit(jax.value_and_grad(lambda z, a=arrays: jnp.sum(MaxCut.energy_fn(a, z))))
-            out[layout] = _median_ms(fn, x, repeats)
-    finally:
-        problem.layout = old
-    return out
-
-
 def first_time(trace: list[tuple[float, float]], target: float) -> float | None:
     """The first time at which the best-so-far ``value`` of ``(seconds, value)`` pairs reached ``target``."""
     for seconds, value in trace:
@@ -169,12 +134,69 @@ def first_time(trace: list[tuple[float, float]], target: float) -> float | None:
 def qqa_run(
     problem: MaxCut, budget: float, seed: int, replicas: int, step_s: float, **kw: Any
 ) -> dict[str, Any]:
-    """QQA with as many steps as ``budget`` seconds allow at ``step_s`` seconds per step (measured before)."""
+    """QQA with as many steps as ``budget`` seconds allow at ``step_s`` seconds per step (measured before), then a
+    1-flip polish of the best replica (:meth:`MaxCut.local_search`), timed and reported separately: ``cut`` is the
+    annealer's own answer, ``polished_cut`` the polished one, ``polish_s`` the polish's seconds (outside the budget)."""
     steps = max(int(budget / step_s), 2)
     res = anneal(problem, key=seed, replicas=replicas, steps=steps, chunk=min(100, steps), **kw)
     trace = [(p["seconds"], p["best_objective"]) for p in res.trace]
+    t0 = time.perf_counter()
+    polished = problem.local_search(res.best_solution)
+    polish_s = time.perf_counter() - t0
     return {"cut": res.best_objective, "seconds": res.wall_time, "steps": steps, "trace": trace,
-            "compile_s": res.compile_time}  # fmt: skip
+            "compile_s": res.compile_time, "polished_cut": problem.objective(polished), "polish_s": polish_s}  # fmt: skip
+
+
+def step_arms(
+    problem: MaxCut,
+    replicas: int,
+    *,
+    chunk: int = 50,
+    devices: Any = None,
+    **kw: Any,
+) -> dict[str, Any]:
+    """Zero-argument callables for :func:`iclr25_shared.bench.interleaved`, each running ``chunk`` steps:
+
+    - ``QQA S=<replicas>``: the annealing step as run (compiled chunk, all of it);
+    - ``QQA S=<replicas>, T=0``: without the Langevin noise (its cost is the difference);
+    - ``QQA S=<replicas // 2>`` and ``QQA S=<2 * replicas>``: how the cost scales with the replicas filling the
+      vector width (per replica-step, the table divides by S);
+    - ``value+grad (edges)`` / ``value+grad (dense)``: the energy's value and gradient alone, ``chunk`` times in one
+      compiled loop, for the edge list and the dense ``Q``: the floor a step is compared against.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    from iclr25_qqa._anneal import chunk_runner
+
+    arms: dict[str, Any] = {}
+    common = dict(kw, chunk=chunk)
+    arms[f"QQA S={replicas}"] = chunk_runner(problem, replicas=replicas, devices=devices, **common)
+    arms[f"QQA S={replicas}, T=0"] = chunk_runner(
+        problem, replicas=replicas, devices=devices, **dict(common, temperature=0.0)
+    )
+    for s in (max(replicas // 2, 1), 2 * replicas):
+        arms[f"QQA S={s}"] = chunk_runner(problem, replicas=s, devices=devices, **common)
+    x0 = jax.random.uniform(jax.random.key(0), (replicas, problem.num_nodes), jnp.float32)
+    old = problem.layout
+    try:
+        for layout in ("edges", "dense"):
+            problem.layout = layout
+            arrays = problem.energy_arrays()
+
+            def floor(x: Any, arrays: Any = arrays) -> Any:
+                grad = jax.grad(lambda z: jnp.sum(MaxCut.energy_fn(arrays, z)))
+
+                def body(_: Any, z: Any) -> Any:
+                    return z - 1e-7 * grad(z)
+
+                return jax.lax.fori_loop(0, chunk, body, x)
+
+            fn = jax.jit(floor)
+            arms[f"value+grad ({layout})"] = lambda fn=fn: jax.block_until_ready(fn(x0))
+    finally:
+        problem.layout = old
+    return arms
 
 
 def calibrate_qqa(problem: MaxCut, replicas: int, seed: int, **kw: Any) -> float:
@@ -235,43 +257,53 @@ g = nx.Graph()
 g.add_nodes_from(range(job["n"]))
 g.add_weighted_edges_from(zip(job["u"], job["v"], job["w"]))
 problem = qqa.MaxCut(g)
-kw = dict(sol_size=job["replicas"], learning_rate=job["lr"], temp=job["temperature"], min_bg=job["gamma"][0],
-          max_bg=job["gamma"][1], curve_rate=job["p"], div_param=job["diversity"], verbose=False, polish=False,
-          record_history=False)
+# the package's own profile: every hyper-parameter at its default (sol_size 100, lr 1, temp 0, gamma -2 -> 0.1,
+# curve_rate 2, div_param 0, robust scaling of the objective, penalty / N, ...), except its polish, which the bench
+# applies to every method alike
+kw = dict(verbose=False, polish=False, record_history=False, **job["overrides"])
 torch.manual_seed(0)
 qqa.anneal(problem, num_epochs=5, **kw)  # warm-up (lazy initialisation)
 t0 = time.perf_counter()
 qqa.anneal(problem, num_epochs=40, **kw)
 epoch_s = (time.perf_counter() - t0) / 40
 out = []
-for seed in job["seeds"]:
-    torch.manual_seed(seed)
-    epochs = max(int(job["budget"] / epoch_s), 2)
-    t0 = time.perf_counter()
-    r = qqa.anneal(problem, num_epochs=epochs, time_limit=1.5 * job["budget"], **kw)
-    seconds = time.perf_counter() - t0
-    sol = r.best_sol.detach().cpu().numpy().reshape(-1)
-    out.append({"seed": seed, "solution": [int(round(float(v))) for v in sol], "seconds": seconds,
-                "epochs": epochs})
-print("RESULT" + json.dumps({"version": qqa.__version__, "runs": out}))
+for budget in job["budgets"]:
+    for seed in job["seeds"]:
+        torch.manual_seed(seed)
+        epochs = max(int(budget / epoch_s), 2)
+        t0 = time.perf_counter()
+        r = qqa.anneal(problem, num_epochs=epochs, time_limit=1.5 * budget, **kw)
+        seconds = time.perf_counter() - t0
+        sol = r.best_sol.detach().cpu().numpy().reshape(-1)
+        out.append({"budget": budget, "seed": seed, "solution": [int(round(float(v))) for v in sol],
+                    "seconds": seconds, "epochs": epochs})
+print("RESULT" + json.dumps({"version": qqa.__version__, "epoch_s": epoch_s, "runs": out}))
 """
+
+
+def official_python() -> Path | None:
+    """This interpreter when the official package (PyPI ``qqa``) is importable here, else ``None``."""
+    import importlib.util
+    import sys
+
+    return Path(sys.executable) if importlib.util.find_spec("qqa") is not None else None
 
 
 def official_runs(
     problem: MaxCut,
     python: Path,
-    budget: float,
+    budgets: list[float],
     seeds: list[int],
-    replicas: int,
-    lr: float,
-    gamma: tuple[float, float] = (-3.0, 0.1),
+    overrides: dict[str, Any] | None = None,
 ) -> tuple[str, list[dict[str, Any]]]:
-    """The official implementation (PyPI ``qqa``, torch) on the same instance and budget, in a subprocess of the
-    interpreter ``python`` (its own environment): ``qqa.anneal`` with our hyper-parameters, ``polish=False``
-    (no local search, as ours), epochs = budget / a 40-epoch timing after a warm-up, one torch thread.
+    """The official implementation (PyPI ``qqa``, torch) on the same instance, budgets and seeds, in a subprocess
+    of the interpreter ``python``: ``qqa.anneal`` with the package's own defaults (its tuned profile; ``overrides``
+    changes named ones), ``polish=False`` (the bench polishes every method's answer the same way), epochs =
+    budget / a 40-epoch timing after a warm-up, one torch thread.
 
     Returns:
-        (qqa version, one dict per seed: ``cut``, ``seconds``, ``epochs``).
+        (qqa version, one dict per (budget, seed): ``budget``, ``seed``, ``cut``, ``polished_cut``,
+        ``seconds``, ``epochs``).
 
     Raises:
         RuntimeError: the subprocess failed (its last stderr lines are in the message).
@@ -284,32 +316,31 @@ def official_runs(
         "u": problem.edge_u.tolist(),
         "v": problem.edge_v.tolist(),
         "w": problem.edge_w.tolist(),
-        "replicas": replicas,
-        "lr": lr,
-        "temperature": 1e-3,
-        "gamma": list(gamma),
-        "p": 4,
-        "diversity": 0.2,
-        "budget": budget,
+        "budgets": list(budgets),
         "seeds": seeds,
+        "overrides": dict(overrides or {}),
     }
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     proc = subprocess.run(
         [str(python), "-c", _OFFICIAL_DRIVER], input=json.dumps(job), capture_output=True, text=True, env=env,
-        timeout=60 + 3 * budget * (len(seeds) + 1),
+        timeout=120 + 3 * sum(budgets) * len(seeds),
     )  # fmt: skip
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
     if proc.returncode != 0 or line is None:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
         raise RuntimeError(f"official qqa run failed (exit {proc.returncode}): {tail}")
     data = json.loads(line[len("RESULT") :])
-    runs = [
-        {
-            "seed": r["seed"],
-            "cut": problem.objective(np.asarray(r["solution"])),
-            "seconds": r["seconds"],
-            "epochs": r["epochs"],
-        }
-        for r in data["runs"]
-    ]
+    runs = []
+    for r in data["runs"]:
+        solution = np.asarray(r["solution"])
+        runs.append(
+            {
+                "budget": r["budget"],
+                "seed": r["seed"],
+                "cut": problem.objective(solution),
+                "polished_cut": problem.objective(problem.local_search(solution)),
+                "seconds": r["seconds"],
+                "epochs": r["epochs"],
+            }
+        )
     return data["version"], runs
