@@ -287,3 +287,15 @@ def test_cli_help_lists_subcommands(capsys):
 def test_model_with_no_trainable_parameters_is_refused():
     with pytest.raises(ValueError, match="no trainable parameters"):
         LOZO(nn.Linear(2, 2).requires_grad_(False), lr=0.1)
+
+
+def test_reproduce_gpu_size_presets_the_quick_defaults_and_keeps_explicit_options():
+    from iclr25_lozo.cli import ReproduceConfig
+
+    quick = ReproduceConfig()
+    assert quick.resolved() is quick
+    gpu = ReproduceConfig(size="gpu").resolved()
+    assert (gpu.lm_steps, gpu.seeds, gpu.val_per_class, gpu.test_per_class) == (200, 5, 32, 200)
+    assert gpu.lm_steps == 10 * quick.lm_steps and gpu.test_per_class == 4 * quick.test_per_class
+    assert (gpu.shots, gpu.methods, gpu.lozo_lrs) == (quick.shots, quick.methods, quick.lozo_lrs)
+    assert ReproduceConfig(size="gpu", seeds=2).resolved().seeds == 2

@@ -530,6 +530,7 @@ PAIRS = [
 
 def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     """Run the ``reproduce`` subcommand; see :class:`~iclr25_lozo.cli.ReproduceConfig`."""
+    cfg = cfg.resolved()  # the --size preset
     if not cfg.skip_lm:
         require_task_data(cfg.lm_task, cfg.data_path)  # the sentiment source, before any model loads
     device = ctx.torch_device()

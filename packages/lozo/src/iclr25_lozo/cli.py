@@ -7,6 +7,7 @@ Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +108,12 @@ class FinetuneConfig(CommonOptions):
         check_task_data(self.task, self.data_path, self.neutral_margin)
 
 
+# --size presets of reproduce (options that differ from the quick defaults)
+REPRODUCE_SIZES: dict[str, dict[str, int]] = {
+    "gpu": {"lm_steps": 200, "seeds": 5, "val_per_class": 32, "test_per_class": 200},
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(CommonOptions):
     """The paper's comparison at small scale: MeZO vs LOZO vs LOZO-M vs first-order Adam at equal forward-pass
@@ -116,6 +123,10 @@ class ReproduceConfig(CommonOptions):
 
     INPUTS: ClassVar[Mapping[str, inputs.Input]] = _INPUTS
 
+    size: Literal["quick", "gpu"] = "quick"
+    """quick (the defaults below: 20 steps, 3 seeds, 50 test examples per class) or gpu (200 steps, 5 seeds, 32
+    validation and 200 test examples per class: 10x the steps, ~13x the zeroth-order steps of the whole run, 4x the
+    test set; about a minute on one H200, never run on a GPU). Options given explicitly keep their value."""
     model: str = "smollm2-135m-instruct"
     """Model (see finetune --model); 'tiny' for a smoke run."""
     lm_task: Task = "sentiment"
@@ -195,6 +206,14 @@ class ReproduceConfig(CommonOptions):
             from iclr25_lozo._data import check_task_data  # the options only; no file is read here
 
             check_task_data(self.lm_task, self.data_path, self.neutral_margin)
+
+    def resolved(self) -> ReproduceConfig:
+        """This config with the ``--size`` preset applied to the options still at their quick default."""
+        if self.size == "quick":
+            return self
+        quick = {f.name: f.default for f in dataclasses.fields(self)}
+        changes = {k: v for k, v in REPRODUCE_SIZES[self.size].items() if getattr(self, k) == quick[k]}
+        return dataclasses.replace(self, **changes)
 
     def lr_grid(self, method: str) -> list[tuple[float, float]]:
         """``(lr, beta)`` pairs tried for ``method`` (beta is 0 except for lozo-m)."""
