@@ -157,3 +157,24 @@ def test_data_root_whose_files_are_cut_short_exits_2_naming_the_file_before_trai
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--data-root" in err[0] and "train-images-idx3-ubyte.gz" in err[0], err
     assert not out.exists()
+
+
+@pytest.mark.slow  # ~1 min: the classifier and the pruned model are built first
+def test_bench_splits_the_per_subset_ratio_into_steps_and_pruned_network(fmnist, tmp_path):
+    # issue 43: the per-subset ratio was one number timed all-retrain-first; now interleaved arms on the same
+    # coalitions, and the ratio split into fewer steps (dense fine-tune at sparse-FT's steps) and the pruned network
+    out = tmp_path / "b"
+    argv = ["bench", "--models", "mlp", "--contributors", "0", "1", "--subsets", "1", "--repeats", "2", *TINY]
+    assert main([*argv, "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    arms = {
+        r["arm"]: r
+        for r in res["tables"]["seconds per coalition (interleaved rounds, same coalition per round)"]
+    }
+    assert arms["dense fine-tune"]["steps"] == arms["sparse-ft"]["steps"] == 1  # --ft-steps: held equal
+    assert arms["retrain"]["steps"] == 2 and arms["sparse-ft"]["params"] < arms["dense fine-tune"]["params"]
+    split = res["tables"]["per-subset ratio split into its two causes"]
+    assert [r["ratio"].split(":")[0] for r in split] == ["per subset", "steps", "pruned network", "check"]
+    assert all(r["median"] > 0 for r in split)
+    order = res["metrics"]["bench"]["mlp"]["order"]
+    assert len(order) == 2 and order[0] != order[1]  # interleaved: the arm order rotates between rounds

@@ -126,19 +126,23 @@ class ReproduceConfig(_Game):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(_Game):
-    """Seconds per coalition of retraining vs sparsified fine-tuning vs gradient-ascent unlearning on the same
-    coalitions (one run), and the projected cost of exact Shapley vs KernelSHAP as contributors grow."""
+    """Seconds per coalition of retraining vs sparsified fine-tuning (and unlearning), timed interleaved on the same
+    coalitions (iclr25_shared.bench), the per-subset ratio split into its two causes (fewer steps; the pruned
+    network's time per step), and the projected cost of exact Shapley vs KernelSHAP as contributors grow."""
 
     models: tuple[Literal["mlp", "unet"], ...] = ("mlp", "unet")
     """Models to time."""
     subsets: int = 3
-    """Coalitions timed per strategy (the median is reported)."""
+    """Shapley-kernel coalitions the rounds cycle through (every arm trains on the same coalition in a round)."""
+    repeats: int = 5
+    """Timed rounds per model (every arm once per round, order rotated; after one warm-up round)."""
     project_contributors: tuple[int, ...] = (5, 10, 20)
     """Numbers of contributors for the cost projection."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("subsets", self.subsets, low=1)
+        check_int("repeats", self.repeats, low=1)
         if not self.models:
             raise ValueError("models must name at least one of mlp, unet")
         for n in self.project_contributors:
