@@ -28,6 +28,8 @@ PAPER_GAINS = {"zero_shot": "+1.72 to +6.58", "retrieval": "+2.32 to +3.23"}
 SIZES = {
     "quick": {"pool": 1500, "test": 1000, "stage1": 150, "stage2": 30, "ubatch": 32},
     "full": {"pool": 6000, "test": 2000, "stage1": 300, "stage2": 150, "ubatch": 64},
+    # about a minute on one H200 (never run on a GPU; estimate in the README), ~40x the quick size with --seeds 5
+    "gpu": {"pool": 12000, "test": 5000, "stage1": 300, "stage2": 150, "ubatch": 64},
 }
 
 
@@ -294,6 +296,24 @@ def _checkpoint(ctx: RunContext, head, surrogate, concepts, meta: dict[str, Any]
     torch.save(state, ctx.path("model.pt"))
 
 
+def _join_group(ctx: RunContext, seed: int) -> Any:
+    """``--device``, after joining the launcher's process group (torchrun / accelerate launch; a no-op in one
+    process): this rank's GPU on CUDA, and every rank must have the same ``--seed`` (the global batches are drawn
+    alike on every rank)."""
+    import torch
+
+    from iclr25_shared.distributed import check_same, init_process_group
+
+    device = ctx.torch_device()
+    here = init_process_group(device)
+    if here.is_distributed:
+        check_same(seed, "--seed")
+        if device.type == "cuda":
+            device = torch.device("cuda", here.local_rank)
+            ctx.device_label = f"{device} (rank {here.rank} of {here.world_size})"
+    return device
+
+
 def train(cfg: TrainConfig, ctx: RunContext) -> Result:
     """Stage 1 then stage 2 of SemiCLIP on Fashion-MNIST (or the user's pairs + images); evaluate; save model.pt."""
     import torch
@@ -302,7 +322,7 @@ def train(cfg: TrainConfig, ctx: RunContext) -> Result:
     from iclr25_semiclip._model import strong_view
     from iclr25_semiclip._train import retrieval_recall
 
-    device = ctx.torch_device()
+    device = _join_group(ctx, cfg.seed)
     user = cfg.pairs is not None
     if user:  # read (and validate) the user's files and their concept set before loading any model
         pair_images, captions = read_pairs(cfg.pairs, size=cfg.resolution, label="--pairs")
@@ -371,6 +391,11 @@ def train(cfg: TrainConfig, ctx: RunContext) -> Result:
     }
     _checkpoint(ctx, head, surrogate, info["concepts"], meta)
     notes = [f"{method}: {cfg.stage1_steps} stage-1 + {cfg.stage2_steps} stage-2 steps on {ctx.device_label}"]
+    if ctx.world.is_distributed:
+        notes.append(
+            f"data-parallel over {ctx.world.world_size} ranks (DDP): global batches of {cfg.batch_size} labelled "
+            f"and {cfg.unlabelled_batch} unlabelled, split across ranks, embeddings gathered for the loss"
+        )
     return Result(metrics=metrics, timings={"train": info["seconds"]}, notes=notes)
 
 
@@ -596,16 +621,21 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
 
 
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """Median step time and peak memory: one stage-2 step vs one stage-1 step at the same labelled batch."""
+    """Step time of a stage-2 step vs a stage-1 step at the same labelled batch (shared interleaved protocol), bytes
+    communicated per step when launched on several ranks, and peak memory of one step of each stage."""
     import torch
 
+    from iclr25_semiclip import _distributed
     from iclr25_semiclip._concepts import concept_multi_hot, mine_concepts
     from iclr25_semiclip._data import fashion_split
     from iclr25_semiclip._model import SemiCLIPHead, SurrogateCaptions
-    from iclr25_semiclip._train import Features, Settings, store_concept_logits, train_stage1, train_stage2
-    from iclr25_shared.device import PeakMemory, Timer
+    from iclr25_semiclip._train import Features, Settings, Stage1, Stage2, _batches, store_concept_logits
+    from iclr25_shared.bench import interleaved
+    from iclr25_shared.device import PeakMemory
+    from iclr25_shared.distributed import ByteCounter
 
-    device = ctx.torch_device()
+    device = _join_group(ctx, cfg.seed)
+    here = ctx.world
     image_tower, text_tower = _towers(cfg.towers, device, 64, None)
     text = _TextBank(text_tower)
     pool = max(4 * cfg.batch_size, 4 * cfg.unlabelled_batch, 200)
@@ -630,36 +660,88 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     torch.manual_seed(cfg.seed)
     head = SemiCLIPHead(feats.labelled_image.shape[1], text_tower.dim).to(device)
     head.init_concepts(text([CONCEPT_PROMPT.format(c) for c in concepts]))
-    gen = torch.Generator().manual_seed(cfg.seed)
     stored = store_concept_logits(head, feats.unlabelled_weak)
     surrogate = SurrogateCaptions(text_tower, concepts, words=settings.words).to(device)
+    # optimizers, schedules and DDP wrappers are built here, outside the timed calls; a long schedule keeps the
+    # learning rate in its plateau for every timed step
+    counters = {"stage1": ByteCounter(), "stage2": ByteCounter()}
+    total = 10 * (cfg.repeats + 2)
+    stages = {
+        "stage1": Stage1(head, feats, steps=total, settings=settings, comm_hook=counters["stage1"].hook),
+        "stage2": Stage2(
+            head, surrogate, text_tower, feats, stored, steps=total, settings=settings,
+            comm_hook=counters["stage2"].hook,
+        ),
+    }  # fmt: skip
+    gen = torch.Generator().manual_seed(cfg.seed)
+    lab = _batches(feats.labelled_image.shape[0], settings.batch_size, 10**9, gen)
+    unl = _batches(feats.unlabelled_weak.shape[0], settings.unlabelled_batch, 10**9, gen)
+    sent = {"stage1": 0, "stage2": 0}
+
+    def arm(stage: str):
+        def call() -> None:
+            before = _distributed.SENT["bytes"]
+            if stage == "stage1":
+                stages["stage1"].step(next(lab))
+            else:
+                stages["stage2"].step(next(lab), next(unl))
+            sent[stage] = _distributed.SENT["bytes"] - before
+
+        return call
+
+    arms = {"stage1": arm("stage1"), "stage2": arm("stage2")}
+    for c in counters.values():
+        c.reset()
+    run = interleaved(arms, repeats=cfg.repeats, warmup=1, device=device, progress=ctx.progress)
+    calls = cfg.repeats + 1  # warm-up included in the byte counts
+    peaks = {}
+    for stage, call in arms.items():  # one more (untimed) step of each stage for its memory
+        with PeakMemory(device) as mem:
+            call()
+        peaks[stage] = mem.peak_bytes / 2**20
+    ratio = run.ratio("stage2", "stage1")
     rows = []
-    for stage in ("stage1", "stage2"):
-        times, peaks = [], []
-        for r in range(cfg.repeats + 1):  # the first step warms up and is not counted
-            with PeakMemory(device) as mem, Timer(device) as timer:
-                if stage == "stage1":
-                    train_stage1(head, feats, steps=1, settings=settings, generator=gen)
-                else:
-                    train_stage2(
-                        head, surrogate, text_tower, feats, stored, steps=1, settings=settings, generator=gen
-                    )
-            if r:
-                times.append(timer.seconds)
-                peaks.append(mem.peak_bytes)
+    for stage, label in (("stage1", "InfoNCE + concept soft CE"),
+                         ("stage2", "+ pseudo-labels, surrogate captions, trapezoid")):  # fmt: skip
+        est = run.ratio(stage, "stage1")
         rows.append(
-            {"stage": stage, "median_step_s": statistics.median(times), "peak_mem_MiB": max(peaks) / 2**20}
+            {
+                "stage": stage,
+                "what": label,
+                "processes": here.world_size,
+                "median_step_s": run.median(stage),
+                "ratio_to_stage1": round(est.value, 2),
+                "interval": f"[{est.low:.3g}, {est.high:.3g}]",
+                "ddp_grad_bytes_per_step": counters[stage].bytes // calls,
+                "gather_bytes_per_step": sent[stage],
+                "peak_mem_MiB": round(peaks[stage], 2),
+            }
         )
-    ratio = rows[1]["median_step_s"] / rows[0]["median_step_s"]
     notes = [
-        f"labelled batch {cfg.batch_size}, unlabelled batch {cfg.unlabelled_batch}, towers {cfg.towers}, "
-        f"device {ctx.device_label}, threads {cfg.threads}; step = forward + backward + AdamW update on "
-        "cached frozen-tower image features (stage 2 also runs the text tower on the surrogate captions)."
+        f"labelled batch {cfg.batch_size}, unlabelled batch {cfg.unlabelled_batch} (global, over "
+        f"{here.world_size} process(es)), towers {cfg.towers}, device {ctx.device_label}, threads {cfg.threads}; "
+        "step = forward + backward + AdamW update on cached frozen-tower image features (stage 2 also runs the text "
+        "tower on the surrogate captions). Held equal: the labelled batch, the head, the optimizer; not equal: "
+        "stage 2's extra unlabelled batch and text-tower pass (what the ratio measures).",
+        f"iclr25_shared.bench.interleaved: 1 warm-up call of each stage, then {cfg.repeats} rounds, each running "
+        "both stages in rotated order; ratio = median of the per-round ratios, 95% bootstrap interval over rounds. "
+        "Optimizers are built before the timed calls.",
+        "ddp_grad_bytes_per_step: gradient bytes this rank all-reduced per step (ByteCounter, DDP's buckets); "
+        "gather_bytes_per_step: payload of the differentiable all-gathers of the embeddings (forward and backward). "
+        "Both 0 in one process.",
     ]
+    if here.is_distributed:
+        notes.append(
+            f"{here.world_size} processes on this machine: each rank computes 1/{here.world_size} of the batch; on "
+            "2 shared CPU cores no speed-up is expected (the ranks compete for the same cores)."
+        )
     return Result(
         metrics={
-            "stage2_over_stage1_time": ratio,
-            "stage2_minus_stage1_peak_MiB": rows[1]["peak_mem_MiB"] - rows[0]["peak_mem_MiB"],
+            "stage2_over_stage1_time": ratio.value,
+            "stage2_over_stage1_interval": [ratio.low, ratio.high],
+            "stage2_minus_stage1_peak_MiB": peaks["stage2"] - peaks["stage1"],
+            "processes": here.world_size,
+            "bench_run": run.as_dict(),
         },
         tables={"bench": rows},
         notes=notes,

@@ -13,15 +13,15 @@ The towers are frozen (LiT-style), so their features are computed once and passe
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
+from iclr25_semiclip._distributed import DataParallel, gather_rows, local_rows
 from iclr25_semiclip._losses import (
     clip_contrastive_loss,
     normalize_multi_hot,
-    select_top_fraction,
     soft_cross_entropy,
     topk_uniform_targets,
     trapezoidal_consistency_loss,
@@ -31,6 +31,8 @@ from iclr25_semiclip._model import SemiCLIPHead, SurrogateCaptions, TextTower
 __all__ = [
     "Features",
     "Settings",
+    "Stage1",
+    "Stage2",
     "evaluate",
     "retrieval_recall",
     "store_concept_logits",
@@ -122,32 +124,77 @@ def _trainable(head: SemiCLIPHead, extra: torch.nn.Module | None = None) -> dict
     return params
 
 
+class Stage1:
+    """One optimizer step of stage 1 at a time (the optimizer, schedule and DDP wrapper are built once, here).
+
+    ``step(idx)`` trains on the global batch ``idx`` (row indices of ``feats``' labelled set) and returns the
+    step's loss terms as detached 0-d tensors (no host synchronisation). Under a process group of several ranks
+    each rank computes its block of ``idx`` and the loss runs on the gathered global batch (see
+    :mod:`iclr25_semiclip._distributed`).
+    """
+
+    def __init__(
+        self,
+        head: SemiCLIPHead,
+        feats: Features,
+        *,
+        steps: int,
+        settings: Settings,
+        comm_hook: Callable | None = None,
+    ) -> None:
+        s = self.settings = settings
+        self.head, self.feats = head, feats
+        self.concepts = head.concept_emb is not None and s.lambda1 > 0
+        self.opt, self.sched = _optimizer(_trainable(head), s, steps)
+        self.targets = normalize_multi_hot(feats.concept_targets) if self.concepts else None
+        unused = head.concept_emb is not None and not self.concepts
+        self.net = DataParallel([head], find_unused=unused, comm_hook=comm_hook)
+
+    def step(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        s, head, feats = self.settings, self.head, self.feats
+        part, sizes = local_rows(len(idx))
+        mine = idx[part]
+
+        def local():
+            img = head.image(feats.labelled_image[mine])
+            z = head.concept_logits(img) if self.concepts else None
+            return img, head.text(feats.labelled_text[mine]), z, head.scale()
+
+        img, txt, z, scale = self.net(local)
+        img, txt = gather_rows(img, sizes), gather_rows(txt, sizes)
+        loss = clip_contrastive_loss(img, txt, scale)
+        row = {"clip": loss.detach()}
+        if self.concepts:
+            soft = soft_cross_entropy(gather_rows(z, sizes) / s.temperature, self.targets[idx])
+            row["concept"] = soft.detach()
+            loss = loss + s.lambda1 * soft
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        self.sched.step()
+        return row
+
+
+def _floats(history: list[dict[str, torch.Tensor]]) -> list[dict[str, float]]:
+    """The per-step tensors of a run as Python numbers (one host synchronisation for the whole run)."""
+    if not history:
+        return []
+    keys = list(history[0])
+    table = torch.stack([torch.stack([row[k].double() for k in keys]) for row in history]).tolist()
+    return [{k: (int(v) if k == "selected" else float(v)) for k, v in zip(keys, values)} for values in table]
+
+
 def train_stage1(
     head: SemiCLIPHead, feats: Features, *, steps: int, settings: Settings, generator: torch.Generator
 ) -> list[dict[str, float]]:
     """Stage 1: CLIP loss on the labelled pairs plus ``λ1`` times the concept soft CE (``λ1 = 0``: plain CLIP).
 
-    Returns one dict of loss values per step.
+    Runs data-parallel when a process group of several ranks is initialised (``settings.batch_size`` is the global
+    batch; ``generator`` must be seeded alike on every rank). Returns one dict of loss values per step.
     """
-    s = settings
-    concepts = head.concept_emb is not None and s.lambda1 > 0
-    opt, sched = _optimizer(_trainable(head), s, steps)
-    targets = normalize_multi_hot(feats.concept_targets) if concepts else None
-    history = []
-    for idx in _batches(feats.labelled_image.shape[0], s.batch_size, steps, generator):
-        img = head.image(feats.labelled_image[idx])
-        loss = clip_contrastive_loss(img, head.text(feats.labelled_text[idx]), head.scale())
-        row = {"clip": loss.item()}
-        if concepts:
-            soft = soft_cross_entropy(head.concept_logits(img) / s.temperature, targets[idx])
-            row["concept"] = soft.item()
-            loss = loss + s.lambda1 * soft
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        history.append(row)
-    return history
+    trainer = Stage1(head, feats, steps=steps, settings=settings)
+    batches = _batches(feats.labelled_image.shape[0], settings.batch_size, steps, generator)
+    return _floats([trainer.step(idx) for idx in batches])
 
 
 @torch.no_grad()
@@ -159,6 +206,83 @@ def store_concept_logits(head: SemiCLIPHead, image_feats: torch.Tensor, batch: i
             for i in range(0, len(image_feats), batch)
         ]
     )
+
+
+def _top_rows(scores: torch.Tensor, ratio: float) -> torch.Tensor:
+    """The rows :func:`select_top_fraction` keeps, as ascending indices (its mask's True rows, in order): indexing
+    with them needs no host synchronisation (a boolean mask's row count is only known on the host after a copy)."""
+    keep = math.floor(ratio * scores.shape[0] + 1e-9)  # as select_top_fraction
+    if keep == 0:
+        return torch.zeros(0, dtype=torch.long, device=scores.device)
+    return torch.sort(torch.topk(scores.detach(), keep).indices).values
+
+
+class Stage2:
+    """One optimizer step of stage 2 at a time (see :class:`Stage1`); ``step(idx, uidx)`` takes the global
+    labelled and unlabelled batches."""
+
+    def __init__(
+        self,
+        head: SemiCLIPHead,
+        surrogate: SurrogateCaptions,
+        tower: TextTower,
+        feats: Features,
+        stored_logits: torch.Tensor,
+        *,
+        steps: int,
+        settings: Settings,
+        comm_hook: Callable | None = None,
+    ) -> None:
+        if feats.unlabelled_weak.shape[0] == 0:
+            raise ValueError("stage 2 needs unlabelled images, got 0")
+        if stored_logits.shape[0] != feats.unlabelled_weak.shape[0]:
+            raise ValueError(
+                f"stored_logits has {stored_logits.shape[0]} rows, unlabelled_weak {feats.unlabelled_weak.shape[0]}"
+            )
+        self.settings, self.head, self.surrogate, self.tower = settings, head, surrogate, tower
+        self.feats, self.stored = feats, stored_logits
+        self.opt, self.sched = _optimizer(_trainable(head, surrogate), settings, steps)
+        self.net = DataParallel([head, surrogate], comm_hook=comm_hook)
+
+    def step(self, idx: torch.Tensor, uidx: torch.Tensor) -> dict[str, torch.Tensor]:
+        s, head, feats = self.settings, self.head, self.feats
+        part, sizes = local_rows(len(idx))
+        upart, usizes = local_rows(len(uidx))
+        mine, umine = idx[part], uidx[upart]
+
+        def local():
+            weak = self.stored[umine]
+            topw = torch.topk(weak, s.words, dim=1).indices
+            return (
+                head.image(feats.labelled_image[mine]),
+                head.text(feats.labelled_text[mine]),
+                head.concept_logits(head.image(feats.unlabelled_strong[umine])),
+                head.image(feats.unlabelled_weak[umine]),
+                head.text(self.surrogate(self.tower, topw)),
+                head.scale(),
+            )
+
+        img, txt, strong, q_img, q_txt, scale = self.net(local)
+        img, txt = gather_rows(img, sizes), gather_rows(txt, sizes)
+        strong, q_img, q_txt = (gather_rows(t, usizes) for t in (strong, q_img, q_txt))
+        clip = clip_contrastive_loss(img, txt, scale)
+        pseudo = soft_cross_entropy(strong / s.temperature, topk_uniform_targets(self.stored[uidx], s.topk))
+        keep = _top_rows((q_txt * q_img).sum(dim=1), s.select_ratio)
+        in_modal, cross = trapezoidal_consistency_loss(
+            torch.cat([img, q_img[keep]]), torch.cat([txt, q_txt[keep]]), weight=float(len(idx))
+        )
+        loss = clip + s.lambda1 * pseudo + s.lambda2 * in_modal + s.lambda3 * cross
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        self.sched.step()
+        return {
+            "clip": clip.detach(),
+            "concept": pseudo.detach(),
+            "trapezoid_in": in_modal.detach(),
+            "trapezoid_cross": cross.detach(),
+            "selected": torch.full((), len(keep), device=keep.device),  # a fill, not a host-to-device copy
+        }
 
 
 def train_stage2(
@@ -174,50 +298,14 @@ def train_stage2(
 ) -> list[dict[str, float]]:
     """Stage 2 of SemiCLIP (resumes ``head`` from stage 1; trains ``surrogate``'s template embeddings too).
 
-    Returns one dict per step: the four loss terms and the number of selected unlabelled pairs.
+    Data-parallel as :func:`train_stage1`. Returns one dict per step: the four loss terms and the number of
+    selected unlabelled pairs.
     """
     s = settings
-    if feats.unlabelled_weak.shape[0] == 0:
-        raise ValueError("stage 2 needs unlabelled images, got 0")
-    if stored_logits.shape[0] != feats.unlabelled_weak.shape[0]:
-        raise ValueError(
-            f"stored_logits has {stored_logits.shape[0]} rows, unlabelled_weak {feats.unlabelled_weak.shape[0]}"
-        )
-    opt, sched = _optimizer(_trainable(head, surrogate), s, steps)
+    trainer = Stage2(head, surrogate, tower, feats, stored_logits, steps=steps, settings=s)
     n_l, n_u = feats.labelled_image.shape[0], feats.unlabelled_weak.shape[0]
-    history = []
     unl = _batches(n_u, s.unlabelled_batch, steps, generator)
-    for idx in _batches(n_l, s.batch_size, steps, generator):
-        uidx = next(unl)
-        img = head.image(feats.labelled_image[idx])
-        txt = head.text(feats.labelled_text[idx])
-        scale = head.scale()
-        clip = clip_contrastive_loss(img, txt, scale)
-        weak_logits = stored_logits[uidx]
-        strong = head.concept_logits(head.image(feats.unlabelled_strong[uidx]))
-        pseudo = soft_cross_entropy(strong / s.temperature, topk_uniform_targets(weak_logits, s.topk))
-        q_img = head.image(feats.unlabelled_weak[uidx])
-        topw = torch.topk(weak_logits, s.words, dim=1).indices
-        q_txt = head.text(surrogate(tower, topw))
-        mask = select_top_fraction((q_txt * q_img).sum(dim=1), s.select_ratio)
-        in_modal, cross = trapezoidal_consistency_loss(
-            torch.cat([img, q_img[mask]]), torch.cat([txt, q_txt[mask]]), weight=float(len(idx))
-        )
-        loss = clip + s.lambda1 * pseudo + s.lambda2 * in_modal + s.lambda3 * cross
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        sched.step()
-        history.append(
-            {
-                "clip": clip.item(),
-                "concept": pseudo.item(),
-                "trapezoid_in": in_modal.item(),
-                "trapezoid_cross": cross.item(),
-                "selected": int(mask.sum()),
-            }
-        )
-    return history
+    return _floats([trainer.step(idx, next(unl)) for idx in _batches(n_l, s.batch_size, steps, generator)])
 
 
 def retrieval_recall(similarity: torch.Tensor, relevant: torch.Tensor, ks: Sequence[int]) -> dict[int, float]:

@@ -172,8 +172,9 @@ class ReproduceConfig(CommonOptions):
 
     INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"data_root": _DATA_ROOT}
 
-    size: Literal["quick", "full"] = "quick"
-    """quick (about 3 minutes on 1 CPU thread) or full (longer stage 2, bigger pool)."""
+    size: Literal["quick", "full", "gpu"] = "quick"
+    """quick (about 3 minutes on 1 CPU thread), full (longer stage 2, bigger pool) or gpu (8x the pool, 5x the
+    test set, full's steps: about a minute on one H200 with --device cuda --seeds 5, an estimate)."""
     seeds: int = 3
     """Independent seeds (>= 3 for an interval)."""
     fractions: tuple[float, ...] = (0.05, 0.2)
@@ -194,10 +195,11 @@ class ReproduceConfig(CommonOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """Step time and peak memory of a stage-2 step vs a stage-1 step at the same labelled batch."""
+    """Step time (interleaved rounds), bytes communicated and peak memory of a stage-2 step vs a stage-1 step at
+    the same labelled batch; launch it with torchrun for the data-parallel rows."""
 
-    repeats: int = 5
-    """Timed steps per stage (the median is reported)."""
+    repeats: int = 7
+    """Timed rounds (each runs one step of both stages, order rotated; medians and a bootstrap interval)."""
     batch_size: int = 64
     """Labelled pairs per step (both stages)."""
     unlabelled_batch: int = 32
