@@ -5,7 +5,6 @@ Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Resul
 
 from __future__ import annotations
 
-import dataclasses
 import statistics
 import time
 from dataclasses import dataclass
@@ -133,12 +132,30 @@ def _train_config(
     )
 
 
+def _join_group(ctx: RunContext, seed: int) -> Any:
+    """``--device``, after joining the launcher's process group (torchrun / accelerate launch; a no-op in one
+    process): this rank's GPU on CUDA, and every rank must have the same ``--seed`` (the global batches are drawn
+    alike on every rank)."""
+    import torch
+
+    from iclr25_shared.distributed import check_same, init_process_group
+
+    device = ctx.torch_device()
+    here = init_process_group(device)
+    if here.is_distributed:
+        check_same(seed, "--seed")
+        if device.type == "cuda":
+            device = torch.device("cuda", here.local_rank)
+            ctx.device_label = f"{device} (rank {here.rank} of {here.world_size})"
+    return device
+
+
 def discover(cfg: DiscoverConfig, ctx: RunContext) -> Result:
     """Train DebGCD (or SimGCD) on one GCD split and report All/Old/New on the unlabelled images."""
     from iclr25_debgcd._data import gcd_split
     from iclr25_debgcd._train import train_gcd
 
-    device = ctx.torch_device()
+    device = _join_group(ctx, cfg.seed)
     if cfg.backbone == "efficientnet-lite0":  # timm and the weights, before any data is read
         from iclr25_debgcd._model import efficientnet_lite0_weights
 
@@ -185,6 +202,14 @@ def discover(cfg: DiscoverConfig, ctx: RunContext) -> Result:
             f"predictions.npy: the model's class index of each unlabelled image (unlabelled_index.npy); indices "
             f"0..{split.num_old - 1} are the known classes {list(split.original[: split.num_old])}, the others are "
             "discovered clusters",
+            *(
+                [
+                    f"data-parallel over {ctx.world.world_size} ranks (DDP): global batch {cfg.batch_size} split "
+                    "across ranks, outputs gathered for the loss, BatchNorm over the global batch"
+                ]
+                if ctx.world.is_distributed
+                else []
+            ),
         ],
     )
 
@@ -201,6 +226,8 @@ SIZES = {
     "tiny": ReproduceSize({"fashion-mnist": 12, "digits": 12}, epochs=2, hidden=32, batch_size=32),
     "quick": ReproduceSize({"fashion-mnist": 150, "digits": None}, epochs=30, hidden=256, batch_size=128),
     "full": ReproduceSize({"fashion-mnist": 1000, "digits": None}, epochs=100, hidden=512, batch_size=128),
+    # about a minute on one H200 with --seeds 5 (never run on a GPU; estimate in the README), ~20x quick
+    "gpu": ReproduceSize({"fashion-mnist": 600, "digits": None}, epochs=60, hidden=512, batch_size=256),
 }
 _PAPER = [
     # DINO ViT-B/16, All / Old / New on the unlabelled training images. SimGCD: its README (github.com/CVMI-Lab/
@@ -355,80 +382,52 @@ def _plot(ctx: RunContext, curves: dict[tuple[str, str], list[list[dict[str, flo
     ctx.save_figure("curves.png", fig, dpi=110)
 
 
-def _step_stats(
-    model: Any, loss_fn: Any, x: Any, y: Any, mask: Any, cfg: Any, repeats: int, device: Any
-) -> dict:
+def _saved_bytes(step: Any) -> int:
+    """Bytes of the tensors autograd saves for backward during one call of ``step`` (device-independent)."""
     import torch
 
-    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.01, momentum=0.9)
     saved = {"bytes": 0}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         saved["bytes"] += t.numel() * t.element_size()
         return t
 
-    def step(count: bool = False) -> None:
-        if count:
-            with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-                out = model(x)
-                loss, _ = loss_fn(out, y, mask, epoch=0, cfg=cfg)
-        else:
-            out = model(x)
-            loss, _ = loss_fn(out, y, mask, epoch=0, cfg=cfg)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-
-    def sync() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    for _ in range(2):
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         step()
-    step(count=True)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    times = []
-    for _ in range(repeats):
-        sync()
-        t = time.perf_counter()
-        step()
-        sync()
-        times.append(time.perf_counter() - t)
-    stats = {
-        "step_ms": 1000 * statistics.median(times),
-        "params": sum(p.numel() for p in model.parameters()),
-        "saved_activations_mb": saved["bytes"] / 2**20,
-    }
-    if device.type == "cuda":
-        stats["peak_cuda_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
-    return stats
+    return saved["bytes"]
 
 
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """Step time and memory (parameters, activations saved for backward, CUDA peak) of DebGCD / SimGCD."""
+    """Step time (shared interleaved protocol), memory (parameters, activations saved for backward, CUDA peak) and
+    bytes communicated per step (under torchrun) of DebGCD against SimGCD, same backbone and batch."""
     import torch
 
+    from iclr25_debgcd import _distributed
     from iclr25_debgcd._data import GCDSplit
+    from iclr25_debgcd._distributed import DataParallel, global_batchnorm
     from iclr25_debgcd._losses import debgcd_loss, simgcd_loss
-    from iclr25_debgcd._train import build_model
+    from iclr25_debgcd._train import _step, build_model
+    from iclr25_shared.bench import interleaved
+    from iclr25_shared.device import PeakMemory
+    from iclr25_shared.distributed import ByteCounter
 
-    device = ctx.torch_device()
+    device = _join_group(ctx, cfg.seed)
+    here = ctx.world
     if "efficientnet-lite0" in cfg.backbones:  # timm and the weights, before the other backbones run
         from iclr25_debgcd._model import efficientnet_lite0_weights
 
         efficientnet_lite0_weights()
-    rows = []
     b = cfg.batch_size
     split = GCDSplit(
         labels=np.zeros(1, np.int64), labelled=np.zeros(1, bool), num_old=5, num_classes=10, original=()
     )
+    g = torch.Generator().manual_seed(cfg.seed)
+    x = torch.rand(b, 1, cfg.image_size, cfg.image_size, generator=g).to(device)
+    y = torch.randint(0, 5, (b,), generator=g).to(device)
+    lab = (torch.rand(b, generator=g) < 0.5).to(device)
+    idx = torch.arange(b, device=device)
+    arms, info = {}, {}
     for backbone in cfg.backbones:
-        g = torch.Generator().manual_seed(cfg.seed)
-        x = torch.rand(2 * b, 1, cfg.image_size, cfg.image_size, generator=g).to(device)
-        y = torch.randint(0, 5, (b,), generator=g).to(device)
-        mask = (torch.rand(b, generator=g) < 0.5).to(device)
-        stats = {}
         for method, fn in (("simgcd", simgcd_loss), ("debgcd", debgcd_loss)):
             tcfg = _train_config(
                 method,
@@ -443,24 +442,85 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 sdl_weight=0.01,
             )
             torch.manual_seed(cfg.seed)
-            model = build_model(split, (1, cfg.image_size, cfg.image_size), dataclasses.replace(tcfg)).to(
-                device
-            )
+            model = build_model(split, (1, cfg.image_size, cfg.image_size), tcfg).to(device)
+            if here.is_distributed:
+                model = global_batchnorm(model)
             model.train()
-            stats[method] = _step_stats(model, fn, x, y, mask, tcfg.loss, cfg.repeats, device)
-            ctx.log.info(f"{backbone} {method}: {stats[method]}")
-        row: dict[str, Any] = {"backbone": backbone, "device": str(device), "batch": b}
-        for k in stats["simgcd"]:
-            row[f"simgcd {k}"] = round(stats["simgcd"][k], 2)
-            row[f"debgcd {k}"] = round(stats["debgcd"][k], 2)
-            row[f"ratio {k}"] = round(stats["debgcd"][k] / stats["simgcd"][k], 3)
+            counter = ByteCounter()
+            # model, optimizer and DDP wrapper are built here, outside the timed calls
+            net = DataParallel([model], comm_hook=counter.hook)
+            opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.01, momentum=0.9)
+            gen = torch.Generator().manual_seed(cfg.seed)
+            name = f"{backbone}/{method}"
+            sent = {"bytes": 0}
+
+            def step(net=net, model=model, opt=opt, gen=gen, tcfg=tcfg, fn=fn, sent=sent) -> None:
+                before = _distributed.SENT["bytes"]
+                _step(net, model, x, y, lab, idx, gen, 0, tcfg, fn, opt)
+                sent["bytes"] = _distributed.SENT["bytes"] - before
+
+            arms[name] = step
+            info[name] = {
+                "model": model,
+                "counter": counter,
+                "sent": sent,
+                "params": sum(p.numel() for p in model.parameters()),
+            }
+    for arm in info.values():
+        arm["counter"].reset()
+    run = interleaved(arms, repeats=cfg.repeats, warmup=2, device=device, progress=ctx.progress)
+    calls = cfg.repeats + 2
+    for name, arm in info.items():  # untimed: memory of one more step
+        arm["saved"] = _saved_bytes(arms[name])
+        if device.type == "cuda":
+            with PeakMemory(device) as mem:
+                arms[name]()
+            arm["peak_cuda_mb"] = mem.peak_bytes / 2**20
+    rows = []
+    for backbone in cfg.backbones:
+        base, deb = f"{backbone}/simgcd", f"{backbone}/debgcd"
+        est = run.ratio(deb, base)
+        row: dict[str, Any] = {
+            "backbone": backbone,
+            "device": str(device),
+            "processes": here.world_size,
+            "batch": b,
+        }
+        row["simgcd step_ms"] = round(1000 * run.median(base), 2)
+        row["debgcd step_ms"] = round(1000 * run.median(deb), 2)
+        row["ratio step_ms"] = round(est.value, 3)
+        row["interval"] = f"[{est.low:.3g}, {est.high:.3g}]"
+        for key, scale in (("params", 1), ("saved", 2**-20), ("peak_cuda_mb", 1)):
+            if key in info[base]:
+                label = "saved_activations_mb" if key == "saved" else key
+                row[f"simgcd {label}"] = round(info[base][key] * scale, 2)
+                row[f"debgcd {label}"] = round(info[deb][key] * scale, 2)
+                row[f"ratio {label}"] = round(info[deb][key] / info[base][key], 3)
+        for method, arm in (("simgcd", base), ("debgcd", deb)):
+            row[f"{method} ddp_bytes/step"] = info[arm]["counter"].bytes // calls
+            row[f"{method} gather_bytes/step"] = info[arm]["sent"]["bytes"]
         rows.append(row)
+    notes = [
+        "step = augmentation of both views + forward + loss + backward + SGD step (the training loop's step); "
+        f"iclr25_shared.bench.interleaved: 2 warm-up calls per arm, then {cfg.repeats} rounds running every arm "
+        "once in rotated order; ratio = median of per-round DebGCD/SimGCD ratios with a 95% bootstrap interval. "
+        "Held equal: backbone, batch, heads' widths, optimizer; not equal: DebGCD's two extra heads and loss "
+        "terms (what the ratio measures). Models and optimizers are built before the timed calls.",
+        "saved_activations_mb = bytes of the tensors autograd saves for backward (device-independent memory).",
+        f"heads' MLP width {cfg.hidden} (paper: 2048); images {cfg.image_size}x{cfg.image_size}, 1 channel; "
+        f"global batch {b} over {here.world_size} process(es).",
+        "ddp_bytes/step: gradient bytes this rank all-reduced per step (ByteCounter); gather_bytes/step: payload "
+        "of the differentiable all-gathers of the outputs and the BatchNorm all-reduces (forward and backward). "
+        "Both 0 in one process.",
+    ]
+    if here.is_distributed:
+        notes.append(
+            f"{here.world_size} processes on this machine: each rank computes 1/{here.world_size} of the batch; on "
+            "2 shared CPU cores no speed-up is expected (the ranks compete for the same cores)."
+        )
     return Result(
-        metrics={f"{r['backbone']} step time ratio": r["ratio step_ms"] for r in rows},
+        metrics={f"{r['backbone']} step time ratio": r["ratio step_ms"] for r in rows}
+        | {"processes": here.world_size, "bench_run": run.as_dict()},
         tables={"DebGCD / SimGCD, one training step (two views of the batch)": rows},
-        notes=[
-            "step = forward of both views + loss + backward + SGD step; median of --repeats after 2 warm-up steps.",
-            "saved_activations_mb = bytes of the tensors autograd saves for backward (device-independent memory).",
-            f"heads' MLP width {cfg.hidden} (paper: 2048); images {cfg.image_size}x{cfg.image_size}, 1 channel.",
-        ],
+        notes=notes,
     )

@@ -7,6 +7,7 @@ biases and 1-D parameters, and transductive evaluation on the unlabelled images 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, field
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from iclr25_debgcd._data import GCDSplit, augment
-from iclr25_debgcd._losses import GCDLossConfig, debgcd_loss, simgcd_loss, unknown_score
+from iclr25_debgcd._losses import GCDLossConfig, GCDOutputs, debgcd_loss, simgcd_loss, unknown_score
 from iclr25_debgcd._metrics import gcd_accuracy, known_vs_new_auroc
 from iclr25_shared.checks import check_choice, check_float, check_int
 
@@ -180,6 +181,39 @@ def evaluate(
     return res
 
 
+def _gather_outputs(out: GCDOutputs, sizes: list[int]) -> GCDOutputs:
+    """Every rank's rows of two-view outputs ``[view 1; view 2]``, gathered view by view (global view-major)."""
+    import torch
+
+    from iclr25_debgcd._distributed import gather_rows
+
+    def gather(t):
+        if t is None:
+            return None
+        return torch.cat([gather_rows(v, sizes) for v in t.chunk(2)])
+
+    return GCDOutputs(*(gather(getattr(out, f.name)) for f in dataclasses.fields(out)))
+
+
+def _step(net, model, x, y, lab, idx, gen, epoch: int, cfg: TrainConfig, loss_fn, opt):
+    """One SGD step on the global batch ``idx``: both augmented views are drawn for the whole batch from ``gen``
+    (as in one process), this rank forwards its block of rows of each, and the loss runs on the gathered outputs.
+    Returns ``(loss, parts)``."""
+    import torch
+
+    from iclr25_debgcd._distributed import local_rows
+
+    xb = x[idx]
+    views = [augment(xb, shift=cfg.shift, flip=cfg.flip, noise=cfg.noise, generator=gen) for _ in range(2)]
+    part, sizes = local_rows(len(idx))
+    out = net(lambda: model(torch.cat([v[part] for v in views])))
+    loss, parts = loss_fn(_gather_outputs(out, sizes), y[idx], lab[idx], epoch=epoch, cfg=cfg.loss)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    opt.step()
+    return loss, parts
+
+
 def train_gcd(
     images: np.ndarray,
     split: GCDSplit,
@@ -189,6 +223,7 @@ def train_gcd(
     device: str | torch.device = "cpu",
     eval_every: int = 0,
     on_epoch: Callable[[dict[str, float]], None] | None = None,
+    comm_hook: Callable | None = None,
 ) -> TrainResult:
     """Train SimGCD or DebGCD (``cfg.method``) on ``images`` with the GCD ``split``.
 
@@ -199,6 +234,11 @@ def train_gcd(
             DebGCD the same initial SimGCD parameters and the same batches).
         eval_every: also evaluate every this many epochs (0: only at the end).
         on_epoch: called with each epoch's history row.
+        comm_hook: a DDP communication hook (e.g. ``iclr25_shared.distributed.ByteCounter().hook``).
+
+    Data-parallel under a process group of several ranks (torchrun / accelerate launch): ``cfg.batch_size`` is the
+    global batch, split across the ranks; the sampler and the augmentations draw the global batch from ``seed`` on
+    every rank, so the run equals the one-process run up to summation order (:mod:`iclr25_debgcd._distributed`).
 
     Returns:
         :class:`TrainResult` (evaluation after the last epoch; no model selection on labels).
@@ -208,6 +248,7 @@ def train_gcd(
     """
     import torch
 
+    from iclr25_debgcd._distributed import DataParallel, global_batchnorm, rank_world
     from iclr25_shared.checks import check_finite, check_shape
 
     check_shape("images", images, ("n", "c", "h", "w"), bind={"n": split.labels.shape[0]})
@@ -216,6 +257,12 @@ def train_gcd(
     gen = torch.Generator().manual_seed(seed)
     device = torch.device(device)
     model = build_model(split, tuple(images.shape[1:]), cfg).to(device)
+    _, world = rank_world()
+    if world > 1:  # the same global batch statistics as one process
+        model = global_batchnorm(model)
+    # the debiased heads sit unused when a loss weight is 0; DDP must then not wait for their gradients
+    unused = cfg.method == "debgcd" and not (cfg.loss.sdl_weight > 0 and cfg.loss.adl_weight > 0)
+    net = DataParallel([model], find_unused=unused, comm_hook=comm_hook)
     x = torch.as_tensor(images, dtype=torch.float32, device=device)
     y = torch.as_tensor(split.labels, device=device)
     lab = torch.as_tensor(split.labelled, device=device)
@@ -248,23 +295,17 @@ def train_gcd(
         sums: dict[str, float] = {}
         for s in range(steps):
             idx = order[s * cfg.batch_size : (s + 1) * cfg.batch_size]
-            xb = x[idx]
-            views = torch.cat(
-                [
-                    augment(xb, shift=cfg.shift, flip=cfg.flip, noise=cfg.noise, generator=gen)
-                    for _ in range(2)
-                ]
-            )
-            out = model(views)
-            loss, parts = loss_fn(out, y[idx], lab[idx], epoch=epoch, cfg=loss_cfg)
+            loss, parts = _step(net, model, x, y, lab, idx, gen, epoch, cfg, loss_fn, opt)
             if not math.isfinite(float(loss.detach())):
                 raise ValueError(f"non-finite loss at epoch {epoch}, step {s}: {parts}")
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
             for k, v in ({"loss": float(loss.detach())} | parts).items():
                 sums[k] = sums.get(k, 0.0) + v / steps
         sched.step()
+        if world > 1:  # the same on every rank (each computes the global loss); reduced to make sure
+            from iclr25_shared.distributed import all_reduce_mean
+
+            reduced = all_reduce_mean(sums)
+            sums = {k: reduced[k] for k in sums}
         row = {"epoch": float(epoch + 1), **sums, "seconds": time.perf_counter() - te}
         if eval_every and ((epoch + 1) % eval_every == 0) and epoch + 1 < cfg.epochs:
             ev = evaluate(model, x, split, threshold=loss_cfg.threshold)

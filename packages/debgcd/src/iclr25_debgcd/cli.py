@@ -110,8 +110,9 @@ class ReproduceConfig(CommonOptions):
 
     INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"root": _ROOT}
 
-    size: Literal["tiny", "quick", "full"] = "quick"
-    """tiny (seconds, a smoke test), quick (minutes on 2 CPU cores) or full."""
+    size: Literal["tiny", "quick", "full", "gpu"] = "quick"
+    """tiny (seconds, a smoke test), quick (minutes on 2 CPU cores), full, or gpu (about a minute on one H200 with
+    --device cuda --seeds 5, an estimate)."""
     seeds: int = 3
     """Independent seeds (>= 2 for an interval)."""
     datasets: tuple[Literal["fashion-mnist", "digits"], ...] = ("fashion-mnist", "digits")
@@ -120,7 +121,7 @@ class ReproduceConfig(CommonOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_choice("size", self.size, ("tiny", "quick", "full"))
+        check_choice("size", self.size, ("tiny", "quick", "full", "gpu"))
         check_int("seeds", self.seeds, low=1)
         if not self.datasets:
             raise ValueError("datasets must name at least one of fashion-mnist, digits")
@@ -133,7 +134,7 @@ class BenchConfig(CommonOptions):
     """Training-step time and memory of DebGCD as ratios against SimGCD, same backbone and batch, one run."""
 
     repeats: int = 10
-    """Timed steps per method (the median is reported), after 2 warm-up steps."""
+    """Timed rounds (each runs one step of every backbone x method, order rotated), after 2 warm-up steps."""
     batch_size: int = 128
     backbones: tuple[Literal["mlp", "convnet", "efficientnet-lite0"], ...] = ("mlp", "convnet")
     image_size: int = 28
