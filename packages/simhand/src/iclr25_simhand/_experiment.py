@@ -72,6 +72,67 @@ def _norm2d(kp: torch.Tensor) -> torch.Tensor:
     return k / s[:, None, None]
 
 
+def _pretrain_step(
+    method: str,
+    model: Any,
+    images: torch.Tensor,
+    kp: torch.Tensor,
+    partner: torch.Tensor,
+    *,
+    batch_size: int,
+    lr: float,
+    temperature: float,
+    gen: torch.Generator,
+    device: torch.device,
+    weight_kind: str = "linear",
+    comm_hook: Any = None,
+) -> Any:
+    """The optimizer, DDP wrapper (several ranks) and a zero-argument call doing one pre-training step of
+    ``model`` (returns the step's loss, a detached 0-d tensor: no host synchronisation). Built once, outside any
+    timed region; :func:`pretrain_encoder` and ``bench`` call it."""
+    import torch
+
+    from iclr25_simhand._distributed import (
+        DataParallel,
+        gather_rows,
+        global_batchnorm,
+        local_rows,
+        rank_world,
+    )
+    from iclr25_simhand._loss import ntxent, pair_weights, weighted_ntxent
+    from iclr25_simhand._pose import similarity_views, undo_latent_transform
+
+    if rank_world()[1] > 1:  # the global batch's BatchNorm statistics, as in one process
+        model = global_batchnorm(model)
+    net = DataParallel([model], find_unused=True, comm_hook=comm_hook)  # the 3-D head is not trained here
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=1e-6)
+    n = images.shape[0]
+
+    def step() -> torch.Tensor:
+        idx = torch.randperm(n, generator=gen)[:batch_size]
+        # both views of the global batch, drawn as in one process; this rank encodes its block of rows
+        v1, k1, a1, t1 = similarity_views(images[idx], kp[idx], generator=gen)
+        v2, k2, a2, t2 = similarity_views(images[partner[idx]], kp[partner[idx]], generator=gen)
+        part, sizes = local_rows(len(idx))
+        a, b = v1[part].to(device), v2[part].to(device)
+        z1, z2 = net(lambda: (model(a), model(b)))
+        z1, z2 = gather_rows(z1, sizes), gather_rows(z2, sizes)
+        if method != "simclr":
+            z1 = undo_latent_transform(z1, a1.to(device), t1.to(device))
+            z2 = undo_latent_transform(z2, a2.to(device), t2.to(device))
+        if method == "simw":
+            wp, wn = pair_weights(_norm2d(k1), _norm2d(k2), kind=weight_kind)
+            loss = weighted_ntxent(z1, z2, wp.to(device), wn.to(device), temperature=temperature)
+        else:
+            loss = ntxent(z1, z2, temperature=temperature)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
 def pretrain_encoder(
     method: str,
     pool: Any,
@@ -85,13 +146,19 @@ def pretrain_encoder(
     device: torch.device,
     weight_kind: str = "linear",
     progress: Any = None,
+    comm_hook: Any = None,
 ) -> tuple[Any, list[float]]:
-    """Pre-train a :class:`HandEncoder` on ``pool`` with one of :data:`METHODS`; return it and the loss curve."""
+    """Pre-train a :class:`HandEncoder` on ``pool`` with one of :data:`METHODS`; return it and the loss curve.
+
+    Data-parallel under a process group of several ranks (torchrun / accelerate launch): ``batch_size`` is the
+    global batch, split across the ranks, and the loss runs on the gathered projections
+    (:mod:`iclr25_simhand._distributed`); ``comm_hook`` is registered on the DDP model (e.g.
+    ``iclr25_shared.distributed.ByteCounter().hook``).
+    """
     import torch
 
-    from iclr25_simhand._loss import ntxent, pair_weights, weighted_ntxent
     from iclr25_simhand._model import HandEncoder
-    from iclr25_simhand._pose import mine_similar_hands, similarity_views, undo_latent_transform
+    from iclr25_simhand._pose import mine_similar_hands
 
     torch.manual_seed(seed)
     model = HandEncoder(_backbone(width)).to(device)
@@ -106,26 +173,11 @@ def pretrain_encoder(
     partner = torch.arange(n)
     if method in ("sim", "simw"):
         partner = torch.from_numpy(mine_similar_hands(pool.keypoints2d, seed=seed)[0])
-    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=1e-6)
-    losses = []
+    step = _pretrain_step(method, model, images, kp, partner, batch_size=batch_size, lr=lr,
+                          temperature=temperature, gen=gen, device=device, weight_kind=weight_kind,
+                          comm_hook=comm_hook)  # fmt: skip
     it = range(steps) if progress is None else progress(range(steps), desc=f"pretrain {method}")
-    for _ in it:
-        idx = torch.randperm(n, generator=gen)[:batch_size]
-        v1, k1, a1, t1 = similarity_views(images[idx], kp[idx], generator=gen)
-        v2, k2, a2, t2 = similarity_views(images[partner[idx]], kp[partner[idx]], generator=gen)
-        z1, z2 = model(v1.to(device)), model(v2.to(device))
-        if method != "simclr":
-            z1 = undo_latent_transform(z1, a1.to(device), t1.to(device))
-            z2 = undo_latent_transform(z2, a2.to(device), t2.to(device))
-        if method == "simw":
-            wp, wn = pair_weights(_norm2d(k1), _norm2d(k2), kind=weight_kind)
-            loss = weighted_ntxent(z1, z2, wp.to(device), wn.to(device), temperature=temperature)
-        else:
-            loss = ntxent(z1, z2, temperature=temperature)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
+    losses = torch.stack([step() for _ in it]).tolist() if steps else []
     return model, losses
 
 
@@ -146,18 +198,34 @@ def finetune_encoder(
     seed: int,
     device: torch.device,
 ) -> Any:
-    """Fine-tune backbone + 3-D head on the first ``fraction`` of the labelled set (MSE on root-relative joints)."""
+    """Fine-tune backbone + 3-D head on the first ``fraction`` of the labelled set (MSE on root-relative joints).
+
+    Data-parallel as :func:`pretrain_encoder` (``batch_size`` is the global batch; the MSE runs on the gathered
+    predictions)."""
     import torch
+
+    from iclr25_simhand._distributed import (
+        DataParallel,
+        gather_rows,
+        global_batchnorm,
+        local_rows,
+        rank_world,
+    )
 
     n = max(2, round(fraction * train.images.shape[0]))
     images = torch.from_numpy(train.images[:n])
     target = torch.from_numpy(_targets(train)[:n])
     gen = torch.Generator().manual_seed(seed + 1)
+    if rank_world()[1] > 1:
+        model = global_batchnorm(model)
+    net = DataParallel([model], find_unused=True)  # the projection head is not trained here
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     for _ in range(steps):
         idx = torch.randint(0, n, (min(batch_size, n),), generator=gen)
-        pred = model.pose(images[idx].to(device))
+        part, sizes = local_rows(len(idx))
+        xb = images[idx[part]].to(device)
+        pred = gather_rows(net(lambda xb=xb: model.pose(xb)), sizes)
         loss = torch.nn.functional.mse_loss(pred, target[idx].to(device))
         opt.zero_grad()
         loss.backward()
@@ -207,9 +275,27 @@ def _load_model(path: Path, size: int, label: str, device: torch.device, *, fine
     return model
 
 
+def _join_group(ctx: RunContext, seed: int) -> Any:
+    """``--device``, after joining the launcher's process group (torchrun / accelerate launch; a no-op in one
+    process): this rank's GPU on CUDA, and every rank must have the same ``--seed`` (the global batches are drawn
+    alike on every rank)."""
+    import torch
+
+    from iclr25_shared.distributed import check_same, init_process_group
+
+    device = ctx.torch_device()
+    here = init_process_group(device)
+    if here.is_distributed:
+        check_same(seed, "--seed")
+        if device.type == "cuda":
+            device = torch.device("cuda", here.local_rank)
+            ctx.device_label = f"{device} (rank {here.rank} of {here.world_size})"
+    return device
+
+
 def pretrain(cfg: PretrainConfig, ctx: RunContext) -> Result:
     """Pre-train one method on a rendered pool; save ``encoder.pt`` (state_dict + meta) to ``--out``."""
-    device = ctx.torch_device()
+    device = _join_group(ctx, cfg.seed)
     t0 = time.perf_counter()
     from iclr25_simhand._render import BACKGROUNDS, load_backgrounds, render_hands
 
@@ -275,7 +361,7 @@ def _save_samples(path: Path, batch: Any, count: int) -> None:
 
 def finetune(cfg: FinetuneConfig, ctx: RunContext) -> Result:
     """Fine-tune (from ``--encoder`` or scratch) on rendered labelled hands; evaluate; save ``model.pt``."""
-    device = ctx.torch_device()
+    device = _join_group(ctx, cfg.seed)
     if cfg.encoder is not None:  # the checkpoint and its size are checked before any rendering
         model = _load_model(cfg.encoder, cfg.size, "--encoder", device)
     else:
@@ -313,6 +399,8 @@ _SIZES = {
     "tiny": (256, 128, 64, 4, 32, 4),
     "quick": (1200, 600, 300, 120, 64, 200),
     "full": (20000, 5000, 2000, 2000, 256, 1000),
+    # about a minute or two on one H200 (never run on a GPU; estimate in the README), ~25x quick
+    "gpu": (4000, 2000, 1000, 500, 128, 400),
 }
 
 PAPER = {  # arXiv:2502.15251, Table 1 (FreiHand, PA-MPJPE-style error, lower is better) -- see README
@@ -410,25 +498,23 @@ def _mining_diagnostic(pool: Any, seed: int) -> dict[str, float]:
     }
 
 
-def _median_time(fn: Any, repeats: int) -> float:
-    fn()  # warm-up (imports, allocator, kernels) is not timed
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
-
-
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """Time of the weighted loss (with its weights) against plain NT-Xent, and of the mining against brute force."""
+    """Time of the weighted loss (with its weights) against plain NT-Xent, of the mining against brute force, and of
+    a SiM-W pre-training step against a SimCLR step (with bytes communicated per step under torchrun), all arms
+    interleaved round by round in one run (iclr25_shared.bench)."""
     import torch
 
+    from iclr25_shared.bench import interleaved
+    from iclr25_shared.distributed import ByteCounter
+    from iclr25_simhand import _distributed
     from iclr25_simhand._loss import ntxent, pair_weights, weighted_ntxent
+    from iclr25_simhand._model import HandEncoder
     from iclr25_simhand._pose import mine_similar_hands, normalise_keypoints
 
-    device = ctx.torch_device()
-    rows = []
+    device = _join_group(ctx, cfg.seed)
+    here = ctx.world
+    arms: dict[str, Any] = {}
+    pairs = []  # (what, n, baseline arm, our arm)
     for n in cfg.batch_sizes:
         z1 = torch.randn(n, 128, device=device, requires_grad=True)
         z2 = torch.randn(n, 128, device=device, requires_grad=True)
@@ -443,9 +529,10 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             wp, wn = pair_weights(j1, j2)
             weighted_ntxent(z1, z2, wp.to(device), wn.to(device)).backward()
 
-        tb, tw = _median_time(base, cfg.repeats), _median_time(weighted, cfg.repeats)
-        rows.append({"what": "loss fwd+bwd", "n": n, "ntxent_ms": 1e3 * tb, "weighted_ms": 1e3 * tw,
-                     "ratio": tw / tb})  # fmt: skip
+        arms[f"ntxent n={n}"], arms[f"weighted n={n}"] = base, weighted
+        pairs.append(
+            ("pair weights + weighted NT-Xent vs NT-Xent fwd+bwd", n, f"ntxent n={n}", f"weighted n={n}")
+        )
     for n in cfg.pool_sizes:
         kp = np.random.default_rng(0).random((n, 21, 2)).astype(np.float32) * 32
 
@@ -456,13 +543,69 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             np.fill_diagonal(d, np.inf)
             d.argmin(1)
 
-        tb = _median_time(brute, cfg.repeats)
-        tm = _median_time(lambda kp=kp: mine_similar_hands(kp), cfg.repeats)
-        rows.append({"what": "mining (PCA+kNN) vs brute force", "n": n, "ntxent_ms": 1e3 * tb,
-                     "weighted_ms": 1e3 * tm, "ratio": tm / tb})  # fmt: skip
+        arms[f"brute n={n}"], arms[f"mined n={n}"] = brute, lambda kp=kp: mine_similar_hands(kp)
+        pairs.append(
+            ("mine_similar_hands (PCA + kNN) vs brute-force all-pairs NN", n, f"brute n={n}", f"mined n={n}")
+        )
+    # one pre-training step (the training loop's own step: views, encoder forward/backward, loss, Adam), built here
+    rng = np.random.default_rng(cfg.seed)
+    b, side = cfg.train_batch, 32
+    images = torch.from_numpy(rng.random((4 * b, 3, side, side)).astype(np.float32))
+    kp = torch.from_numpy((rng.random((4 * b, 21, 2)) * (side - 1)).astype(np.float32))
+    partner = torch.roll(torch.arange(4 * b), 1)
+    counters, sent = {}, {}
+    for method in ("simclr", "simw"):
+        torch.manual_seed(cfg.seed)
+        model = HandEncoder(_backbone(16)).to(device)
+        counters[method], sent[method] = ByteCounter(), {"bytes": 0}
+        step = _pretrain_step(method, model, images, kp, partner, batch_size=b, lr=1e-3, temperature=0.5,
+                              gen=torch.Generator().manual_seed(cfg.seed), device=device,
+                              comm_hook=counters[method].hook)  # fmt: skip
+
+        def call(step: Any = step, box: dict = sent[method]) -> None:
+            before = _distributed.SENT["bytes"]
+            step()
+            box["bytes"] = _distributed.SENT["bytes"] - before
+
+        arms[f"pretrain step {method}"] = call
+    pairs.append(
+        (
+            "SiM-W vs SimCLR pre-training step (width 16, 32 px)",
+            b,
+            "pretrain step simclr",
+            "pretrain step simw",
+        )
+    )
+    run = interleaved(arms, repeats=cfg.repeats, warmup=1, device=device, progress=ctx.progress)
+    calls = cfg.repeats + 1
+    rows = []
+    for what, n, base_arm, ours in pairs:
+        est = run.ratio(ours, base_arm)
+        rows.append({"what": what, "n": n, "baseline_ms": 1e3 * run.median(base_arm), "ours_ms": 1e3 * run.median(ours),
+                     "ratio": est.value, "interval": f"[{est.low:.3g}, {est.high:.3g}]"})  # fmt: skip
+    steps = [
+        {"method": m, "processes": here.world_size, "global_batch": b, "step_ms": 1e3 * run.median(f"pretrain step {m}"),
+         "ddp_grad_bytes_per_step": counters[m].bytes // calls, "gather_bytes_per_step": sent[m]["bytes"]}
+        for m in ("simclr", "simw")
+    ]  # fmt: skip
+    notes = [
+        "loss rows: baseline = plain NT-Xent, ours = weights + weighted loss (held equal: N, projections); mining "
+        "rows: baseline = brute-force all-pairs nearest neighbour, ours = mine_similar_hands (held equal: the "
+        "poses; not equal: PCA to 20 dims, group exclusion); step rows: one pre-training step (held equal: "
+        "encoder, batch, views, optimizer; not equal: SiM-W's latent transform and pose weights).",
+        f"iclr25_shared.bench.interleaved: 1 warm-up call of each arm, then {cfg.repeats} rounds running every arm "
+        "once in rotated order; ratio = median of per-round ratios, 95% bootstrap interval over rounds.",
+        "ddp_grad_bytes_per_step: gradient bytes this rank all-reduced per step (ByteCounter); "
+        "gather_bytes_per_step: payload of the differentiable all-gathers of the projections and the BatchNorm "
+        "all-reduces (forward and backward). Both 0 in one process.",
+    ]
+    if here.is_distributed:
+        notes.append(
+            f"{here.world_size} processes on this machine: each rank computes 1/{here.world_size} of the step's "
+            "batch (the loss and mining arms run whole on every rank); on 2 shared CPU cores no speed-up is expected."
+        )
     return Result(
-        tables={"bench": rows},
-        notes=["loss rows: ntxent_ms = plain NT-Xent, weighted_ms = weights + weighted loss; mining rows: "
-               "ntxent_ms = brute-force all-pairs nearest neighbour, weighted_ms = mine_similar_hands. ratio = "
-               "weighted / baseline, median of --repeats, same run."],
-    )  # fmt: skip
+        metrics={"processes": here.world_size, "bench_run": run.as_dict()},
+        tables={"bench": rows, "training step": steps},
+        notes=notes,
+    )

@@ -139,8 +139,9 @@ class EvaluateConfig(CommonOptions):
 class ReproduceConfig(CommonOptions):
     """scratch vs SimCLR vs PeCLR vs SiM vs SiM-W: pre-train at equal budget, fine-tune at label fractions, 3-D error."""
 
-    size: Literal["tiny", "quick", "full"] = "quick"
-    """tiny (seconds, a smoke test), quick (minutes on 2 CPU cores) or full."""
+    size: Literal["tiny", "quick", "full", "gpu"] = "quick"
+    """tiny (seconds, a smoke test), quick (minutes on 2 CPU cores), full, or gpu (about a minute or two on one
+    H200 with --device cuda, an estimate)."""
     seeds: int = 3
     """Independent seeds (>= 2 for an interval; 3 or more recommended)."""
     fractions: tuple[float, ...] = (0.1, 1.0)
@@ -172,10 +173,13 @@ class ReproduceConfig(CommonOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """Weighted loss vs plain NT-Xent and PCA+kNN mining vs brute force, as time ratios measured in one run."""
+    """Weighted loss vs plain NT-Xent, PCA+kNN mining vs brute force and a SiM-W vs SimCLR pre-training step, as
+    time ratios from interleaved rounds in one run; under torchrun also the bytes communicated per step."""
 
     repeats: int = 5
-    """Timed repetitions per point (the median is reported)."""
+    """Timed rounds (each runs every arm once, order rotated; medians and bootstrap intervals of the ratios)."""
+    train_batch: int = 64
+    """Global batch of the timed pre-training steps (split across ranks under torchrun)."""
     batch_sizes: tuple[int, ...] = (64, 256, 1024)
     """Contrastive batch sizes N (each >= 2)."""
     pool_sizes: tuple[int, ...] = (1000, 5000)
@@ -184,6 +188,7 @@ class BenchConfig(CommonOptions):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int("repeats", self.repeats, low=1)
+        check_int("train_batch", self.train_batch, low=2)
         for b in self.batch_sizes:
             check_int("batch_sizes", b, low=2)
         for p in self.pool_sizes:
