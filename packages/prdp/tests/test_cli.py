@@ -142,3 +142,17 @@ def test_run_navier_stokes_tiny(tmp_path):
     # 64 training trajectories in batches of 8, 3 rollout steps, forward + adjoint solve: 2 x 3 x 8 solves per epoch
     assert metrics["total_solver_iterations"] == 2 * (2 * 3 * 8) * 3
     assert metrics["final exact-pressure nMSE"] > 0
+
+
+def test_reproduce_size_presets(monkeypatch, capsys):
+    """--size quick keeps the CPU defaults (3 seeds, 32x32 Navier-Stokes); --size gpu is 5 seeds on 48x48; explicit
+    --seeds / --grid win over either preset (issue 40)."""
+    from iclr25_prdp import cli
+
+    seen = []
+    monkeypatch.setitem(cli.COMMANDS, "reproduce", (cli.ReproduceConfig, lambda cfg, ctx: seen.append(cfg)))
+    for argv in (["reproduce"], ["reproduce", "--size", "gpu"], ["reproduce", "--size", "gpu", "--seeds", "2"],
+                 ["reproduce", "--grid", "40"]):  # fmt: skip
+        assert main([*argv, "--quiet"]) == 0, capsys.readouterr().err
+    assert [cfg.resolved() for cfg in seen] == [(3, 32), (5, 48), (2, 48), (3, 40)]
+    assert main(["reproduce", "--size", "huge", "--quiet"]) == 2

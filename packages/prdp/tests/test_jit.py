@@ -95,6 +95,7 @@ def _upwind_dense(n, c, nu, dt=1.0):
     return eye + dt * (c * (eye - down) / h - nu * lap)
 
 
+@pytest.mark.slow  # fast tier: the A^T adjoint of a non-symmetric operator and the operator-parameter gradient
 def test_implicit_gradient_wrt_parameters_of_a_non_symmetric_operator():
     n = 12
     b = jnp.sin(jnp.arange(1.0, n + 1))
@@ -115,10 +116,11 @@ def test_implicit_gradient_wrt_parameters_of_a_non_symmetric_operator():
         return jnp.dot(w, solve(op, b, method="jacobi", iterations=k, diff="implicit"))
 
     p = jnp.array([c0, nu0])
+    grad = jax.jit(
+        jax.grad(loss), static_argnums=1
+    )  # compiled: eager dispatch made this the slowest fast test
     # at convergence: the dense-solve gradient
-    np.testing.assert_allclose(
-        np.asarray(jax.grad(loss)(p, 400)), np.asarray(jax.grad(loss_dense)(p)), rtol=1e-9
-    )
+    np.testing.assert_allclose(np.asarray(grad(p, 400)), np.asarray(jax.grad(loss_dense)(p)), rtol=1e-9)
 
     # at finite K: dL/dp = -v^T (dA/dp) x_K with x_K = K Jacobi steps on A and v = K Jacobi steps on A^T w
     k = 6
@@ -129,7 +131,7 @@ def test_implicit_gradient_wrt_parameters_of_a_non_symmetric_operator():
         v = v + (np.asarray(w) - A.T @ v) / np.diag(A)
     dA = np.asarray(jax.jacfwd(lambda q: _upwind_dense(n, q[0], q[1]))(p))  # (n, n, 2)
     expected = -np.einsum("i,ijp,j->p", v, dA, x)
-    np.testing.assert_allclose(np.asarray(jax.grad(loss)(p, k)), expected, rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(grad(p, k)), expected, rtol=1e-10)
 
 
 @pytest.mark.parametrize("diff", ["implicit", "unrolled"])

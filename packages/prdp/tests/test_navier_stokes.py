@@ -93,6 +93,7 @@ def test_float32_cg_stays_converged_far_past_convergence():
         assert rel < 1e-4, (k, rel)
 
 
+@pytest.mark.slow  # the fast tier keeps the implicit solve's finite-difference check (test_gradients.py)
 def test_implicit_derivative_of_the_step_matches_finite_differences_at_convergence():
     flow = KolmogorovFlow(n=8)
     u, v = flow.random_state(jax.random.key(4))
@@ -105,8 +106,9 @@ def test_implicit_derivative_of_the_step_matches_finite_differences_at_convergen
         return jnp.sum(un * jnp.cos(un)) + jnp.sum(vn**2)
 
     eps = 1e-5
-    fd = (f(eps) - f(-eps)) / (2 * eps)
-    assert float(jax.grad(f)(0.0)) == pytest.approx(float(fd), rel=1e-6)
+    f_jit = jax.jit(f)  # compiled: the eager step dispatched hundreds of small ops (24 s of the fast tier)
+    fd = (f_jit(eps) - f_jit(-eps)) / (2 * eps)
+    assert float(jax.jit(jax.grad(f))(0.0)) == pytest.approx(float(fd), rel=1e-6)
 
 
 def test_bad_flow_parameters_raise_naming_the_field():

@@ -109,7 +109,8 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     from iclr25_prdp._reproduce import reproduce_experiment, save_plots, summary_row, summary_rows
 
     device = _device(ctx)
-    seeds = [cfg.seed + i for i in range(cfg.seeds)]
+    n_seeds, grid = cfg.resolved()
+    seeds = [cfg.seed + i for i in range(n_seeds)]
     rows, per_seed, summaries, metrics, timings = [], [], [], {}, {}
     diagnostics: list[dict[str, Any]] = []
     with jax.default_device(device):
@@ -122,7 +123,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                 method=cfg.ns_method if name == "navier-stokes" else "jacobi",
                 seeds=seeds,
                 say=ctx.log.info,
-                grid=cfg.grid,
+                grid=grid,
                 tick=check_interrupted,
             )
             baseline = next(iter(arms.values()))

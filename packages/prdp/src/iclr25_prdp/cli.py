@@ -82,6 +82,10 @@ class RunConfig(CommonOptions):
             )
 
 
+SIZES = {"quick": (3, 32), "gpu": (5, 48)}
+"""``--size`` presets of ``reproduce``: (seeds, Navier-Stokes grid)."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(CommonOptions):
     """Converged fixed K vs PRDP per seed, cost at equal accuracy (mean, SD, 95 % CI); coarse K on the first seed."""
@@ -93,12 +97,18 @@ class ReproduceConfig(CommonOptions):
         "navier-stokes",
     )
     """Experiments to run."""
+    size: Literal["quick", "gpu"] = "quick"
+    """quick: the CPU size (3 seeds, Navier-Stokes on 32x32); gpu: for one GPU, never run (5 seeds, Navier-Stokes
+    on 48x48 with K_eps = 675 for Jacobi: about 8x the quick size's solver work; estimate in the README). --seeds
+    and --grid override either preset."""
     epochs: int | None = None
     """Override every experiment's epoch count (default: 180 / 50 / 60 / 30)."""
-    seeds: int = 3
-    """Seeds per experiment (network initialisation and batch order; poisson-inverse is deterministic)."""
-    grid: int = 32
-    """navier-stokes: cells per axis of the coarse grid (the reference runs on twice as many)."""
+    seeds: int | None = None
+    """Seeds per experiment (network initialisation and batch order; poisson-inverse is deterministic); default:
+    the size's (quick 3, gpu 5)."""
+    grid: int | None = None
+    """navier-stokes: cells per axis of the coarse grid (the reference runs on twice as many); default: the
+    size's (quick 32, gpu 48)."""
     ns_method: Literal["jacobi", "conjugate_gradient"] = "jacobi"
     """navier-stokes: pressure solver (jacobi: K_eps = 300, the solves dominate a training epoch;
     conjugate_gradient: K_eps = 40, they do not)."""
@@ -111,8 +121,15 @@ class ReproduceConfig(CommonOptions):
             raise ValueError("experiments must name at least one experiment")
         if self.epochs is not None:
             check_int("epochs", self.epochs, low=1)
-        check_int("seeds", self.seeds, low=1)
-        check_int("grid", self.grid, low=4)
+        if self.seeds is not None:
+            check_int("seeds", self.seeds, low=1)
+        if self.grid is not None:
+            check_int("grid", self.grid, low=4)
+
+    def resolved(self) -> tuple[int, int]:
+        """``(seeds, grid)``: the given values, else the size preset's."""
+        seeds, grid = SIZES[self.size]
+        return (self.seeds or seeds, self.grid or grid)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
