@@ -131,11 +131,11 @@ def test_bench_interleaves_the_arms_and_measures_quality_with_intervals(tmp_path
     models = tmp_path / "models"
     _write_tiny_models(models)
     out = tmp_path / "bench"
-    argv = ["bench", "--models", str(models), "--k", "3", "--deltas", "0.1", "0.3", "--images", "1", "--repeats", "3",
-            "--quality-images", "20", "--out", str(out), "--quiet"]  # fmt: skip
+    argv = ["bench", "--models", str(models), "--k", "3", "--deltas", "0.1", "--lams", "2", "--images", "1",
+            "--repeats", "3", "--quality-images", "20", "--out", str(out), "--quiet"]  # fmt: skip
     assert main(argv) == 0
     res = json.loads((out / "results.json").read_text())
-    names = ["target-only AR", "standard SD (delta=0)", "LANTERN k=3 delta=0.1", "LANTERN k=3 delta=0.3"]
+    names = ["target-only AR", "standard SD (delta=0)", "LANTERN k=3 delta=0.1", "LANTERN k=3 lambda=2"]
     speed, quality = res["tables"]["speed"], res["tables"]["quality"]
     assert [r["method"] for r in speed] == names and [r["method"] for r in quality] == names
     bench = res["metrics"]["bench"]

@@ -168,17 +168,17 @@ class BenchConfig(CommonOptions):
     """Folder with models.pt written by `reproduce --out` (default: train models of --size here)."""
     size: Literal["quick", "tiny"] = "quick"
     """Models trained when --models is omitted: quick (the reproduction's sizes) or tiny (smoke test)."""
-    images: int = 16
+    images: int = 12
     """Images decoded by one timed call of each arm (>= 1)."""
     repeats: int = 15
     """Interleaved timing rounds (>= 3 for an interval)."""
-    quality_images: int = 1000
+    quality_images: int = 500
     """Images decoded once per arm for the quality comparison (>= 20)."""
-    k: int = 8
+    k: int = 64
     """LANTERN neighbours (>= 1)."""
-    deltas: tuple[float, ...] = (0.05, 0.1, 0.2)
+    deltas: tuple[float, ...] = (0.01, 0.05)
     """LANTERN budgets, each in (0, 1] (the official code's delta > 1, its lambda mode, is --lams)."""
-    lams: tuple[float, ...] = ()
+    lams: tuple[float, ...] = (1.5, 2.0, 3.0)
     """LANTERN++ relative budgets lambda > 1, one arm each (after the --deltas arms)."""
     gamma: int = 4
     """Draft tokens per round (>= 1)."""
