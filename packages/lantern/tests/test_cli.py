@@ -148,6 +148,11 @@ def test_bench_interleaves_the_arms_and_measures_quality_with_intervals(tmp_path
     assert [type(r["in quality band"]) for r in quality] == [str, str, bool, bool]
     steps = res["tables"]["acceptance_step"]
     assert [r["method"] for r in steps] == names[1:]
+    profile = res["tables"]["profile"]
+    assert [r["method"] for r in profile] == names[1:]
+    for row in profile:  # the parts and the rest add up to the round
+        parts = sum(v for k, v in row.items() if k not in ("method", "round (us/round)"))
+        assert parts == pytest.approx(row["round (us/round)"])
 
 
 # -- the boundary: a user's models folder and data folder (issue 37) -----------------------------------------------

@@ -682,6 +682,70 @@ def _recorded_rounds(models, labels, gamma, seed, n_rounds):
     return rounds
 
 
+PROFILE_PARTS = (
+    "drafter forward",
+    "target forward",
+    "verification (verify_drafts)",
+    "draws (_draw)",
+    "logits processor",
+    "finite checks",
+)
+
+
+def _round_profile(models, relax, labels, seed, gamma) -> dict[str, float]:
+    """CPU microseconds per round (one target call) spent in each part of speculative decoding, measured by
+    wrapping the parts with ``time.process_time`` for one decode of ``labels`` (the wrappers are removed after).
+    ``draws`` are the drafter's and the bonus draws; the residual draw of a rejection is part of verification."""
+    import iclr25_lantern._decoding as dec
+    from iclr25_lantern._relaxed import LogitsProcessor
+
+    spent = dict.fromkeys(PROFILE_PARTS, 0.0)
+    active: list[
+        str
+    ] = []  # a part called inside another (the residual draw in verify_drafts) counts for the outer
+
+    def timed(fn, key):
+        def inner(*args, **kwargs):
+            if active:
+                return fn(*args, **kwargs)
+            active.append(key)
+            tic = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] += time.process_time() - tic
+                active.pop()
+
+        return inner
+
+    target, drafter = models["target"], models["drafter"]
+    saved = {name: getattr(dec, name) for name in ("verify_drafts", "_draw", "_finite")}
+    processor = LogitsProcessor()
+    call = type(processor).__call__
+    target.forward = timed(target.forward, "target forward")
+    drafter.forward = timed(drafter.forward, "drafter forward")
+    dec.verify_drafts = timed(saved["verify_drafts"], "verification (verify_drafts)")
+    dec._draw = timed(saved["_draw"], "draws (_draw)")
+    dec._finite = timed(saved["_finite"], "finite checks")
+    type(processor).__call__ = timed(call, "logits processor")
+    try:
+        tic = time.process_time()
+        _, stats = _decode_images(
+            models, labels, seed, method="sd", relax=relax, gamma=gamma, processor=processor
+        )
+        total = time.process_time() - tic
+    finally:
+        del target.forward, drafter.forward
+        for name, fn in saved.items():
+            setattr(dec, name, fn)
+        type(processor).__call__ = call
+    rounds = stats["target_calls"]
+    out = {key: 1e6 * value / rounds for key, value in spent.items()}
+    out["rest of the loop"] = 1e6 * (total - sum(spent.values())) / rounds
+    out["round"] = 1e6 * total / rounds
+    return out
+
+
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     """Tokens/s of target-only AR, standard SD and LANTERN (shared interleaved protocol) and their quality."""
     import torch
@@ -776,7 +840,17 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         est = step_run.ratio(name, sd_name)
         steps.append({"method": name, "microseconds per verification": 1e6 * step_run.median(name) / len(rounds),
                       "cost vs SD verification [95% CI]": f"{est.value:.3f} [{est.low:.3f}, {est.high:.3f}]"})  # fmt: skip
-    tables: dict[str, Any] = {"speed": speed, "quality": quality, "acceptance_step": steps}
+    profile = []
+    for name, method, relax in arms:
+        if method == "sd":
+            prof = _round_profile(models, relax, labels, cfg.seed, cfg.gamma)
+            profile.append({"method": name, **{f"{k} (us/round)": v for k, v in prof.items()}})
+    tables: dict[str, Any] = {
+        "speed": speed,
+        "quality": quality,
+        "acceptance_step": steps,
+        "profile": profile,
+    }
     if cfg.text:
         tables["text"] = _text_row(cfg, ctx, timings)
     costs = _call_costs(models)
@@ -804,5 +878,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             f"acceptance step: {len(rounds)} recorded verification rounds (gamma = {cfg.gamma} positions each) "
             "verified with verify_drafts (acceptance probabilities, draws, residual at the first rejection), "
             "interleaved with the same protocol.",
+            f"profile: CPU microseconds per round (target call) in each part, one decode of the {cfg.images} speed "
+            "prompts per speculative arm, parts timed with process_time wrappers (removed afterwards).",
         ],
     )
