@@ -59,3 +59,4 @@ def test_bench_distributed_counts_two_floats_for_lozo_and_the_gradient_for_ddp(t
     for r in rows:
         assert (r["lozo_bytes_per_step"], r["lozo_all_reduces_per_step"]) == (16, 1)
         assert r["ddp_adam_bytes_per_step"] == 4 * r["parameters"]  # every fp32 gradient, once
+        assert r["lozo_step_seconds"] > 0 and r["ddp_adam_step_seconds"] > 0

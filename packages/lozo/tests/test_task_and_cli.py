@@ -238,6 +238,12 @@ def test_cli_bench_on_tiny(tmp_path, capsys):
     ]
     assert [r["method"] for r in rows] == ["lozo", "adam"]
     assert all(r["time_vs_inference"] > 0 and r["memory_vs_inference"] > 0 for r in rows)
+    result = json.loads((tmp_path / "results.json").read_text())
+    timed = result["tables"]["time per step / one inference forward (interleaved, one process)"]
+    assert [r["method"] for r in timed] == ["inference", "lozo", "adam"]
+    assert timed[0]["time_vs_inference"] == 1.0 and timed[0]["95 % CI"] == "[1.00, 1.00]"
+    # one round, arms in the given order (the shared protocol's record)
+    assert result["metrics"]["bench_run"]["order"] == [["inference", "lozo", "adam"]]
 
 
 @pytest.mark.parametrize(

@@ -9,24 +9,10 @@ Usage: ``python -m torch.distributed.run --nproc_per_node N -m iclr25_lozo._dist
 
 import json
 import sys
-import time
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
-
-
-def _median_step_seconds(step: Any, repeats: int) -> float:
-    step()  # warm-up (allocates optimizer state, DDP buckets)
-    times = []
-    for _ in range(repeats):
-        dist.barrier()
-        start = time.perf_counter()
-        step()
-        dist.barrier()
-        times.append(time.perf_counter() - start)
-    return float(np.median(times))
 
 
 def main(args: dict[str, Any], out: str) -> None:
@@ -75,7 +61,6 @@ def main(args: dict[str, Any], out: str) -> None:
         result["lozo_all_reduces_per_step"] = sent["calls"]
     finally:
         dist.all_reduce = real_all_reduce  # type: ignore[assignment]
-    result["lozo_step_seconds"] = _median_step_seconds(lozo_step, int(args["repeats"]))
 
     # -- DDP + Adam: count the gradient buckets DDP all-reduces -------------------------------------------------
     from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
@@ -101,7 +86,28 @@ def main(args: dict[str, Any], out: str) -> None:
     grad_sent["bytes"] = 0
     adam_step()
     result["ddp_adam_bytes_per_step"] = grad_sent["bytes"]
-    result["ddp_adam_step_seconds"] = _median_step_seconds(adam_step, int(args["repeats"]))
+    # both arms timed in this process, interleaved (every rank runs them in the same order, so the collectives
+    # match); a barrier before each call so that a rank's time is the step's, not its wait for the others
+    from iclr25_shared.bench import interleaved
+
+    def synced(step: Any) -> Any:
+        def call() -> None:
+            dist.barrier()
+            step()
+            dist.barrier()
+
+        return call
+
+    run = interleaved(
+        {"lozo": synced(lozo_step), "ddp_adam": synced(adam_step)},
+        repeats=int(args["repeats"]),
+        warmup=1,
+        device=device,
+    )
+    result["lozo_step_seconds"] = run.median("lozo")
+    result["ddp_adam_step_seconds"] = run.median("ddp_adam")
+    est = run.ratio("ddp_adam", "lozo")
+    result["ddp_adam_vs_lozo_time"] = [est.value, est.low, est.high]
     if rank == 0:
         with open(out, "w") as fh:
             json.dump(result, fh)

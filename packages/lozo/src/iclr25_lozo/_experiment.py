@@ -774,11 +774,76 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             "(model weights included)"
         )
     tables: dict[str, Any] = {"ratios to one inference forward pass": rows}
+    metrics: dict[str, Any] = {}
+    if cfg.methods:
+        time_rows, run = _bench_interleaved(cfg, ctx)
+        tables["time per step / one inference forward (interleaved, one process)"] = time_rows
+        metrics["bench_run"] = run
+        by = {t["method"]: t for t in time_rows}
+        for row in rows:  # the interleaved ratio replaces the separate processes' medians
+            row["time_vs_inference"] = by[row["method"]]["time_vs_inference"]
+            row["time_vs_inference_95ci"] = by[row["method"]]["95 % CI"]
+            row["step_seconds"] = by[row["method"]]["step_seconds"]
+            row["inference_seconds"] = by["inference"]["step_seconds"]
     if cfg.distributed:
         tables["data parallel: LOZO (2 scalars per step) vs DDP + Adam (the gradient)"] = _bench_distributed(
             cfg
         )
-    return Result(tables=tables)
+    notes = [
+        "memory: each method in a fresh process (peak above the pre-load baseline, weights included); time: every "
+        "method and one inference forward in one process, interleaved (iclr25_shared.bench.interleaved: warm-up, "
+        f"then {cfg.repeats} rounds in rotating order), ratio = median of per-round ratios with a 95 % bootstrap "
+        "interval. Held equal: model, weights, batch; a zeroth-order step is 2 forward passes, an Adam step one "
+        "forward and one backward.",
+    ]
+    return Result(metrics=metrics, tables=tables, notes=notes)
+
+
+def _bench_interleaved(cfg: BenchConfig, ctx: RunContext) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One inference forward and one step of every method, timed in this process with the shared interleaved
+    protocol; one model shared by all arms (lr 1e-7: the weights barely move, as in the memory workers)."""
+    from iclr25_lozo._models import bench_model_and_batch
+    from iclr25_shared.bench import interleaved
+
+    device = resolve_device(cfg.device)
+    model, ids = bench_model_and_batch(
+        cfg.model, device=device, dtype=cfg.dtype, batch_size=cfg.batch_size, seq_len=cfg.seq_len
+    )
+    ids = ids.to(device)
+
+    def loss_fn(_: Any = None) -> torch.Tensor:
+        return model(input_ids=ids, labels=ids).loss.float()
+
+    def inference() -> None:
+        with torch.no_grad():
+            loss_fn()
+
+    arms: dict[str, Any] = {"inference": inference}
+    for method in cfg.methods:
+        opt = make_optimizer(
+            method, model, lr=1e-7, eps=1e-3, rank=2, interval=50, momentum=0.9, weight_decay=0.0, seed=0
+        )
+        arms[method] = lambda opt=opt: train_steps(model, opt, loss_fn, lambda: None, 1, quiet=True, desc="")
+    run = interleaved(
+        arms,
+        repeats=cfg.repeats,
+        warmup=1,
+        device=device,
+        progress=lambda it: ctx.progress(it, total=cfg.repeats, desc="interleaved"),
+    )
+    rows = []
+    for name in arms:
+        est = run.ratio(name, "inference")
+        rows.append(
+            {
+                "method": name,
+                "step_seconds": run.median(name),
+                "time_vs_inference": est.value,
+                "95 % CI": f"[{est.low:.2f}, {est.high:.2f}]",
+                "rounds": cfg.repeats,
+            }
+        )
+    return rows, run.as_dict()
 
 
 def _bench_distributed(cfg: BenchConfig) -> list[dict[str, Any]]:
@@ -822,6 +887,9 @@ def _bench_distributed(cfg: BenchConfig) -> list[dict[str, Any]]:
                 "ddp_adam_bytes_per_step": r["ddp_adam_bytes_per_step"],
                 "lozo_step_seconds": r["lozo_step_seconds"],
                 "ddp_adam_step_seconds": r["ddp_adam_step_seconds"],
+                "ddp_adam / lozo time [95 % CI]": "{:.2f} [{:.2f}, {:.2f}]".format(
+                    *r["ddp_adam_vs_lozo_time"]
+                ),
                 "parameters": r["parameters"],
             }
         )

@@ -236,8 +236,9 @@ class BenchConfig(CommonOptions):
     """Sequences per batch."""
     seq_len: int = 64
     """Tokens per sequence."""
-    repeats: int = 3
-    """Timed repetitions (the median is reported)."""
+    repeats: int = 7
+    """Timed rounds of the interleaved timing (every method and one inference forward per round, rotating order;
+    medians and bootstrap intervals of the per-round ratios), and timed steps of each memory worker."""
     methods: tuple[str, ...] = ("lozo", "lozo-m", "mezo", "adam")
     """Which optimizers to measure."""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
