@@ -47,7 +47,7 @@ def _loss_and_grads(backbone, device, autocast=False, b=32):
         loss, parts = debgcd_loss(model(views), y, lab, epoch=0, cfg=LOSS)
     loss.backward()
     grads = {n: p.grad.float().cpu() for n, p in model.named_parameters() if p.grad is not None}
-    return float(loss), parts, grads
+    return float(loss.detach()), parts, grads
 
 
 @pytest.mark.parametrize("backbone", ["mlp", "convnet"])
