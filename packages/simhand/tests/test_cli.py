@@ -58,3 +58,33 @@ def test_bad_input_exits_2_with_one_line(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err and len(err.splitlines()) == 1
+
+
+def test_bench_interleaves_its_arms_and_reports_the_training_step(tmp_path):
+    import json
+    import statistics
+
+    out = tmp_path / "bench"
+    argv = ["bench", "--batch-sizes", "8", "--pool-sizes", "40", "--train-batch", "4", "--repeats", "2"]
+    assert main([*argv, "--quiet", "--out", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())
+    run = res["metrics"]["bench_run"]
+    arms = [
+        "ntxent n=8",
+        "weighted n=8",
+        "brute n=40",
+        "mined n=40",
+        "pretrain step simclr",
+        "pretrain step simw",
+    ]
+    # issue 43: every round runs every arm once, the order rotated between rounds (not one arm's repeats in a block)
+    assert [sorted(r) for r in run["order"]] == [sorted(arms)] * 2 and run["order"][0] != run["order"][1]
+    rows = {(r["what"][:8], r["n"]): r for r in res["tables"]["bench"]}
+    loss = rows[("pair wei", 8)]
+    t_base, t_ours = run["times_s"]["ntxent n=8"], run["times_s"]["weighted n=8"]
+    assert loss["ratio"] == pytest.approx(
+        statistics.median([o / b for b, o in zip(t_base, t_ours)]), rel=1e-12
+    )
+    steps = {r["method"]: r for r in res["tables"]["training step"]}
+    assert set(steps) == {"simclr", "simw"} and steps["simw"]["processes"] == 1
+    assert steps["simw"]["ddp_grad_bytes_per_step"] == steps["simw"]["gather_bytes_per_step"] == 0

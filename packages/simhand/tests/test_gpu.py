@@ -47,7 +47,9 @@ def _loss_and_grads(device, autocast=False, n=32):
         wp, wn = pair_weights(_norm2d(k1), _norm2d(k2))
         loss = weighted_ntxent(z1, z2, wp.to(device), wn.to(device), temperature=0.5)
     loss.backward()
-    return float(loss), {k: p.grad.float().cpu() for k, p in model.named_parameters() if p.grad is not None}
+    return float(loss.detach()), {
+        k: p.grad.float().cpu() for k, p in model.named_parameters() if p.grad is not None
+    }
 
 
 def test_weighted_loss_forward_and_backward_on_cuda_fp32_match_the_cpu():
