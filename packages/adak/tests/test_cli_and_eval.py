@@ -389,3 +389,19 @@ def test_an_empty_or_binary_text_file_exits_2(folders, tmp_path, capsys, content
     assert _evaluate(folders / "moe", "--text", str(text)) == 2
     err = _one_line(capsys)
     assert "--text" in err and str(text) in err, err
+
+
+def test_reproduce_gpu_preset_fills_only_the_options_left_at_their_defaults():
+    from iclr25_adak._experiment import GPU_PRESET, _apply_preset
+    from iclr25_adak.cli import ReproduceConfig
+
+    quick = ReproduceConfig()
+    assert _apply_preset(quick) == quick
+    gpu = _apply_preset(ReproduceConfig(size="gpu"))
+    assert (
+        (gpu.seeds, gpu.steps, gpu.batch, gpu.eval_blocks) == (8, 50, 32, 256) == tuple(GPU_PRESET.values())
+    )
+    # 8 seeds x 50 rollouts x 32 blocks against 3 x 25 x 8: the 10-100x of issue 40
+    assert 10 <= (gpu.seeds * gpu.steps * gpu.batch) / (quick.seeds * quick.steps * quick.batch) <= 100
+    mine = _apply_preset(ReproduceConfig(size="gpu", seeds=4))
+    assert mine.seeds == 4 and mine.steps == 50

@@ -80,9 +80,10 @@ def test_two_ranks_equal_one_process_within_summation_order():
         assert np.array_equal(two[0]["state"][k], two[1]["state"][k])
     # against one process: the same sampled k for every token (per-token uniforms), the same update up to the
     # float32 summation order of the loss mean and of the gradient all-reduce (two partial means averaged vs one
-    # mean): measured differences ~1e-7 after 3 steps; the tolerance leaves two orders of magnitude
+    # mean). Measured: 2.0e-6 on the allocator weights after 3 Adam steps at lr 5e-2, 4.8e-7 on the step
+    # statistics, 1.4e-7 on the evaluation; tolerances 2e-5 / 1e-5 / 1e-6
     for k in one["state"]:
-        np.testing.assert_allclose(two[0]["state"][k], one["state"][k], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(two[0]["state"][k], one["state"][k], rtol=1e-5, atol=2e-5)
     np.testing.assert_allclose(np.array(two[0]["history"]), np.array(one["history"]), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.array(two[1]["eval"]), np.array(one["eval"]), rtol=1e-5, atol=1e-6)
     # what was communicated: the allocators' gradients once per PPO epoch (2 layers x (6 x 32 + 6) float32)

@@ -77,10 +77,12 @@ def _sorted_pairs(indices: torch.Tensor, num_experts: int) -> tuple[torch.Tensor
     """Slot positions sorted by expert id (stable: token order within an expert; sentinels last), their token
     ids and the ``(N + 1,)`` per-expert counts (the last one counts sentinel slots)."""
     slots = indices.shape[1]
-    flat = indices.reshape(-1)
+    flat = indices.reshape(-1).long().clamp(max=num_experts)
     order = torch.argsort(flat, stable=True)
     tokens = torch.div(order, slots, rounding_mode="floor")
-    counts = torch.bincount(flat.clamp(max=num_experts), minlength=num_experts + 1)
+    # not torch.bincount: on CUDA it reads the maximum on the host (a synchronisation)
+    counts = torch.zeros(num_experts + 1, dtype=torch.long, device=flat.device)
+    counts.index_add_(0, flat, torch.ones_like(flat))
     return order, tokens, counts
 
 
@@ -117,13 +119,13 @@ def _grouped(
     # rows past offs[-1] (sentinel slots) are not computed; their content is undefined, so they are masked out
     real = (torch.arange(order.numel(), device=x.device) < offs[-1])[:, None]
     wt = experts.gate_up_proj.dtype
-    h = _grouped_mm(x[tokens].to(wt), experts.gate_up_proj.transpose(-2, -1), offs)
+    h = _grouped_mm(x.index_select(0, tokens).to(wt), experts.gate_up_proj.transpose(-2, -1), offs)
     h = _gate(experts, torch.where(real, h, 0))
     h = _grouped_mm(h, experts.down_proj.transpose(-2, -1), offs)
-    h = torch.where(real, h, 0) * weights.reshape(-1)[order][:, None]
-    back = torch.empty_like(order)
-    back[order] = torch.arange(order.numel(), device=x.device)
-    return h[back].view(n, slots, -1).sum(dim=1).to(x.dtype)
+    h = torch.where(real, h, 0) * weights.reshape(-1).index_select(0, order)[:, None]
+    # back to (token, slot) order with gathers and a scatter (no atomics: deterministic on CUDA)
+    back = torch.empty_like(order).scatter_(0, order, torch.arange(order.numel(), device=x.device))
+    return h.index_select(0, back).view(n, slots, -1).sum(dim=1).to(x.dtype)
 
 
 def grouped_experts_forward(

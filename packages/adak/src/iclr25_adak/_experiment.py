@@ -23,7 +23,21 @@ FULL_SPEC = {"steps": 1500, "batch": 16, "docs": 9033, "layers": 6, "hidden": 19
 def _spec(size: str = "quick") -> Any:
     from iclr25_adak._zoo import MoESpec
 
-    return MoESpec(**(QUICK_SPEC if size == "quick" else FULL_SPEC))
+    return MoESpec(**(FULL_SPEC if size == "full" else QUICK_SPEC))
+
+
+GPU_PRESET = {"seeds": 8, "steps": 50, "batch": 32, "eval_blocks": 256}
+"""``reproduce --size gpu``: the quick host MoE (so the GPU run extends the CPU table) with more seeds, rollouts,
+rollout blocks and validation blocks; applied to the options left at their defaults."""
+
+
+def _apply_preset(cfg: Any) -> Any:
+    import dataclasses
+
+    if getattr(cfg, "size", None) != "gpu":
+        return cfg
+    defaults = {f.name: f.default for f in dataclasses.fields(cfg)}
+    return dataclasses.replace(cfg, **{k: v for k, v in GPU_PRESET.items() if getattr(cfg, k) == defaults[k]})
 
 
 def _text_blocks(tokenizer: Any, docs: list[str], seq_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -306,6 +320,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     from iclr25_adak._zoo import wiki_moe
     from iclr25_shared.metrics import paired_t_interval
 
+    cfg = _apply_preset(cfg)
     device = ctx.torch_device()
     here = _join_group(cfg, device)
     t0 = time.perf_counter()
@@ -389,7 +404,18 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         "loss_minus_static_interp < 0 means Ada-K beats static routing at the same mean k (paired t 95% CI over seeds)",
     ]
     return Result(
-        metrics={"static": static, "top_k": big_k, "seeds": cfg.seeds, "pretrain_s": t_pre},
+        metrics={
+            "static": static,
+            "top_k": big_k,
+            "seeds": cfg.seeds,
+            "pretrain_s": t_pre,
+            "settings": {
+                "size": cfg.size,
+                "steps": cfg.steps,
+                "batch": cfg.batch,
+                "eval_blocks": cfg.eval_blocks,
+            },
+        },
         tables={
             "adak_vs_static": summary,
             "k_per_layer": layer_rows,
