@@ -147,6 +147,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             setup=setups,
             progress=lambda it: ctx.progress(it, total=cfg.repeats, desc="bench rounds"),
         )
+        profile = _profile(patch, model, host_forward, adak_forward, use, cfg, device, k_big)
     patch.count = True
     host_arms = [f"top-{k_big} host {k}" for k in cfg.host_kernels]
     baseline = min(host_arms, key=run.median)
@@ -162,7 +163,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         row["forward_flops_vs_topK"] = 1.0 if lam is None else flops[lam] / flops["top"]
     goals = _goals(run, cfg, baseline, flops, mean_k_timed, k_big)
 
-    tables: dict[str, Any] = {"end_to_end": rows, "goals": goals}
+    tables: dict[str, Any] = {"end_to_end": rows, "goals": goals, "profile": profile}
     metrics: dict[str, Any] = {
         "baseline": baseline,
         "expert_share_of_forward_flops": expert_share,
@@ -178,6 +179,9 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         "not held equal: the Ada-K arms activate their allocators' k (timed_mean_k); quality columns are "
         f"validation NLL on {val.size} tokens",
         f"experts' share of forward FLOPs at top-{k_big}: {expert_share:.3f} (torch.utils.flop_counter, one pass)",
+        "profile: wall time per component of one forward (module hooks, median over rounds, arms interleaved); "
+        "routing = the host router (top-K) or allocator + variable-k routing (Ada-K); rest = embeddings, norms, "
+        "residuals, the auxiliary router-logit outputs and Python overhead",
     ]
     if cfg.width:
         block_rows, block_goals, block_run = _block_bench(cfg, k_hist, patch, device, dtype)
@@ -265,6 +269,70 @@ def _ddp_rows(cfg: BenchConfig, device: Any) -> list[dict[str, Any]]:
                 "held_equal": "global batch, model, PPO settings; per-rank batch halves at 2 processes",
             }
         )
+    return rows
+
+
+def _time_module(module: Any, label: str, acc: dict[str, float], handles: list[Any], sync: Any) -> None:
+    """Add the wall time of every call of ``module`` to ``acc[label]`` (hooks appended to ``handles``)."""
+    start: list[float] = []
+
+    def pre(*_: Any) -> None:
+        sync()
+        start.append(time.perf_counter())
+
+    def post(*_: Any) -> None:
+        sync()
+        acc[label] = acc.get(label, 0.0) + time.perf_counter() - start.pop()
+
+    handles.append(module.register_forward_pre_hook(pre))
+    handles.append(module.register_forward_hook(post))
+
+
+def _profile(
+    patch: Any, model: Any, host_forward: Any, adak_forward: Any, use: Any, cfg: Any, device: Any, k_big: int
+) -> list[dict[str, Any]]:
+    """Where the time of one forward goes: attention, routing, experts, LM head, rest (module hooks)."""
+    import torch
+
+    def sync() -> None:
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize(device)
+
+    layers = model.model.layers
+    arms = [(f"top-{k_big} host eager", None, host_forward)]
+    arms += [(f"Ada-K lam={_fmt(lam)} grouped", lam, adak_forward) for lam in cfg.lams]
+    samples: dict[str, dict[str, list[float]]] = {name: {} for name, _, _ in arms}
+    for _ in range(cfg.repeats):
+        for name, lam, fn in arms:
+            use(lam, "eager")
+            acc: dict[str, float] = {}
+            handles = []
+
+            for layer, router in zip(layers, patch.routers, strict=True):
+                _time_module(layer.self_attn, "attention", acc, handles, sync)
+                _time_module(layer.mlp.experts, "experts", acc, handles, sync)
+                _time_module(router if lam is not None else router.router, "routing", acc, handles, sync)
+            _time_module(model.lm_head, "lm_head", acc, handles, sync)
+            try:
+                sync()
+                t0 = time.perf_counter()
+                fn()
+                sync()
+                total = time.perf_counter() - t0
+            finally:
+                for h in handles:
+                    h.remove()
+            acc["rest"] = total - sum(acc.values())
+            acc["total"] = total
+            for k, v in acc.items():
+                samples[name].setdefault(k, []).append(v)
+    rows = []
+    for name, parts in samples.items():
+        med = {k: float(np.median(v)) for k, v in parts.items()}
+        row: dict[str, Any] = {"arm": name, "total_ms": 1e3 * med["total"]}
+        for k in ("attention", "routing", "experts", "lm_head", "rest"):
+            row[f"{k}_ms"] = 1e3 * med.get(k, 0.0)
+        rows.append(row)
     return rows
 
 
