@@ -10,7 +10,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from iclr25_adak import apply_adak, expert_flops_per_token, grouped_experts_forward
+from iclr25_adak import apply_adak, expert_flops_per_token, grouped_experts_forward, variable_k_route
 from iclr25_adak._dispatch import supports_grouped_dispatch
 
 N_EXP = 6
@@ -185,3 +185,32 @@ def test_grouped_dispatch_runs_only_for_mixed_k_and_remove_uninstalls_it(make_ti
         assert all("forward" not in b.experts.__dict__ for b in blocks)
         model(input_ids=ids)
     assert len(calls) == 2
+
+
+def test_one_call_routing_equals_the_host_router_per_token(family, make_tiny):
+    # softmax-top-k routers (Mixtral, Qwen2/3-MoE, OLMoE) are routed with one call at the largest k and each token
+    # cut to its own k; the reference is the host router itself called on each token with top_k = k_t
+    from iclr25_adak._routing import _is_softmax_topk_router
+
+    model = make_tiny(family)
+    patch = apply_adak(model)
+    router = patch.blocks[0].gate.router
+    assert _is_softmax_topk_router(router) == (family in ("mixtral", "qwen2_moe", "qwen3_moe", "olmoe"))
+    n = 30
+    x = torch.randn(n, 32, generator=torch.Generator().manual_seed(5))
+    k = torch.randint(1, patch.reachable_k + 1, (n,), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        logits, w, ix = variable_k_route(router, x, k, patch.num_experts)
+        old = router.top_k
+        try:
+            for t in range(n):
+                router.top_k = int(k[t])
+                lg, wt, it = router(x[t : t + 1])
+                kt = int(k[t])
+                # float32: a one-row and a batched GEMM round the 32-term logits differently (ulps)
+                torch.testing.assert_close(logits[t : t + 1], lg, rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(w[t, :kt], wt[0], rtol=1e-5, atol=1e-6)
+                assert torch.equal(ix[t, :kt], it[0].long())
+                assert (ix[t, kt:] == patch.num_experts).all() and (w[t, kt:] == 0).all()
+        finally:
+            router.top_k = old

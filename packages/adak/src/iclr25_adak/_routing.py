@@ -170,6 +170,8 @@ def _route(
     if lo == hi:
         with _top_k(gate, lo):
             return (*gate(x), True)
+    if _is_softmax_topk_router(gate):
+        return (*_softmax_topk_route(gate, x, k, hi, num_experts), False)
     logits = weights = None
     indices = torch.full((n, hi), num_experts, dtype=torch.long, device=x.device)
     for kv in torch.unique(k).tolist():
@@ -183,6 +185,49 @@ def _route(
         weights[rows, :kv] = w
         indices[rows, :kv] = ix.to(torch.long)
     return logits, weights, indices, False
+
+
+# routers whose forward is "linear -> softmax (float32) -> top-k -> optional renormalisation over the top-k": the
+# top-k_t of a token is the first k_t of its top-(max k), so one call serves every k (transformers 5.18-5.24 sources)
+_SOFTMAX_TOPK_ROUTERS: dict[str, tuple[str, bool]] = {
+    # class name: (module, whether the weights are cast back to the logits' dtype)
+    "MixtralTopKRouter": ("transformers.models.mixtral.modeling_mixtral", False),
+    "Qwen2MoeTopKRouter": ("transformers.models.qwen2_moe.modeling_qwen2_moe", True),
+    "Qwen3MoeTopKRouter": ("transformers.models.qwen3_moe.modeling_qwen3_moe", True),
+    "OlmoeTopKRouter": ("transformers.models.olmoe.modeling_olmoe", True),
+}
+
+
+def _is_softmax_topk_router(gate: nn.Module) -> bool:
+    spec = _SOFTMAX_TOPK_ROUTERS.get(type(gate).__name__)
+    return (
+        spec is not None
+        and type(gate).__module__ == spec[0]
+        and "forward" not in gate.__dict__  # not re-bound by someone else
+        and isinstance(getattr(gate, "weight", None), torch.Tensor)
+    )
+
+
+def _softmax_topk_route(
+    gate: nn.Module, x: torch.Tensor, k: torch.Tensor, hi: int, num_experts: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One call of a softmax-top-k router's arithmetic at ``top_k = hi``, each token cut to its own ``k_t``: the
+    slots past ``k_t`` get the sentinel id and weight 0, and the renormalisation (Mixtral always, the others when
+    ``norm_topk_prob``) sums only the first ``k_t`` values. The same selection and weights as one host call per
+    distinct k (up to the order of a float32 sum of at most ``hi`` terms), without a gather and scatter per k."""
+    renorm = type(gate).__name__ == "MixtralTopKRouter" or bool(getattr(gate, "norm_topk_prob", False))
+    cast = _SOFTMAX_TOPK_ROUTERS[type(gate).__name__][1]
+    logits = nn.functional.linear(x.reshape(-1, gate.weight.shape[-1]), gate.weight)
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float)
+    values, indices = torch.topk(probs, hi, dim=-1)
+    keep = torch.arange(hi, device=x.device)[None, :] < k[:, None]
+    values = torch.where(keep, values, 0.0)
+    if renorm:
+        values = values / values.sum(dim=-1, keepdim=True)
+    if cast:
+        values = values.to(logits.dtype)
+    indices = torch.where(keep, indices, num_experts)
+    return logits, values, indices
 
 
 @dataclass
