@@ -178,3 +178,16 @@ def test_bench_splits_the_per_subset_ratio_into_steps_and_pruned_network(fmnist,
     assert all(r["median"] > 0 for r in split)
     order = res["metrics"]["bench"]["mlp"]["order"]
     assert len(order) == 2 and order[0] != order[1]  # interleaved: the arm order rotates between rounds
+
+
+def test_size_gpu_applies_the_preset_to_options_left_at_their_defaults():
+    from iclr25_diffusion_shapley.cli import GPU_SIZE, ReproduceConfig
+
+    quick = ReproduceConfig()
+    assert quick.sized() is quick
+    gpu = ReproduceConfig(size="gpu", seeds=2).sized()
+    assert gpu.seeds == 2  # given explicitly: wins over the preset
+    assert {k: getattr(gpu, k) for k in GPU_SIZE if k != "seeds"} == {
+        k: v for k, v in GPU_SIZE.items() if k != "seeds"
+    }
+    assert gpu.retrain_steps >= 2 * quick.retrain_steps and gpu.batch_size >= 4 * quick.batch_size

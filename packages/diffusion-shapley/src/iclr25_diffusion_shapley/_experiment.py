@@ -435,6 +435,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     from iclr25_shared.metrics import paired_t_interval
 
     t_start = time.perf_counter()
+    cfg = cfg.sized()  # --size gpu: the preset for the options left at their quick defaults
     _join(ctx)
     classifier = _classifier(cfg.data_root, cfg.classifier_images)
     runs = []
@@ -528,6 +529,11 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         )
     )
     metrics["kernel_samples"] = cfg.kernel_samples
+    metrics["size"] = cfg.size
+    if cfg.size != "quick":
+        from iclr25_diffusion_shapley.cli import GPU_SIZE
+
+        metrics["sized_options"] = {k: getattr(cfg, k) for k in GPU_SIZE}
     metrics["distinct_kernel_coalitions_per_seed"] = [r["kernel_distinct"] for r in runs]
     metrics["lds_setting"] = (
         f"Spearman x100 over all {2 ** len(cfg.contributors) - 2} non-trivial coalitions (= the support of the "
