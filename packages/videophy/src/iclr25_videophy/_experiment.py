@@ -335,8 +335,9 @@ def _part_b(
     violation kind in training and with each kind held out of training (leave one violation kind out)."""
     from iclr25_videophy._physics import VIOLATIONS, PhysicsPlausibility, held_out_split, make_dataset
 
-    n_train, n_test = (60, 60) if cfg.size == "quick" else (10, 10)
-    seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
+    n_train, n_test = {"quick": (60, 60), "gpu": (120, 120), "tiny": (10, 10)}[cfg.size]
+    n_seeds = 10 if cfg.size == "gpu" and cfg.seeds == 5 else cfg.seeds  # --size gpu: 10 unless given
+    seeds = list(range(cfg.seed, cfg.seed + n_seeds))
     feature_sets = ("trajectory", "framediff")
     per_seed: dict[str, dict[str, list[float]]] = {f: {} for f in feature_sets}
     held_out: dict[str, dict[str, list[float]]] = {f: {v: [] for v in VIOLATIONS} for f in feature_sets}
@@ -435,7 +436,7 @@ def _part_c(ctx: RunContext, judgements: list[Any]) -> tuple[dict[str, Any], dic
     )
 
 
-def _part_d(ctx: RunContext) -> dict[str, Any]:
+def _part_d(cfg: ReproduceConfig, ctx: RunContext) -> dict[str, Any]:
     import tempfile
 
     from iclr25_videophy._evaluators import TemporalCoherence, evaluate_videos
@@ -444,11 +445,17 @@ def _part_d(ctx: RunContext) -> dict[str, Any]:
     from iclr25_videophy._io import Prompt
     from iclr25_videophy._tiny import tiny_text_to_video_pipeline
 
-    pipe = tiny_text_to_video_pipeline(0)
-    gen = DiffusersGenerator(pipe, num_frames=8, num_inference_steps=2, height=32, width=32)
+    gpu = cfg.size == "gpu"
+    frames, per_prompt = (16, 4) if gpu else (8, 1)
+    pipe = tiny_text_to_video_pipeline(0, ctx.torch_device() if gpu else "cpu")
+    gen = DiffusersGenerator(
+        pipe, num_frames=frames, num_inference_steps=10 if gpu else 2, height=32, width=32
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        entries = run_generation(gen, [Prompt(p) for p in DEFAULT_PROMPTS], tmp, source="tiny-random")
-        js = evaluate_videos(entries, sa=None, pc=TemporalCoherence(num_frames=8))
+        entries = run_generation(
+            gen, [Prompt(p) for p in DEFAULT_PROMPTS], tmp, source="tiny-random", videos_per_prompt=per_prompt
+        )
+        js = evaluate_videos(entries, sa=None, pc=TemporalCoherence(num_frames=frames))
     return {"D_generated_videos": len(entries), "D_pc_mean": float(np.mean([j.pc for j in js]))}
 
 
@@ -488,7 +495,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         )
     if "D" in parts:
         t0 = time.perf_counter()
-        metrics.update(_part_d(ctx))
+        metrics.update(_part_d(cfg, ctx))
         timings["D"] = time.perf_counter() - t0
     return Result(metrics=metrics, tables=tables, timings=timings, notes=notes)
 

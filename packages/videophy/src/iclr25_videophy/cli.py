@@ -180,8 +180,10 @@ class ReproduceConfig(CommonOptions):
 
     INPUTS: ClassVar[Mapping[str, inputs.Input]] = {"opencv_data": _OPENCV}
 
-    size: Literal["quick", "tiny"] = "quick"
-    """quick: a few minutes on 2 CPU cores; tiny: a seconds-long smoke test (not a result)."""
+    size: Literal["quick", "tiny", "gpu"] = "quick"
+    """quick: a few minutes on 2 CPU cores; tiny: a seconds-long smoke test (not a result); gpu: part B on 2x the
+    clips per seed with --seeds left at 5 raised to 10, and part D added, generating 4 videos per prompt of 16
+    frames with the tiny pipeline on --device (about a minute on one GPU machine: an estimate, README "GPU")."""
     seeds: int = 5
     """Seeds of part B (>= 3 for an interval)."""
     opencv_data: Path | None = None
@@ -207,11 +209,12 @@ class ReproduceConfig(CommonOptions):
             raise ValueError("--parts: C reads the label file part A writes; add A (e.g. --parts A,C)")
 
     def part_list(self) -> list[str]:
-        """The parts this run executes, in order: --parts, less B under --no-physics, plus D under --generate."""
+        """The parts this run executes, in order: --parts, less B under --no-physics, plus D under --generate (and
+        under --size gpu)."""
         chosen = {p.strip() for p in self.parts.split(",") if p.strip()}
         if not self.physics:
             chosen.discard("B")
-        if self.generate:
+        if self.generate or self.size == "gpu":
             chosen.add("D")
         return [p for p in REPRODUCE_PARTS if p in chosen]
 
