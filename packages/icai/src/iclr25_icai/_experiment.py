@@ -217,13 +217,13 @@ def run(cfg: RunConfig, ctx: RunContext) -> Result:
 
 
 def _sizes(backend: str, size: str) -> tuple[int, int]:
-    if backend == "oracle" or size == "full":
+    if backend == "oracle" or size in ("full", "gpu"):
         return 30, 30
     return 4, 4
 
 
 def _settings(backend: str, size: str, settings: tuple[str, ...]) -> list[str]:
-    if backend == "oracle" or size == "full":
+    if backend == "oracle" or size in ("full", "gpu"):
         return list(settings)
     return [s for s in settings if s != "aligned"] or list(
         settings
@@ -272,7 +272,8 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         if backend_name == "local" and local is None:
             ctx.log.info("loading SmolLM2-135M-Instruct")
             local = CachedBackend(LocalChatBackend(device=ctx.torch_device(), seed=cfg.seed), None)
-        for s in range(cfg.seeds):
+        n_seeds = 5 if cfg.size == "gpu" and cfg.seeds == 3 else cfg.seeds  # --size gpu: 5 unless given
+        for s in range(n_seeds):
             seed = cfg.seed + s
             split = np.random.default_rng(10_000 + seed).permutation(len(corpus))
             train_rows, test_rows = split[: len(split) // 2], split[len(split) // 2 :]
@@ -365,7 +366,7 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         "ability to see the rule, independent of the proposer).",
     ]
     return Result(
-        metrics={"size": cfg.size, "seeds": cfg.seeds},
+        metrics={"size": cfg.size, "seeds": len({r["seed"] for r in per_seed}) if per_seed else cfg.seeds},
         tables={"summary": summary, "per_seed": per_seed},
         timings=timings,
         notes=notes,
