@@ -356,3 +356,35 @@ def test_student_start_official_converts_the_fine_tuned_teacher_for_target_guida
     assert modes[1:] == [("unguided", "eval"), ("target", mode), ("hybrid", mode)]
     res = json.loads((tmp_path / start / "results.json").read_text())
     assert any(f"student start: {start}" in n for n in res["notes"])
+
+
+def test_size_gpu_sets_the_preset_where_options_are_at_their_quick_default():
+    from iclr25_cald.cli import COMMANDS, DEFAULT, GPU_SIZE, PROG, ReproduceConfig
+    from iclr25_shared.cli import parse
+
+    quick = ReproduceConfig()
+    assert quick.sized() == quick  # the quick default is unchanged
+    _, cfg = parse(PROG, COMMANDS, ["reproduce", "--size", "gpu", "--steps", "7"], default=DEFAULT)
+    sized = cfg.sized()
+    assert sized.steps == 7  # given explicitly: it wins
+    assert {k: getattr(sized, k) for k in GPU_SIZE if k != "steps"} == {
+        "train_examples": 8000,
+        "eval_examples": 1000,
+        "batch_size": 32,
+        "teacher_steps": 600,
+    }
+    assert sized.steps != quick.steps and sized.teacher_steps >= 10 * quick.teacher_steps
+
+
+def test_the_gpu_commands_of_pyproject_parse():
+    import tomllib
+
+    from iclr25_cald.cli import COMMANDS, DEFAULT, PROG
+    from iclr25_shared.cli import parse
+
+    table = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["tool"]["iclr25"]["gpu"]
+    assert set(table) == {"bench", "reproduce"}
+    for argv in table.values():
+        name, cfg = parse(PROG, COMMANDS, [*argv, "--out", "/nonexistent/cald-gpu"], default=DEFAULT)
+        assert name == argv[0] and cfg.device == "cuda"
+    assert parse(PROG, COMMANDS, table["reproduce"], default=DEFAULT)[1].size == "gpu"
