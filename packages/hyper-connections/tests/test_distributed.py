@@ -4,7 +4,7 @@ Every rank draws the same global batch of windows and trains on its share (``ran
 gradients, and the training loss and evaluation sums are all-reduced. Against the one-process run on the same global
 batch, the arithmetic differs only in the order of float32 additions: the gradient is ``(g_0 + g_1) / 2`` over two
 half-batches instead of one sum over the whole batch, and the evaluation sums are added in two parts. Over 6 AdamW
-steps on this tiny model that moves losses by ~1e-6 relative (measured: <= 5e-7 on the final loss), so the tests use
+steps on this tiny model that moves losses by ~1e-6 relative (measured: <= 1e-7 relative on the training losses), so the tests use
 ``rtol = 1e-4``: 100x the rounding, and far below the effect of a wrong split (training on half the batch only, or
 on a different batch, moves the loss by ~1e-2 here; checked by ``test_the_tolerance_separates_a_wrong_split``).
 
