@@ -654,8 +654,11 @@ def _ddp_bench_row(cfg: BenchConfig, ctx: RunContext, processes: int, device: An
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0 or not out.is_file():
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
-            raise RuntimeError(f"ddp bench with {processes} processes failed: {' | '.join(tail)}")
+            lines = (proc.stderr or proc.stdout).strip().splitlines()
+            errors = [ln.strip() for ln in lines if "Error" in ln and not ln.lstrip().startswith("File ")]
+            raise RuntimeError(
+                f"ddp bench with {processes} processes failed: {' | '.join((errors or lines)[-3:])}"
+            )
         row = json.loads(out.read_text(encoding="utf-8"))
     row["job_wall_s"] = time.perf_counter() - t0
     return row
