@@ -302,3 +302,34 @@ def test_torchrun_distill_equals_one_process_and_only_rank_0_writes(tiny_model_d
     )
     assert bad.returncode != 0
     assert "--batch-size: 3 is not a multiple of the 2 processes" in bad.stderr
+
+
+@pytest.mark.slow
+def test_bench_ddp_rows_count_the_gradient_bytes_at_1_and_2_processes(tmp_path):
+    """The bench's 2-process row failed (DDP refused the byte-counting hook's annotations); now each process count
+    reports its step time and the bytes it all-reduced: every trainable float32 gradient once per step at 2
+    processes (ByteCounter), nothing at 1, plus the loop's 3 float64 loss values (task, layer, total)."""
+    from iclr25_cald.cli import main
+
+    out = tmp_path / "b"
+    argv = [
+        "bench",
+        "--lengths",
+        "8",
+        "--k",
+        "4",
+        "--repeats",
+        "1",
+        "--ddp-processes",
+        "1",
+        "2",
+        "--ddp-steps",
+        "2",
+    ]
+    assert main([*argv, "--out", str(out), "--quiet"]) == 0
+    rows = {r["processes"]: r for r in json.loads((out / "results.json").read_text())["tables"]["ddp"]}
+    assert rows[1]["gradient_bytes_per_step"] == 0 and rows[1]["per_rank_batch"] == 8
+    assert rows[2]["per_rank_batch"] == 4
+    assert rows[2]["gradient_bytes_per_step"] == 4 * rows[2]["trainable_parameters"]
+    assert rows[2]["loop_bytes_per_step"] == 3 * 8
+    assert all(r["step_seconds_median"] > 0 for r in rows.values())

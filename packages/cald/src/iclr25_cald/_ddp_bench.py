@@ -70,7 +70,7 @@ def main(args: dict[str, Any], out: str) -> None:
     real_all_reduce = dist.all_reduce if world.is_distributed else None
     hooked = {"in_hook": False}
 
-    def hook(state, bucket):  # noqa: ANN001, ANN202 (DDP refuses annotations other than its own types)
+    def hook(state, bucket):
         hooked["in_hook"] = True
         try:
             return counter.hook(state, bucket)
