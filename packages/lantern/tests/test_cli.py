@@ -144,6 +144,11 @@ def test_bench_interleaves_the_arms_and_measures_quality_with_intervals(tmp_path
     for row in speed:  # tokens/s = tokens of one call (1 image, 49 tokens) over the arm's median seconds
         assert row["tokens/s"] == pytest.approx(49 / bench["median_s"][row["method"]])
     assert speed[0]["target calls"] == 49 and speed[1]["speed-up vs SD [95% CI]"].startswith("1.000")
+    tau_gain = quality[2]["tau (tokens/target call)"] / quality[1]["tau (tokens/target call)"]
+    cost = float(speed[2]["round cost vs SD [95% CI]"].split()[0])
+    assert float(speed[2]["speed-up vs SD at the quality tau [95% CI]"].split()[0]) == pytest.approx(
+        tau_gain / cost, abs=2e-3
+    )
     assert all(r["images"] == 20 for r in quality)
     assert [type(r["in quality band"]) for r in quality] == [str, str, bool, bool]
     steps = res["tables"]["acceptance_step"]

@@ -168,7 +168,7 @@ class BenchConfig(CommonOptions):
     """Folder with models.pt written by `reproduce --out` (default: train models of --size here)."""
     size: Literal["quick", "tiny"] = "quick"
     """Models trained when --models is omitted: quick (the reproduction's sizes) or tiny (smoke test)."""
-    images: int = 12
+    images: int = 24
     """Images decoded by one timed call of each arm (>= 1)."""
     repeats: int = 15
     """Interleaved timing rounds (>= 3 for an interval)."""
