@@ -171,3 +171,20 @@ def test_an_executable_official_python_passes_the_check(monkeypatch, capsys):
     monkeypatch.setitem(cli.COMMANDS, "bench", (cli.BenchConfig, lambda cfg, ctx: ran.append(cfg)))
     assert run_cli(capsys, "bench", "--official-python", sys.executable)[0] == 0
     assert str(ran[0].official_python) == sys.executable
+
+
+def test_reproduce_size_gpu_is_the_papers_mis_scale():
+    """--size gpu (issue 40): MIS up to N = 10^5 (quick stops at 10^3), tori at S = 256; quick is unchanged."""
+    from iclr25_qqa._experiment import _instances
+    from iclr25_qqa.cli import ReproduceConfig
+
+    assert ReproduceConfig(size="gpu").size == "gpu"
+    quick, gpu = _instances("quick"), _instances("gpu")
+    assert [i["graph"] for i in quick][:3] == ["torus:60x50", "torus:25x120", "rrg:d=3,n=100,seed=0"]
+    assert max(parse_n(i["graph"]) for i in quick) == 1000
+    assert max(parse_n(i["graph"]) for i in gpu) == 100_000
+    assert all(i["kw"].get("replicas") == 256 for i in gpu if i["problem"] == "maxcut")
+
+
+def parse_n(graph: str) -> int:
+    return int(graph.split("n=")[1].split(",")[0]) if "n=" in graph else 0
