@@ -761,7 +761,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             quiet=cfg.quiet,
         )  # fmt: skip
         if zrows:
-            res.tables["ICE risk at tau: ours vs zEpid IterativeCondGFormula (same data and models)"] = zrows
+            res.tables["zepid"] = zrows
             res.metrics["max_abs_diff_vs_zepid"] = max(r["abs_diff"] for r in zrows)
             res.metrics["bench"]["zepid"] = zraw
         res.notes += notes
