@@ -132,13 +132,13 @@ def test_bench_tiny(tmp_path, capsys):
         == 0
     )
     rec = json.loads((tmp_path / "b" / "results.json").read_text())
-    rows = rec["tables"]["selection time and memory"]
+    rows = rec["tables"]["selection"]
     assert rows[0]["N"] == 400
     assert rows[0]["objective infomax/greedy"] >= 1.0 - 1e-9
     assert rows[0]["rounds"] == 2 and rows[0]["held equal"]
     order = rec["metrics"]["bench"]["400"]["order"]  # interleaved: the methods rotate round by round
     assert order[1] == order[0][1:] + order[0][:1]
-    quality = rec["tables"]["objective vs exact MILP optimum"]
+    quality = rec["tables"]["quality_vs_milp"]
     assert {(r["instance"].split()[0], r["α"]) for r in quality} == {
         ("knn", 0.3),
         ("knn", 3.0),
@@ -150,7 +150,7 @@ def test_bench_tiny(tmp_path, capsys):
         if r["method"].endswith("default)"):
             assert r["win/tie/loss vs greedy"].endswith("/0")  # never below greedy
     assert rec["metrics"]["win_rate_vs_greedy_where_redundancy_binds"].endswith("0 worse")
-    assert "objective vs exact MILP optimum" in capsys.readouterr().out
+    assert "quality_vs_milp" in capsys.readouterr().out
     assert (
         main(
             [

@@ -53,8 +53,8 @@ def test_scoring_model_on_cuda_matches_the_cpu():
 def test_coreset_classifier_on_cuda_matches_the_cpu():
     """200 Adam steps: the two devices' test accuracies differ by at most 2 test examples (a logit within ~1e-4 of
     a tie may flip; a wrong batch order or learning-rate schedule moves accuracy by many examples)."""
-    x, y = _data(n=800)
-    xt, yt = _data(n=500, seed=1)
+    x, y = _data(n=1300)
+    x, y, xt, yt = x[:800], y[:800], x[800:], y[800:]  # one mixture: train and test share the class centres
     kw = {"steps": 200, "hidden": 32, "batch_size": 32, "lr": 3e-3, "seed": 5}
     a_cpu = classifier_accuracy(x, y, xt, yt, device=torch.device("cpu"), **kw)
     a_gpu = classifier_accuracy(x, y, xt, yt, device=torch.device("cuda"), **kw)
@@ -68,11 +68,11 @@ def test_no_host_device_copy_per_training_step():
     copied each step's indices (one host-to-device copy, i.e. one host synchronisation, per step)."""
     from iclr25_shared.device import count_memcpy
 
-    x, y = _data(n=400)
-    xt, yt = _data(n=100, seed=1)
+    x, y = _data(n=500)
+    x, y, xt, yt = x[:400], y[:400], x[400:], y[400:]
     dev = torch.device("cuda")
     kw = {"hidden": 16, "batch_size": 16, "lr": 1e-3, "seed": 0, "device": dev}
-    classifier_accuracy(x, y, xt, yt, steps=5, **kw)  # warm-up (CUDA context, cuBLAS handles)
+    classifier_accuracy(x, y, xt, yt, steps=10, **kw)  # warm-up (CUDA context, cuBLAS handles)
     few = count_memcpy(lambda: classifier_accuracy(x, y, xt, yt, steps=10, **kw))
     many = count_memcpy(lambda: classifier_accuracy(x, y, xt, yt, steps=40, **kw))
     assert many == few, (few, many)

@@ -605,7 +605,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
 
     quality = _quality_vs_optimum(cfg, log)
     return Result(
-        tables={"selection time and memory": rows, "objective vs exact MILP optimum": quality},
+        tables={"selection": rows, "quality_vs_milp": quality},
         metrics={
             "win_rate_vs_greedy_where_redundancy_binds": _win_rate(quality),
             "bench": raw,
