@@ -814,13 +814,13 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         tick=check_interrupted,
         threads=ctx.threads or None,
     )
-    tables = {"tuning step vs classifier-only": rows}
+    tables = {"prompts": rows}
     raws = {"prompts": raw}
     if cfg.subgraph_nodes:
         sub_rows, raws["subgraphs"] = bench_subgraphs(
             cfg.subgraph_nodes, cfg.subgraph_degree, cfg.subgraph_baseline_nodes, seed=cfg.seed
         )
-        tables["2-hop node subgraphs vs a per-node k_hop_subgraph loop"] = sub_rows
+        tables["subgraphs"] = sub_rows
     return Result(
         metrics={
             **{
