@@ -923,7 +923,7 @@ def bench(cfg: Any, ctx: RunContext) -> Result:
             "below_1_percent": bool(cur_s / step_s < 0.01),
             "bench": {"steps": steps_run.as_dict(), "sampler_calls": calls_run.as_dict()},
         },
-        tables={"Per-step cost": rows},
+        tables={"per_step": rows},
         notes=[
             f"iclr25_shared.bench.interleaved on {device}: training steps {cfg.warmup} warm-up + {cfg.steps} rounds "
             f"(one uniform and one curriculum step per round, order rotated); sampler calls 1 warm-up + "
