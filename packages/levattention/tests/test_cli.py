@@ -154,9 +154,9 @@ def test_bench_tiny_run_reports_ratios(tmp_path, capsys):
     results = json.loads((out / "results.json").read_text())
     rows = results["tables"]["finder"]
     assert [r["n"] for r in rows] == [64, 128]
-    assert all(r["same entries"] for r in rows)
-    assert all(r["speedup vs brute"] > 0 and r["mem ratio"] > 0 and r["rounds"] == 2 for r in rows)
-    assert all(r["held equal"] for r in rows)
+    assert all(r["same_entries"] for r in rows)
+    assert all(r["speedup_vs_brute"] > 0 and r["mem_ratio"] > 0 and r["rounds"] == 2 for r in rows)
+    assert all(r["held_equal"] for r in rows)
     bench = results["metrics"]["bench"]["finder"]["64"]
     assert bench["order"] == [["ours", "brute", "floor"], ["brute", "floor", "ours"]]  # interleaved, rotated
     (layer,) = results["tables"]["layer"]

@@ -583,22 +583,22 @@ def bench_rows(
                 "d": d,
                 "p": p,
                 "eps": eps,
-                "|U|": u,
-                "bound d^(p/2)/eps": d ** (p / 2) / eps,
+                "U_size": u,
+                "U_bound": d ** (p / 2) / eps,
                 "entries": len(ours),
-                "same entries": ours.pairs() == brute.pairs(),
-                "ours (s)": run.median("ours"),
-                "brute (s)": run.median("brute"),
-                "matmul floor (s)": run.median("floor"),
-                "speedup vs brute": speed.value,
-                "speedup interval": f"[{speed.low:.3g}, {speed.high:.3g}]",
-                "brute / floor": over_floor.value,
-                "floor / ours": run.ratio("floor", "ours").value,
+                "same_entries": ours.pairs() == brute.pairs(),
+                "ours_s": run.median("ours"),
+                "brute_s": run.median("brute"),
+                "floor_s": run.median("floor"),
+                "speedup_vs_brute": speed.value,
+                "interval": f"[{speed.low:.3g}, {speed.high:.3g}]",
+                "brute_over_floor": over_floor.value,
+                "floor_over_ours": run.ratio("floor", "ours").value,
                 "rounds": len(run.times["ours"]),
-                "mem ours (MiB)": mem_ours / 2**20,
-                "mem brute (MiB)": mem_brute / 2**20,
-                "mem ratio": mem_brute / mem_ours,
-                "held equal": "the same Q, K, eps, p and chunks; the same entry set found (column 'same entries')",
+                "mem_ours_mib": mem_ours / 2**20,
+                "mem_brute_mib": mem_brute / 2**20,
+                "mem_ratio": mem_brute / mem_ours,
+                "held_equal": "the same Q, K, eps, p and chunks; the same entry set found (same_entries)",
             }
         )
         del K, Q, ours, brute, arms
@@ -642,16 +642,17 @@ def layer_bench_rows(
             {
                 "device": str(device),
                 "n": n,
-                "batch x heads": f"{batch} x {heads}",
+                "top_k": top_k,
+                "batch_x_heads": f"{batch} x {heads}",
                 "dim": dim,
-                "full (ms)": 1e3 * run.median("full"),
-                f"top-{top_k} (ms)": 1e3 * run.median(f"top-{top_k}"),
+                "full_ms": 1e3 * run.median("full"),
+                "topk_ms": 1e3 * run.median(f"top-{top_k}"),
                 "speedup": speed.value,
-                "speedup interval": f"[{speed.low:.3g}, {speed.high:.3g}]",
+                "interval": f"[{speed.low:.3g}, {speed.high:.3g}]",
                 "rounds": repeats,
-                "peak full (MiB)": peaks["full"],
-                f"peak top-{top_k} (MiB)": peaks[f"top-{top_k}"],
-                "held equal": "the same layer weights and input, one forward + backward (float32); not equal: the "
+                "peak_full_mib": peaks["full"],
+                "peak_topk_mib": peaks[f"top-{top_k}"],
+                "held_equal": "the same layer weights and input, one forward + backward (float32); not equal: the "
                 f"output (top-{top_k} attends to {top_k} keys per head)",
             }
         )
@@ -948,19 +949,19 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     )
     last = rows[-1]
     metrics: dict = {
-        "speedup vs brute at largest n": last["speedup vs brute"],
-        "speedup interval at largest n": last["speedup interval"],
-        "memory ratio at largest n": last["mem ratio"],
-        "brute / matmul floor at largest n": last["brute / floor"],
-        "all entry sets equal": all(r["same entries"] for r in rows),
+        "speedup vs brute at largest n": last["speedup_vs_brute"],
+        "speedup interval at largest n": last["interval"],
+        "memory ratio at largest n": last["mem_ratio"],
+        "brute / matmul floor at largest n": last["brute_over_floor"],
+        "all entry sets equal": all(r["same_entries"] for r in rows),
     }
     if len(rows) >= 2:
         # growth exponents: least-squares slope of log time on log n, over all n and over the largest half
         top = rows[len(rows) // 2 :] if len(rows) >= 4 else rows
         for label, key in (
-            ("ours", "ours (s)"),
-            ("brute", "brute (s)"),
-            ("matmul floor", "matmul floor (s)"),
+            ("ours", "ours_s"),
+            ("brute", "brute_s"),
+            ("matmul floor", "floor_s"),
         ):
             metrics[f"growth exponent {label}"] = round(loglog_slope(rows, key), 3)
             metrics[f"growth exponent {label} (n >= {top[0]['n']})"] = round(loglog_slope(top, key), 3)
