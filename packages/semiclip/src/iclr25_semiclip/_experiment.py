@@ -694,6 +694,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         c.reset()
     run = interleaved(arms, repeats=cfg.repeats, warmup=1, device=device, progress=ctx.progress)
     calls = cfg.repeats + 1  # warm-up included in the byte counts
+    ddp_bytes = {stage: c.bytes // calls for stage, c in counters.items()}  # before the memory steps below
     peaks = {}
     for stage, call in arms.items():  # one more (untimed) step of each stage for its memory
         with PeakMemory(device) as mem:
@@ -712,7 +713,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 "median_step_s": run.median(stage),
                 "ratio_to_stage1": round(est.value, 2),
                 "interval": f"[{est.low:.3g}, {est.high:.3g}]",
-                "ddp_grad_bytes_per_step": counters[stage].bytes // calls,
+                "ddp_grad_bytes_per_step": ddp_bytes[stage],
                 "gather_bytes_per_step": sent[stage],
                 "peak_mem_MiB": round(peaks[stage], 2),
             }
