@@ -470,7 +470,8 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         arm["counter"].reset()
     run = interleaved(arms, repeats=cfg.repeats, warmup=2, device=device, progress=ctx.progress)
     calls = cfg.repeats + 2
-    for name, arm in info.items():  # untimed: memory of one more step
+    for name, arm in info.items():  # untimed: memory of one more step (bytes per step read before it)
+        arm["ddp_bytes"] = arm["counter"].bytes // calls
         arm["saved"] = _saved_bytes(arms[name])
         if device.type == "cuda":
             with PeakMemory(device) as mem:
@@ -497,7 +498,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 row[f"debgcd {label}"] = round(info[deb][key] * scale, 2)
                 row[f"ratio {label}"] = round(info[deb][key] / info[base][key], 3)
         for method, arm in (("simgcd", base), ("debgcd", deb)):
-            row[f"{method} ddp_bytes/step"] = info[arm]["counter"].bytes // calls
+            row[f"{method} ddp_bytes/step"] = info[arm]["ddp_bytes"]
             row[f"{method} gather_bytes/step"] = info[arm]["sent"]["bytes"]
         rows.append(row)
     notes = [
