@@ -9,8 +9,17 @@ A table in a Markdown file is tied to its source by two comments; the rows betwe
     <!-- /results -->
 
 The path is relative to the Markdown file. The selector is ``tables.<name>`` (a list of rows) or ``metrics`` (one
-row per key: ``key | value``); ``columns=`` picks and orders columns (default: the first row's keys). Floats are
-written with 4 significant digits, JSON null (or a non-finite number stored as a string) as ``n/a``.
+row per key: ``key | value``); ``columns=`` picks and orders columns (default: the first row's keys); ``where=col:value``
+keeps the rows whose column equals the value (repeatable). The spec is split like a shell line, so a table name with
+spaces is quoted: ``tables."G-set at equal time"``. Floats are written with 4 significant digits, JSON null (or a
+non-finite number stored as a string) as ``n/a``.
+
+A single number in a sentence (a headline) is tied to its file the same way, inline::
+
+    LOZO beats MeZO by <!-- value: results/reproduce-quick/results.json tables.comparisons[name=LOZO - MeZO].mean_difference fmt=+.2f -->+1.18<!-- /value --> points
+
+The path is ``metrics.<key>`` or ``tables.<name>[<i> | <col>=<value>].<column>``; ``fmt=`` is a Python format spec
+(default ``.4g``).
 
     python tools/results_tables.py --write [FILE ...]   # re-render the tables from their files
     python tools/results_tables.py --check [FILE ...]   # exit 1 naming every table that differs or has no source
@@ -24,12 +33,15 @@ import argparse
 import json
 import math
 import re
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"(<!-- results: (?P<spec>[^>]*?) -->\n)(?P<body>.*?)(<!-- /results -->)", re.DOTALL)
+VALUE = re.compile(r"(<!-- value: (?P<spec>[^>]*?) -->)(?P<body>[^<\n]*)(<!-- /value -->)")
+INDEX = re.compile(r"^tables\.(?P<name>.+?)\[(?P<key>[^\]]+)\]\.(?P<column>[^.\[\]]+)$")
 
 
 def default_files() -> list[Path]:
@@ -56,13 +68,15 @@ def render(spec: str, base: Path) -> str:
     Raises:
         ValueError: a malformed spec, a missing file or key, or rows without the named columns.
     """
-    words = spec.split()
+    words = shlex.split(spec)
     if len(words) < 2:
-        raise ValueError(f"results block {spec!r}: need '<file> <selector> [columns=a,b]'")
-    path, selector, options = base / words[0], words[1], dict(w.split("=", 1) for w in words[2:] if "=" in w)
-    if not path.is_file():
-        raise ValueError(f"results block {spec!r}: no file {path}")
-    data = json.loads(path.read_text())
+        raise ValueError(f"results block {spec!r}: need '<file> <selector> [columns=a,b] [where=col:value]'")
+    path, selector = base / words[0], words[1]
+    options = dict(w.split("=", 1) for w in words[2:] if "=" in w and not w.startswith("where="))
+    wheres = [w.removeprefix("where=").split(":", 1) for w in words[2:] if w.startswith("where=")]
+    if any(len(w) != 2 for w in wheres):
+        raise ValueError(f"results block {spec!r}: where= needs 'column:value'")
+    data = _load(path, spec)
     if selector == "metrics":
         rows = [{"metric": k, "value": v} for k, v in data.get("metrics", {}).items()]
     elif selector.startswith("tables."):
@@ -71,6 +85,10 @@ def render(spec: str, base: Path) -> str:
             raise ValueError(f"results block {spec!r}: {path} has no non-empty table {selector!r}")
     else:
         raise ValueError(f"results block {spec!r}: selector must be 'metrics' or 'tables.<name>'")
+    for column, value in wheres:
+        rows = [row for row in rows if _cell(row.get(column)) == value]
+    if not rows:
+        raise ValueError(f"results block {spec!r}: no row of {path} matches {wheres}")
     columns = options["columns"].split(",") if "columns" in options else list(rows[0])
     missing = sorted({c for row in rows for c in columns if c not in row})
     if missing:
@@ -78,6 +96,56 @@ def render(spec: str, base: Path) -> str:
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def _load(path: Path, spec: str) -> dict[str, Any]:
+    if not path.is_file():
+        raise ValueError(f"results block {spec!r}: no file {path}")
+    return json.loads(path.read_text())
+
+
+def lookup(data: dict[str, Any], selector: str, spec: str) -> Any:
+    """The one value ``metrics.<key>`` or ``tables.<name>[<i> | <col>=<value>].<column>`` names.
+
+    Raises:
+        ValueError: a malformed selector, or nothing (or more than one row) where it points.
+    """
+    if selector.startswith("metrics."):
+        key = selector.removeprefix("metrics.")
+        if key not in data.get("metrics", {}):
+            raise ValueError(f"value {spec!r}: no metric {key!r}")
+        return data["metrics"][key]
+    match = INDEX.match(selector)
+    if match is None:
+        raise ValueError(
+            f"value {spec!r}: selector must be 'metrics.<key>' or 'tables.<name>[i|col=value].<column>'"
+        )
+    rows = data.get("tables", {}).get(match["name"])
+    if not isinstance(rows, list):
+        raise ValueError(f"value {spec!r}: no table {match['name']!r}")
+    key = match["key"]
+    if key.lstrip("-").isdigit():
+        picked = rows[int(key) : int(key) + 1] if int(key) >= 0 else rows[int(key) :][:1]
+    else:
+        column, _, value = key.partition("=")
+        picked = [row for row in rows if _cell(row.get(column)) == value]
+    if len(picked) != 1 or match["column"] not in picked[0]:
+        raise ValueError(
+            f"value {spec!r}: {len(picked)} rows match [{key}] (need one, with {match['column']!r})"
+        )
+    return picked[0][match["column"]]
+
+
+def render_value(spec: str, base: Path) -> str:
+    """The inline number a ``<!-- value: FILE PATH [fmt=SPEC] -->`` block names, formatted."""
+    words = shlex.split(spec)
+    if len(words) < 2:
+        raise ValueError(f"value {spec!r}: need '<file> <path> [fmt=SPEC]'")
+    options = dict(w.split("=", 1) for w in words[2:] if "=" in w)
+    value = lookup(_load(base / words[0], spec), words[1], spec)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "n/a" if not math.isfinite(value) else format(value, options.get("fmt", ".4g"))
+    return _cell(value)
 
 
 def process(path: Path, *, write: bool) -> list[str]:
@@ -98,7 +166,20 @@ def process(path: Path, *, write: bool) -> list[str]:
             )
         return match.group(1) + table + match.group(4)
 
-    new = BLOCK.sub(replace, text)
+    def replace_value(match: re.Match[str]) -> str:
+        try:
+            value = render_value(match["spec"].strip(), path.parent)
+        except (ValueError, json.JSONDecodeError) as exc:
+            problems.append(f"{path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: {exc}")
+            return match.group(0)
+        if value != match["body"] and not write:
+            where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+            problems.append(
+                f"{where}: the value of '{match['spec'].strip()}' is {value}, the text says {match['body']}"
+            )
+        return match.group(1) + value + match.group(4)
+
+    new = VALUE.sub(replace_value, BLOCK.sub(replace, text))
     if write and new != text:
         path.write_text(new)
     return problems

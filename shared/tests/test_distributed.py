@@ -135,6 +135,7 @@ class _Cfg(CommonOptions):
 
 
 def _command(cfg: _Cfg, ctx) -> Result:
+    assert str(ctx.join_group(seed=cfg.seed)) == "cpu"
     total = distributed.all_reduce_sum({"rank": ctx.world.rank})
     if ctx.writes:
         ctx.save_text("written_by.txt", str(ctx.world.rank))
@@ -153,6 +154,12 @@ def _on_each_rank(n_jobs: int, out: str) -> dict:
     except ValueError as exc:
         found["disagree"] = str(exc)
     found["ddp"] = _ddp_step()
+    from iclr25_shared.cli import RunContext
+
+    try:
+        RunContext("iclr25-toy go", _Cfg(seed=here.rank)).join_group(seed=here.rank)
+    except ValueError as exc:
+        found["join_disagree"] = str(exc)
     found["cli"] = run("iclr25-toy", {"go": (_Cfg, _command)}, ["go", "--out", out], default="go")
     return found
 
@@ -176,6 +183,7 @@ def test_a_job_farm_on_two_ranks_is_bit_identical_to_one_process(two_ranks):
 def test_ranks_launched_with_different_seeds_refuse_to_start(two_ranks):
     for r in two_ranks[0]:
         assert r["disagree"].startswith("ranks disagree on the seed (rank 0: 100, rank 1: 101)")
+        assert r["join_disagree"].startswith("ranks disagree on the --seed (rank 0: 0, rank 1: 1)")
 
 
 def test_ddp_gradients_on_two_ranks_equal_the_full_batch_and_the_counter_sees_every_byte(two_ranks):
@@ -195,7 +203,10 @@ def test_under_two_ranks_only_rank_0_writes_and_commits(two_ranks):
     ranks, out = two_ranks
     assert [r["cli"] for r in ranks] == [0, 0]
     assert (out / "written_by.txt").read_text() == "0"
-    assert json.loads((out / "results.json").read_text())["metrics"] == {"ranks_sum": 1.0, "writes": True}
+    written = json.loads((out / "results.json").read_text())
+    assert written["metrics"] == {"ranks_sum": 1.0, "writes": True}
+    assert written["device"] == "cpu (rank 0 of 2)" and written["wall_s"] > 0
+    assert len(written["git"]["commit"]) == 40 and written["machine"]["cpus"] >= 1
     assert [p.name for p in out.parent.iterdir()] == ["res"]  # no folder of rank 1's
 
 

@@ -314,3 +314,24 @@ def test_markdown_table_keeps_keys_that_only_later_rows_have():
     table = results.markdown_table([{"a": 1}, {"a": 2, "b": 0.5}])
     assert table.splitlines()[0] == "| a | b |"
     assert table.splitlines()[2] == "| 1 |  |"
+
+
+def test_results_record_the_git_revision_or_none_outside_a_checkout(tmp_path):
+    import subprocess
+
+    from iclr25_shared.results import RunRecord, git_revision
+
+    assert git_revision(tmp_path) is None  # an installed wheel has no checkout
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "f.txt").write_text("a")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "f.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert git_revision(repo / "f.txt") == {"commit": head, "dirty": False}
+    (repo / "f.txt").write_text("b")
+    assert git_revision(repo) == {"commit": head, "dirty": True}
+    text = RunRecord("iclr25-x run", git=git_revision(repo), wall_s=3.25).to_markdown()
+    assert f"3.2 s wall; code at git {head} (with uncommitted changes)" in text

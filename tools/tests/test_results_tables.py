@@ -68,3 +68,42 @@ def test_malformed_blocks_are_named(readme, spec, message):
 def test_the_repositorys_markdown_is_in_sync():
     problems = [p for f in results_tables.default_files() for p in results_tables.process(f, write=False)]
     assert problems == []
+
+
+def test_quoted_table_names_and_row_filters(tmp_path: Path):
+    data = {
+        "tables": {"G-set at equal time": [{"g": "G1", "s": 10, "v": 0.5}, {"g": "G1", "s": 30, "v": 0.75}]}
+    }
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    table = results_tables.render('r.json tables."G-set at equal time" columns=g,v where=s:30', tmp_path)
+    assert table == "| g | v |\n|---|---|\n| G1 | 0.75 |\n"
+    with pytest.raises(ValueError, match="no row"):
+        results_tables.render('r.json "tables.G-set at equal time" where=s:60', tmp_path)
+
+
+def test_inline_values_render_and_a_hand_edited_headline_fails(tmp_path: Path):
+    data = {"metrics": {"tau": 1.3612}, "tables": {"cmp": [{"name": "A - B", "mean_difference": 1.18}, {"name": "C - B", "mean_difference": -0.5}]}}  # fmt: skip
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    readme = tmp_path / "README.md"
+    readme.write_text(
+        "tau <!-- value: r.json metrics.tau fmt=.2f -->?<!-- /value -->, "
+        "diff <!-- value: r.json 'tables.cmp[name=A - B].mean_difference' fmt=+.2f -->?<!-- /value -->, "
+        "last <!-- value: r.json tables.cmp[-1].mean_difference -->?<!-- /value -->.\n"
+    )
+    assert len(results_tables.process(readme, write=False)) == 3
+    assert results_tables.process(readme, write=True) == []
+    text = readme.read_text()
+    assert "-->1.36<!--" in text and "-->+1.18<!--" in text and "-->-0.5<!--" in text
+    readme.write_text(text.replace("-->+1.18<!--", "-->+1.20<!--"))
+    [problem] = results_tables.process(readme, write=False)
+    assert "is +1.18, the text says +1.20" in problem
+
+
+@pytest.mark.parametrize(
+    ("selector", "message"),
+    [("metrics.none", "no metric"), ("tables.cmp[name=X].mean_difference", "0 rows match"), ("tables.cmp", "selector must be")],
+)  # fmt: skip
+def test_inline_value_errors_name_what_is_missing(tmp_path: Path, selector, message):
+    (tmp_path / "r.json").write_text(json.dumps({"metrics": {}, "tables": {"cmp": [{"name": "A"}]}}))
+    with pytest.raises(ValueError, match=message):
+        results_tables.render_value(f"r.json {selector}", tmp_path)

@@ -66,6 +66,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 import traceback
 import types
 import typing
@@ -332,6 +333,10 @@ class RunContext:
         self.log = _logger(command.replace(" ", "."), self.quiet)
         self.device_label: str = str(getattr(config, "device", "cpu"))
         self._staging = staging
+        self.started_at: float | None = None
+        """``time.perf_counter()`` when the command started (the runner sets it; results.json's ``wall_s``)."""
+        self.command_module: str | None = None
+        """The module of the command's function (results.json's ``git`` revision is that file's checkout)."""
         from iclr25_shared.distributed import world
 
         self.world = world()
@@ -348,6 +353,30 @@ class RunContext:
         if self.threads:
             _set_torch_threads(self.threads)
         self.device_label = str(device)
+        return device
+
+    def join_group(self, **same: Any) -> Any:
+        """``--device`` after joining the launcher's process group (torchrun / ``accelerate launch``; a no-op in
+        one process): under a launcher with CUDA, this rank's GPU ``cuda:<LOCAL_RANK>`` (made current). Every
+        keyword must have the same value on every rank (``join_group(seed=cfg.seed)``), else ``ValueError`` naming
+        it. The runner destroys the group when the command ends.
+
+        Returns:
+            torch.device
+        """
+        import torch
+
+        from iclr25_shared.distributed import check_same, init_process_group
+
+        device = self.torch_device()
+        if device.type == "cuda" and self.world.is_distributed:
+            device = torch.device("cuda", self.world.local_rank)
+            torch.cuda.set_device(device)
+        here = init_process_group(device.type)
+        if here.is_distributed:
+            for name, value in same.items():
+                check_same(value, f"--{name.replace('_', '-')}")
+            self.device_label = f"{device} (rank {here.rank} of {here.world_size})"
         return device
 
     def jax_devices(self) -> list[Any]:
@@ -868,6 +897,8 @@ def _run(
                 with _sigint_blocked(deliver=True):  # only rank 0 writes
                     staging = _staging_dir(Path(out)) if out is not None and here.is_main else None
                 ctx = RunContext(label, cfg, staging=staging)
+                ctx.command_module = getattr(fn, "__module__", None)
+                ctx.started_at = time.perf_counter()
                 result = fn(cfg, ctx)
                 check_interrupted()
                 code = _finish(label, cfg, ctx, result, staging, out)
@@ -962,7 +993,9 @@ def _finish(
     if ctx.world.is_main:
         _print_result(result, ctx.quiet)
     if staging is not None and out is not None:
-        from iclr25_shared.results import RunRecord, package_versions
+        from iclr25_shared.results import RunRecord, git_revision, machine_description, package_versions
+
+        module = sys.modules.get(getattr(ctx, "command_module", "") or "")
 
         record = RunRecord(
             command=label,
@@ -973,6 +1006,9 @@ def _finish(
             notes=result.notes,
             device=ctx.device_label,
             versions=package_versions([label.split()[0], "iclr25-shared", "torch", "jax"]),
+            git=git_revision(getattr(module, "__file__", None)),
+            machine=machine_description(),
+            wall_s=time.perf_counter() - ctx.started_at if ctx.started_at is not None else None,
         )
         record.save(staging)
         _commit(staging, Path(out))

@@ -23,6 +23,8 @@ __all__ = [
     "RunRecord",
     "atomic_write_bytes",
     "atomic_write_text",
+    "git_revision",
+    "machine_description",
     "markdown_table",
     "package_versions",
     "save_figure",
@@ -125,6 +127,41 @@ def package_versions(names: Iterable[str] = ()) -> dict[str, str]:
     return versions
 
 
+def git_revision(where: str | os.PathLike[str] | None = None) -> dict[str, Any] | None:
+    """The git commit of the checkout holding ``where`` (a file or folder; default: this module) and whether
+    tracked files differ from it (``{"commit": "<40 hex>", "dirty": bool}``); ``None`` outside a git checkout
+    (an installed wheel) or without git."""
+    import subprocess
+
+    folder = Path(where if where is not None else __file__).resolve()
+    folder = folder if folder.is_dir() else folder.parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+        status = subprocess.run(
+            ["git", "-C", str(folder), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": commit, "dirty": bool(status.strip())}
+
+
+def machine_description() -> dict[str, Any]:
+    """The machine a result was measured on: platform, CPU count, load average, thread settings, accelerator."""
+    from iclr25_shared.bench import machine_state
+
+    return machine_state()
+
+
 def markdown_table(
     rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None, floatfmt: str = ".4g"
 ) -> str:
@@ -168,6 +205,9 @@ class RunRecord:
     notes: list[str] = dataclasses.field(default_factory=list)
     device: str = "cpu"
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    git: dict[str, Any] | None = None
+    machine: dict[str, Any] = dataclasses.field(default_factory=dict)
+    wall_s: float | None = None
     started: str = dataclasses.field(
         default_factory=lambda: _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
     )
@@ -179,6 +219,9 @@ class RunRecord:
                 "started": self.started,
                 "device": self.device,
                 "versions": self.versions,
+                "git": self.git,
+                "machine": self.machine,
+                "wall_s": self.wall_s,
                 "config": self.config,
                 "metrics": self.metrics,
                 "tables": self.tables,
@@ -190,6 +233,11 @@ class RunRecord:
     def to_markdown(self) -> str:
         data = self.as_dict()
         out = [f"# {self.command}", "", f"started {self.started} on {self.device}", ""]
+        if self.wall_s is not None or self.git:
+            commit = (self.git or {}).get("commit", "unknown")
+            dirty = " (with uncommitted changes)" if (self.git or {}).get("dirty") else ""
+            wall = f"{self.wall_s:.1f} s wall" if self.wall_s is not None else "wall time not recorded"
+            out[-1:] = [f"{wall}; code at git {commit}{dirty}", ""]
         if data["metrics"]:
             out += ["## Metrics", ""]
             out += [f"- **{k}**: {v}" for k, v in data["metrics"].items()]
