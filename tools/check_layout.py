@@ -15,12 +15,18 @@ Rules:
   the stack itself) in its dependencies or one of its extras (``paired_t_interval`` and ``cluster_accuracy`` need ``metrics``, i.e.
   scipy; the function imports it lazily, so a missing declaration fails only at run time, after a user's
   experiment has run);
+- results are files (issue 41): a member's ``[tool.iclr25.verify]`` names its primary reproduction (``reproduce``:
+  the argv after the console script; ``committed``: the folder that command wrote, committed under ``results/``);
+  that folder's ``results.json`` has exactly one comparison row with ``role: primary``, and the README declares it
+  in a paragraph starting ``**Primary comparison (declared before the run):**`` whose numbers are value blocks read
+  from that file. Every method declares one (``PENDING_VERIFY`` lists those still being converted);
 - no "brief §" references (a document users cannot open).
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import re
 import sys
 import tomllib
@@ -36,6 +42,29 @@ NEEDS_EXTRA = {
     "paired_t_interval": ("metrics", "scipy"),
     "cluster_accuracy": ("metrics", "scipy"),
 }
+PRIMARY_HEADING = "**Primary comparison (declared before the run):**"
+PENDING_VERIFY: set[str] = {
+    "adak",
+    "cald",
+    "debgcd",
+    "diffusion-curriculum",
+    "diffusion-shapley",
+    "edgeprompt",
+    "fl-causal",
+    "hyper-connections",
+    "icai",
+    "infomax",
+    "lantern",
+    "levattention",
+    "lozo",
+    "prdp",
+    "qqa",
+    "semiclip",
+    "simhand",
+    "videophy",
+    "vl-interp",
+}
+"""Methods whose primary reproduction is not declared yet (issue 41); the set only shrinks."""
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:\[([^\]]*)\])?")
 
 
@@ -59,6 +88,46 @@ def extra_problems(folder: Path, dist: str, dependencies: list[str]) -> list[str
                 f"{dist}: uses iclr25_shared {function}, which needs {stack}; "
                 f"declare 'iclr25-shared[{extra}]' (or {stack}) in its dependencies or an extra"
             )
+    return problems
+
+
+def verify_problems(folder: Path, dist: str, tool: dict) -> list[str]:
+    """Issue 41's rules for a member that declares ``[tool.iclr25.verify]`` (see the module docstring)."""
+    table = tool.get("iclr25", {}).get("verify")
+    if table is None:
+        return []
+    if not isinstance(table.get("reproduce"), list) or not isinstance(table.get("committed"), str):
+        return [
+            f"{dist}: [tool.iclr25.verify] needs reproduce (a list of arguments) and committed (a folder)"
+        ]
+    committed = folder / table["committed"]
+    results = committed / "results.json"
+    if not results.is_file():
+        return [f"{dist}: [tool.iclr25.verify] committed = {table['committed']!r} has no results.json"]
+    data = json.loads(results.read_text())
+    primaries = [
+        row
+        for rows in data.get("tables", {}).values()
+        if isinstance(rows, list)
+        for row in rows
+        if isinstance(row, dict) and row.get("role") == "primary"
+    ]
+    problems = []
+    if len(primaries) != 1:
+        problems.append(
+            f"{dist}: {results.relative_to(folder)} has {len(primaries)} primary comparisons, need 1"
+        )
+    readme = (folder / "README.md").read_text() if (folder / "README.md").is_file() else ""
+    start = readme.find(PRIMARY_HEADING)
+    paragraph = (
+        readme[start : readme.find("\n\n", start) if "\n\n" in readme[start:] else None] if start >= 0 else ""
+    )
+    if not paragraph:
+        problems.append(f"{dist}: README.md has no paragraph starting {PRIMARY_HEADING!r}")
+    elif f"<!-- value: {table['committed'].rstrip('/')}/results.json " not in paragraph:
+        problems.append(
+            f"{dist}: the README's primary comparison quotes no value block from {table['committed']}/results.json"
+        )
     return problems
 
 
@@ -165,6 +234,7 @@ def member_problems(folder: Path, *, is_shared: bool = False) -> list[str]:
         problems.append(f"{dist}: no tests/test_contract.py (subclass iclr25_shared.testing.ContractTests)")
     optional = [r for group in meta.get("optional-dependencies", {}).values() for r in group]
     problems += extra_problems(folder, dist, [*meta.get("dependencies", []), *optional])
+    problems += verify_problems(folder, dist, tomllib.loads(pyproject.read_text()).get("tool", {}))
     cli = folder / "src" / import_name / "cli.py"
     if cli.is_file():
         problems += _cli_problems(cli, import_name)
@@ -189,6 +259,11 @@ def check(root: Path = ROOT) -> list[str]:
     problems = member_problems(root / "shared", is_shared=True)
     for pyproject in sorted(root.glob("packages/*/pyproject.toml")):
         problems += member_problems(pyproject.parent)
+        declared = "verify" in tomllib.loads(pyproject.read_text()).get("tool", {}).get("iclr25", {})
+        if not declared and pyproject.parent.name not in PENDING_VERIFY:
+            problems.append(
+                f"iclr25-{pyproject.parent.name}: no [tool.iclr25.verify] (its primary reproduction; issue 41)"
+            )
     problems += brief_references([root / "shared", root / "packages"])
     return problems
 

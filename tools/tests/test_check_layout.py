@@ -85,3 +85,69 @@ def test_brief_references_are_found(tmp_path: Path):
     (tmp_path / "b.py").write_text("# see the paper, Eq. (4)\n")
     found = check_layout.brief_references([tmp_path])
     assert len(found) == 1 and "a.py" in found[0]
+
+
+def _declare(package: Path, results: dict | None, readme_line: str | None) -> None:
+    import json
+
+    pyproject = package / "pyproject.toml"
+    pyproject.write_text(
+        pyproject.read_text()
+        + '\n[tool.iclr25.verify]\nreproduce = ["solve", "--seeds", "5"]\ncommitted = "results/repro"\n'
+    )
+    if results is not None:
+        (package / "results" / "repro").mkdir(parents=True)
+        (package / "results" / "repro" / "results.json").write_text(json.dumps(results))
+    if readme_line is not None:
+        readme = package / "README.md"
+        readme.write_text(readme.read_text() + "\n" + readme_line + "\n")
+
+
+PRIMARY = {
+    "tables": {"comparisons": [{"name": "A - B", "role": "primary"}, {"name": "C - B", "role": "secondary"}]}
+}
+DECLARED = (
+    "**Primary comparison (declared before the run):** A vs B, accuracy, equal steps, 5 seeds: "
+    "<!-- value: results/repro/results.json tables.comparisons[0].mean_difference -->0.1<!-- /value -->."
+)
+
+
+def test_a_declared_primary_reproduction_with_its_committed_file_passes(package: Path):
+    _declare(package, PRIMARY, DECLARED)
+    assert check_layout.member_problems(package) == []
+
+
+@pytest.mark.parametrize(
+    ("results", "readme_line", "message"),
+    [
+        (None, DECLARED, "has no results.json"),
+        ({"tables": {"comparisons": [{"name": "A - B", "role": "secondary"}]}}, DECLARED, "0 primary comparisons"),
+        ({"tables": {"a": [{"role": "primary"}], "b": [{"role": "primary"}]}}, DECLARED, "2 primary comparisons"),
+        (PRIMARY, None, "no paragraph starting"),
+        (PRIMARY, "**Primary comparison (declared before the run):** A vs B: +0.1 (typed by hand).", "quotes no value block"),
+    ],
+)  # fmt: skip
+def test_a_primary_without_its_file_or_its_declaration_is_rejected(
+    package: Path, results, readme_line, message
+):
+    _declare(package, results, readme_line)
+    problems = check_layout.member_problems(package)
+    assert len(problems) == 1 and message in problems[0], problems
+
+
+def test_every_method_outside_the_pending_list_must_declare_its_primary(tmp_path: Path, monkeypatch):
+    (tmp_path / "packages").mkdir()
+    (tmp_path / "shared" / "src" / "iclr25_shared").mkdir(parents=True)
+    (tmp_path / "shared" / "tests").mkdir()
+    (tmp_path / "shared" / "README.md").write_text("x")
+    (tmp_path / "shared" / "src" / "iclr25_shared" / "py.typed").write_text("")
+    (tmp_path / "shared" / "pyproject.toml").write_text('[project]\nname = "iclr25-shared"\n')
+    new_method.create(
+        "demo-method", title="Demo", arxiv="2401.00001", verb="solve", algorithm="demo", root=tmp_path
+    )
+    monkeypatch.setattr(check_layout, "PENDING_VERIFY", set())
+    assert check_layout.check(tmp_path) == [
+        "iclr25-demo-method: no [tool.iclr25.verify] (its primary reproduction; issue 41)"
+    ]
+    monkeypatch.setattr(check_layout, "PENDING_VERIFY", {"demo-method"})
+    assert check_layout.check(tmp_path) == []
