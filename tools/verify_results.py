@@ -12,6 +12,7 @@ any table of ``results.json``. A fresh run passes when its primary comparison's 
 committed primary interval (and, when ``deterministic``, when every metric and table is identical).
 
     python tools/verify_results.py COMMITTED/results.json FRESH/results.json [--deterministic]
+    python tools/verify_results.py --sessions     # the verify(<slug>) sessions, as JSON (CI's weekly matrix)
 """
 
 from __future__ import annotations
@@ -68,7 +69,23 @@ def verify(committed: dict[str, Any], fresh: dict[str, Any], *, deterministic: b
     return problems
 
 
+def sessions(root: Path = Path(__file__).resolve().parent.parent) -> list[str]:
+    """``verify(<slug>)`` for every package whose pyproject.toml declares ``[tool.iclr25.verify]``."""
+    import tomllib
+
+    return [
+        f"verify({path.parent.name})"
+        for path in sorted(root.glob("packages/*/pyproject.toml"))
+        if "verify" in tomllib.loads(path.read_text()).get("tool", {}).get("iclr25", {})
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv == ["--sessions"]:
+        print(json.dumps(sessions()))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("committed", type=Path)
     parser.add_argument("fresh", type=Path)

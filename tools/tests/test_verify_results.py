@@ -59,3 +59,13 @@ def test_the_command_exits_0_1_2(tmp_path):
     assert run(_results(0.5, 0.2, 0.8), _results(0.6, 0, 1)) == 0
     assert run(_results(0.5, 0.2, 0.8), _results(0.9, 0, 1)) == 1
     assert run(_results(0.5, 0.2, 0.8), "{not json") == 2
+
+
+def test_the_weekly_matrix_lists_the_packages_that_declare_a_primary_reproduction(tmp_path):
+    for slug, table in [
+        ("a", "[tool.iclr25.verify]\nreproduce = []\ncommitted = 'r'\n"),
+        ("b", "[tool.iclr25.gpu]\n"),
+    ]:
+        (tmp_path / "packages" / slug).mkdir(parents=True)
+        (tmp_path / "packages" / slug / "pyproject.toml").write_text("[project]\nname = 'x'\n" + table)
+    assert verify_results.sessions(tmp_path) == ["verify(a)"]
