@@ -69,7 +69,10 @@ def verify(committed: dict[str, Any], fresh: dict[str, Any], *, deterministic: b
     return problems
 
 
-def sessions(root: Path = Path(__file__).resolve().parent.parent) -> list[str]:
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sessions(root: Path = ROOT) -> list[str]:
     """``verify(<slug>)`` for every package whose pyproject.toml declares ``[tool.iclr25.verify]``."""
     import tomllib
 
