@@ -335,3 +335,15 @@ def test_results_record_the_git_revision_or_none_outside_a_checkout(tmp_path):
     assert git_revision(repo) == {"commit": head, "dirty": True}
     text = RunRecord("iclr25-x run", git=git_revision(repo), wall_s=3.25).to_markdown()
     assert f"3.2 s wall; code at git {head} (with uncommitted changes)" in text
+
+
+def test_results_md_lists_scalar_metrics_first_and_structured_ones_last_as_json():
+    from iclr25_shared.results import RunRecord
+
+    text = RunRecord(
+        "iclr25-x bench",
+        metrics={"speedup": 1.5, "protocol": {"times_s": [0.1, 0.2]}},
+        tables={"t": [{"a": 1}]},
+    ).to_markdown()
+    assert "- **speedup**: 1.5" in text and "- **protocol**" not in text
+    assert text.index("## t") < text.index("## Structured metrics") < text.index('"times_s"')

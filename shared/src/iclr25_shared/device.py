@@ -352,7 +352,9 @@ def count_memcpy(fn: Any, *args: Any, **kwargs: Any) -> dict[str, int]:
     """How many host-to-device, device-to-host and device-to-device copies ``fn(*args, **kwargs)`` launches.
 
     Counted from the CUDA activity of ``torch.profiler`` (events named ``Memcpy HtoD`` / ``DtoH`` / ``DtoD``); a
-    hot loop's count should not grow with its number of iterations. ``fn`` runs once.
+    hot loop's count should not grow with its number of iterations. ``fn`` runs once. ``DtoD`` counts ordinary
+    on-device work too (``.clone()``, ``torch.cat`` on some paths, ``.contiguous()``): a host-traffic check asserts
+    on ``HtoD`` and ``DtoH`` only.
 
     Returns:
         ``{"HtoD": n, "DtoH": n, "DtoD": n}``.

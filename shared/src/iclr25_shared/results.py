@@ -238,9 +238,11 @@ class RunRecord:
             dirty = " (with uncommitted changes)" if (self.git or {}).get("dirty") else ""
             wall = f"{self.wall_s:.1f} s wall" if self.wall_s is not None else "wall time not recorded"
             out[-1:] = [f"{wall}; code at git {commit}{dirty}", ""]
-        if data["metrics"]:
+        scalars = {k: v for k, v in data["metrics"].items() if not isinstance(v, (dict, list))}
+        structured = {k: v for k, v in data["metrics"].items() if isinstance(v, (dict, list))}
+        if scalars:
             out += ["## Metrics", ""]
-            out += [f"- **{k}**: {v}" for k, v in data["metrics"].items()]
+            out += [f"- **{k}**: {v}" for k, v in scalars.items()]
             out.append("")
         for name, rows in self.tables.items():
             out += [f"## {name}", "", markdown_table(rows), ""]
@@ -253,6 +255,10 @@ class RunRecord:
             out.append("")
         if self.notes:
             out += ["## Notes", "", *[f"- {n}" for n in self.notes], ""]
+        if structured:  # raw per-round timings, nested records: last, readable as JSON (also in results.json)
+            out += ["## Structured metrics", ""]
+            for k, v in structured.items():
+                out += [f"### {k}", "", "```json", json.dumps(v, indent=1, sort_keys=True), "```", ""]
         out += ["## Config", "", "```json", json.dumps(data["config"], indent=2, sort_keys=True), "```", ""]
         return "\n".join(out)
 
