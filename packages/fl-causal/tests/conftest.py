@@ -85,3 +85,29 @@ def zepid_ice():
 def zepid_loader():
     """The loader behind ``zepid_ice`` (for testing its missing-package path)."""
     return zepid_attr
+
+
+SIM_ARGS = [
+    "--treatment", "A", "--covariates", "L", "--outcome", "Y", "--death", "", "--censor", "", "--horizon", "1",
+    "--no-absorbing", "--outcome-model", "cum_L + cum_A + L + A",
+    "--treatment-model", "first + L + first:L + A_lag + A_lag:L",
+]  # fmt: skip
+"""The ``estimate`` options that describe the simulated CSV (``simulate --out``): columns, horizon, correct models."""
+
+
+@pytest.fixture(scope="session")
+def sim_args() -> list[str]:
+    """:data:`SIM_ARGS` (a copy per test)."""
+    return list(SIM_ARGS)
+
+
+@pytest.fixture(scope="session")
+def sim_csv(tmp_path_factory):
+    """``simulate --n 400 --n-fine 10 --seed 3`` written by the CLI: the CSV the ``estimate`` tests read."""
+    from iclr25_fl_causal.cli import main
+
+    out = tmp_path_factory.mktemp("sim") / "run"
+    assert (
+        main(["simulate", "--n", "400", "--n-fine", "10", "--out", str(out), "--seed", "3", "--quiet"]) == 0
+    )
+    return out / "simulated.csv"

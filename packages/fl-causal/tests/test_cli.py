@@ -11,31 +11,16 @@ from iclr25_fl_causal.cli import main
 
 pytestmark = pytest.mark.filterwarnings("ignore::iclr25_fl_causal.PositivityWarning")
 
-SIM_ARGS = [
-    "--treatment", "A", "--covariates", "L", "--outcome", "Y", "--death", "", "--censor", "", "--horizon", "1",
-    "--no-absorbing", "--outcome-model", "cum_L + cum_A + L + A",
-    "--treatment-model", "first + L + first:L + A_lag + A_lag:L",
-]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def sim_csv(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sim") / "run"
-    assert (
-        main(["simulate", "--n", "400", "--n-fine", "10", "--out", str(out), "--seed", "3", "--quiet"]) == 0
-    )
-    return out / "simulated.csv"
-
 
 def test_estimate_help_lists_its_options(capsys):
     assert main(["estimate", "--help"]) == 0
     assert "--regime" in capsys.readouterr().out
 
 
-def test_estimate_end_to_end_writes_results(sim_csv, tmp_path, capsys):
+def test_estimate_end_to_end_writes_results(sim_args, sim_csv, tmp_path, capsys):
     out = tmp_path / "run"
     code = main(["estimate", "--data", str(sim_csv), "--estimator", "dr", "--grid", "0.5,0.2,0.1", "--quiet",
-                 "--out", str(out), *SIM_ARGS])  # fmt: skip
+                 "--out", str(out), *sim_args])  # fmt: skip
     assert code == 0
     text = capsys.readouterr().out
     assert "| 0.1 | 10 | dr | always | mean |" in text
@@ -47,9 +32,9 @@ def test_estimate_end_to_end_writes_results(sim_csv, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("estimator", ["gcomp", "ipw"])
-def test_estimate_other_estimators(sim_csv, estimator, capsys):
+def test_estimate_other_estimators(sim_args, sim_csv, estimator, capsys):
     code = main(["estimate", "--data", str(sim_csv), "--estimator", estimator, "--grid", "0.5", "--n-boot", "5",
-                 "--quiet", *SIM_ARGS])  # fmt: skip
+                 "--quiet", *sim_args])  # fmt: skip
     assert code == 0
     assert f"| {estimator} | always |" in capsys.readouterr().out
 
@@ -63,8 +48,8 @@ def _bad(capsys, argv):
     return err
 
 
-def test_bad_inputs_exit_2_with_one_line(sim_csv, tmp_path, capsys):
-    base = ["estimate", "--data", str(sim_csv), "--quiet", *SIM_ARGS]
+def test_bad_inputs_exit_2_with_one_line(sim_args, sim_csv, tmp_path, capsys):
+    base = ["estimate", "--data", str(sim_csv), "--quiet", *sim_args]
     assert "does not divide the horizon" in _bad(capsys, [*base, "--grid", "0.3"])
     assert "regime must be always, never" in _bad(capsys, [*base, "--regime", "often"])
     assert "estimator must be one of gcomp, ipw, dr" in _bad(capsys, [*base, "--estimator", "tmle"])
@@ -75,12 +60,12 @@ def test_bad_inputs_exit_2_with_one_line(sim_csv, tmp_path, capsys):
     dup = pd.concat([df.iloc[:1], df]).reset_index(drop=True)
     dup_path = tmp_path / "dup.csv"
     dup.to_csv(dup_path, index=False)
-    err = _bad(capsys, ["estimate", "--data", str(dup_path), "--quiet", *SIM_ARGS])
+    err = _bad(capsys, ["estimate", "--data", str(dup_path), "--quiet", *sim_args])
     assert "duplicated (id, time) rows: [0, 1]" in err
     nobody = df.assign(A=0)
     nb_path = tmp_path / "never_treated.csv"
     nobody.to_csv(nb_path, index=False)
-    err = _bad(capsys, ["estimate", "--data", str(nb_path), "--quiet", "--grid", "0.5", *SIM_ARGS])
+    err = _bad(capsys, ["estimate", "--data", str(nb_path), "--quiet", "--grid", "0.5", *sim_args])
     assert "positivity: regime 'always' has no observed support" in err
     err = _bad(capsys, [*base, "--grid", "0.5", "--min-followers", "100000"])
     assert "fewer than min_followers=100000" in err and "interval 0 [0, 0.5)" in err
@@ -136,7 +121,7 @@ def test_missing_zepid_names_the_install_command(monkeypatch, capsys):
     ],
 )
 def test_a_bad_data_file_exits_2_before_the_command_is_imported(
-    tmp_path, capsys, monkeypatch, content, needle
+    sim_args, tmp_path, capsys, monkeypatch, content, needle
 ):
     """Issue 37: --data is declared (INPUTS), so a bad file is refused before the command module is imported."""
     import sys
@@ -146,16 +131,18 @@ def test_a_bad_data_file_exits_2_before_the_command_is_imported(
     monkeypatch.delitem(sys.modules, "iclr25_fl_causal._experiment", raising=False)
     bad = tmp_path / "data.csv"
     bad.write_bytes(content)
-    err = _bad(capsys, ["estimate", "--data", str(bad), *SIM_ARGS])
+    err = _bad(capsys, ["estimate", "--data", str(bad), *sim_args])
     assert needle in err and repr(str(bad)) in err, err
     assert "iclr25_fl_causal._experiment" not in sys.modules
     assert cli.EstimateConfig.INPUTS["data"].kind == "csv"
 
 
-def test_bad_input_found_during_the_run_is_input_error_and_names_the_option(sim_csv, tmp_path, capsys):
+def test_bad_input_found_during_the_run_is_input_error_and_names_the_option(
+    sim_args, sim_csv, tmp_path, capsys
+):
     """Issue 37: the grid, a missing column and positivity are the user's input (exit 2, the option named),
     found before any fit; they exited 1 ("failed: ValueError") after the core's exit codes went by meaning."""
-    base = ["estimate", "--data", str(sim_csv), "--quiet", *SIM_ARGS]
+    base = ["estimate", "--data", str(sim_csv), "--quiet", *sim_args]
     assert _bad(capsys, [*base, "--grid", "0.3"]).startswith(
         "iclr25-fl-causal estimate: error: --grid: grid width 0.3 does not divide the horizon 1"
     )

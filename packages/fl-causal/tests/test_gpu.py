@@ -21,44 +21,29 @@ from iclr25_fl_causal.cli import main  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
-SIM_ARGS = [
-    "--treatment", "A", "--covariates", "L", "--outcome", "Y", "--death", "", "--censor", "", "--horizon", "1",
-    "--no-absorbing", "--outcome-model", "cum_L + cum_A + L + A",
-    "--treatment-model", "first + L + first:L + A_lag + A_lag:L",
-]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def sim_csv(tmp_path_factory):
-    out = tmp_path_factory.mktemp("sim") / "run"
-    assert (
-        main(["simulate", "--n", "300", "--n-fine", "10", "--out", str(out), "--seed", "3", "--quiet"]) == 0
-    )
-    return out / "simulated.csv"
-
 
 @pytest.mark.parametrize("estimator", ["gcomp", "ipw", "dr"])
-def test_device_cuda_gives_the_cpu_numbers_bit_for_bit(sim_csv, tmp_path, estimator):
+def test_device_cuda_gives_the_cpu_numbers_bit_for_bit(sim_args, sim_csv, tmp_path, estimator):
     """The same data, seed and options with --device cpu and --device cuda: identical estimate tables (the device
     must not reach any computation; the bootstrap's seed is the same)."""
     tables = {}
     for device in ("cpu", "cuda"):
         out = tmp_path / device
         argv = ["estimate", "--data", str(sim_csv), "--estimator", estimator, "--grid", "0.5,0.2", "--n-boot",
-                "5", "--device", device, "--quiet", "--out", str(out), *SIM_ARGS]  # fmt: skip
+                "5", "--device", device, "--quiet", "--out", str(out), *sim_args]  # fmt: skip
         assert main(argv) == 0
         tables[device] = json.loads((out / "results.json").read_text())["tables"]["estimates"]
     assert tables["cuda"] == tables["cpu"]
 
 
-def test_a_cuda_run_never_initialises_cuda(sim_csv, tmp_path):
+def test_a_cuda_run_never_initialises_cuda(sim_args, sim_csv, tmp_path):
     """In a fresh process, ``estimate --device cuda`` ends with no CUDA context (torch may be imported to resolve the
     device string; ``torch.cuda.is_initialized()`` stays False)."""
     code = (
         "import sys\n"
         "from iclr25_fl_causal.cli import main\n"
         f"rc = main(['estimate', '--data', {str(sim_csv)!r}, '--estimator', 'dr', '--grid', '0.5', '--device', "
-        f"'cuda', '--quiet', '--out', {str(tmp_path / 'run')!r}, *{SIM_ARGS!r}])\n"
+        f"'cuda', '--quiet', '--out', {str(tmp_path / 'run')!r}, *{sim_args!r}])\n"
         "torch = sys.modules.get('torch')\n"
         "print(rc, bool(torch is not None and torch.cuda.is_initialized()))\n"
     )

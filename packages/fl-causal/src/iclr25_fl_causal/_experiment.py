@@ -1,5 +1,5 @@
-"""What the CLI runs (estimate, simulate, reproduce, bench) and the studies behind them: a simulation with a
-closed-form truth, double robustness, two real cohorts, and the benchmark.
+"""What the CLI runs (estimate, simulate, bench) and the real-cohort studies and models ``reproduce``
+(:mod:`iclr25_fl_causal._reproduce`) uses.
 
 Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Result`; the runner writes
 results.json / results.md into ``--out`` and prints the tables. Files of its own a command writes through ``ctx``.
@@ -8,7 +8,6 @@ results.json / results.md into ``--out`` and prints the tables. Files of its own
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 import warnings
 from collections.abc import Sequence
@@ -27,20 +26,18 @@ from iclr25_shared.errors import InputError
 from iclr25_shared.inputs import validating
 
 if TYPE_CHECKING:
-    from iclr25_fl_causal.cli import BenchConfig, EstimateConfig, ReproduceConfig, SimulateConfig
+    from iclr25_fl_causal.cli import BenchConfig, EstimateConfig, SimulateConfig
 
 __all__ = [
     "SIM_MODELS",
     "bench",
     "bench_rows",
-    "dr_table",
     "estimate",
     "gvhd_study",
     "hiv_study",
     "ice_statsmodels",
-    "reproduce",
+    "plot_curves",
     "simulate_cmd",
-    "simulation_study",
     "wide_for_zepid",
     "zepid_rows",
 ]
@@ -59,108 +56,6 @@ def _quiet(fn, *args, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return fn(*args, **kwargs)
-
-
-def simulation_study(
-    *,
-    ns: Sequence[int] = (500, 2000),
-    n_fine: int = 40,
-    intervals: Sequence[int] = (5, 10, 20, 40),
-    reps: int = 40,
-    n_boot: int = 20,
-    seed: int = 0,
-    quiet: bool = True,
-) -> list[dict[str, Any]]:
-    """Bias, empirical SD, mean SE and 95% coverage of the three estimators of E[Y^1] by grid and n.
-
-    g-computation SEs are bootstrap (``n_boot`` replicates); IPW and DR use their influence functions.
-    """
-    from iclr25_shared.cli import progress
-
-    truth = true_value(1, horizon=1.0, n_fine=n_fine)
-    rows = []
-    rng = np.random.default_rng(seed)
-    seeds = rng.integers(0, 2**31, size=(len(ns), reps))
-    for a, n in enumerate(ns):
-        est: dict[tuple[str, int], list[tuple[float, float]]] = {}
-        for r in progress(range(reps), total=reps, desc=f"simulation n={n}", quiet=quiet):
-            data = simulate(n, horizon=1.0, n_fine=n_fine, seed=int(seeds[a, r]))
-            for K in intervals:
-                dd = data.discretise(1.0 / K)
-                g = _quiet(
-                    g_computation,
-                    dd,
-                    "always",
-                    outcome_model=SIM_MODELS["outcome"],
-                    se="bootstrap",
-                    n_boot=n_boot,
-                    seed=r,
-                )
-                i = _quiet(ipw, dd, "always", treatment_model=SIM_MODELS["treatment"], se="influence")
-                d = _quiet(
-                    doubly_robust,
-                    dd,
-                    "always",
-                    outcome_model=SIM_MODELS["outcome"],
-                    treatment_model=SIM_MODELS["treatment"],
-                )
-                for res in (g, i, d):
-                    est.setdefault((res.estimator, K), []).append((res.estimate, res.se))
-        for (name, K), v in est.items():
-            arr = np.array(v)
-            z = 1.959963984540054
-            cover = np.mean(np.abs(arr[:, 0] - truth) <= z * arr[:, 1])
-            rows.append(
-                {
-                    "n": n,
-                    "intervals": K,
-                    "estimator": name,
-                    "truth": truth,
-                    "mean": float(arr[:, 0].mean()),
-                    "bias": float(arr[:, 0].mean() - truth),
-                    "mc_se_of_bias": float(arr[:, 0].std(ddof=1) / math.sqrt(len(arr))),
-                    "sd": float(arr[:, 0].std(ddof=1)),
-                    "mean_se": float(arr[:, 1].mean()),
-                    "coverage": float(cover),
-                    "reps": len(arr),
-                }
-            )
-    return sorted(rows, key=lambda r: (r["n"], r["estimator"], r["intervals"]))
-
-
-def dr_table(
-    *, n: int = 2000, n_fine: int = 20, reps: int = 40, seed: int = 1, quiet: bool = True
-) -> list[dict]:
-    """Bias of g-computation, IPW and DR when the treatment model, the outcome model or both are wrong."""
-    from iclr25_shared.cli import progress
-
-    truth = true_value(1, horizon=1.0, n_fine=n_fine)
-    cases = {
-        "both right": (SIM_MODELS["outcome"], SIM_MODELS["treatment"]),
-        "treatment model wrong": (SIM_MODELS["outcome"], SIM_MODELS["treatment_wrong"]),
-        "outcome model wrong": (SIM_MODELS["outcome_wrong"], SIM_MODELS["treatment"]),
-        "both wrong": (SIM_MODELS["outcome_wrong"], SIM_MODELS["treatment_wrong"]),
-    }
-    acc: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for r in progress(range(reps), total=reps, desc="double robustness", quiet=quiet):
-        dd = simulate(n, horizon=1.0, n_fine=n_fine, seed=seed * 100_003 + r).discretise(1.0 / n_fine)
-        for case, (om, tm) in cases.items():
-            g = _quiet(g_computation, dd, "always", outcome_model=om, se="none")
-            i = _quiet(ipw, dd, "always", treatment_model=tm, se="influence")
-            d = _quiet(doubly_robust, dd, "always", outcome_model=om, treatment_model=tm)
-            for res in (g, i, d):
-                acc.setdefault((case, res.estimator), []).append((res.estimate, res.se))
-    rows = []
-    for case in cases:
-        row: dict[str, Any] = {"case": case}
-        for name in ("gcomp", "ipw", "dr"):
-            arr = np.array(acc[(case, name)])
-            bias = arr[:, 0].mean() - truth
-            mcse = arr[:, 0].std(ddof=1) / math.sqrt(len(arr))
-            row[f"{name}_bias"] = float(bias)
-            row[f"{name}_bias_over_mcse"] = float(bias / mcse)
-        rows.append(row)
-    return rows
 
 
 HIV_BASE = "male + age0 + cd40_100 + dvl0"
@@ -686,52 +581,6 @@ def simulate_cmd(cfg: SimulateConfig, ctx: RunContext) -> Result:
         for a in (1, 0):
             metrics[f"E[Y^{a}] (closed form)"] = true_value(a, params, horizon=cfg.horizon, n_fine=cfg.n_fine)
     return Result(metrics=metrics, notes=notes)
-
-
-def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
-    """The simulation study, the double-robustness table and the two real cohorts."""
-    cfg = cfg.sized()
-    if cfg.size != "quick":
-        ctx.log.info(f"size {cfg.size}: {cfg.reps} replicates, {cfg.n_boot} bootstrap replicates")
-    parts = cfg.part_list()
-    res = Result()
-    curves: dict = {}
-    if "simulation" in parts:
-        t0 = time.perf_counter()
-        res.tables["simulation: E[Y^1], bias / SD / mean SE / coverage by grid and n"] = simulation_study(
-            reps=cfg.reps, n_boot=cfg.n_boot, seed=cfg.seed, quiet=cfg.quiet
-        )
-        res.timings["simulation"] = time.perf_counter() - t0
-    if "dr" in parts:
-        t0 = time.perf_counter()
-        res.tables["double robustness (n=2000, finest grid): bias and bias / Monte Carlo SE"] = dr_table(
-            reps=cfg.reps, seed=cfg.seed + 1, quiet=cfg.quiet
-        )
-        res.timings["dr"] = time.perf_counter() - t0
-    for part, fn, title in (
-        ("hiv", hiv_study, "HIV/ART: 45-week risk of death, always vs never ART"),
-        ("gvhd", gvhd_study, "BMT: 5-year risk of death, never GvHD vs natural course"),
-    ):
-        if part not in parts:
-            continue
-        t0 = time.perf_counter()
-        rows, cv, notes = fn(n_boot=int(2.5 * cfg.n_boot), seed=cfg.seed, quiet=cfg.quiet)
-        res.tables[title] = rows
-        res.notes += notes
-        curves.update(cv)
-        res.timings[part] = time.perf_counter() - t0
-        for r in rows:
-            res.metrics[f"{part}:{r['regime']}:{r['estimator']}:w{r['width']:g}"] = round(r["risk"], 4)
-    if ctx.writes:
-        if "hiv" in parts:
-            keys = [k for k in curves if k.startswith("hiv|1|")]
-            ctx.save_figure("hiv_risk_curves.png", plot_curves(curves, keys, "HIV/ART, weekly grid", "week"))
-        if "gvhd" in parts:
-            finest = min(float(k.split("|")[1]) for k in curves if k.startswith("gvhd|"))
-            keys = [k for k in curves if k.startswith(f"gvhd|{finest:g}|")]
-            fig = plot_curves(curves, keys, f"BMT, {finest:g}-day grid", "day")
-            ctx.save_figure("gvhd_risk_curves.png", fig)
-    return res
 
 
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:

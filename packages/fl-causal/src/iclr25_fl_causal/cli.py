@@ -1,6 +1,6 @@
 """``iclr25-fl-causal``: causal effects of time-varying treatment regimes on functional longitudinal data (Ying,
 ICLR 2025, arXiv:2206.12525): g-computation, IPW and doubly robust estimators on refining time grids, with death
-and censoring. Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
+and censoring. Config dataclasses and ``main`` only; the work is in ``_experiment.py`` and ``_reproduce.py``."""
 
 from __future__ import annotations
 
@@ -242,7 +242,7 @@ class BenchConfig(CommonOptions):
 COMMANDS = {
     "estimate": (EstimateConfig, "iclr25_fl_causal._experiment:estimate"),
     "simulate": (SimulateConfig, "iclr25_fl_causal._experiment:simulate_cmd"),
-    "reproduce": (ReproduceConfig, "iclr25_fl_causal._experiment:reproduce"),
+    "reproduce": (ReproduceConfig, "iclr25_fl_causal._reproduce:reproduce"),
     "bench": (BenchConfig, "iclr25_fl_causal._experiment:bench"),
 }
 
