@@ -126,12 +126,33 @@ def test_reproduce_end_to_end_pairs_the_strategies(tiny_model_dir, wiki_file, tm
     )
     assert code == 0
     res = json.loads((out / "results.json").read_text())
-    assert [r["comparison"] for r in res["tables"]["paired"]] == [
-        "target - unguided",
+    comp, per_seed = res["tables"]["comparisons"], res["tables"]["per_seed"]
+    # issue 41: the README's declared primary comparison comes first, every other one is secondary
+    assert comp[0]["name"] == "target (official start) - unguided, held-out accuracy"
+    assert [r["role"] for r in comp] == ["primary"] + ["secondary"] * (len(comp) - 1)
+    assert [r["name"] for r in comp[1:]] == [
         "trajectory - unguided",
-        "trajectory - target",
+        "target (pretrained start) - unguided",
+        "target (official start) - target (pretrained start)",
+        "trajectory - target (official start)",
     ]
-    assert len(res["tables"]["runs"]) == 6
+    # the per-seed table holds the raw values the primary difference is computed from
+    assert [r["seed"] for r in per_seed] == [0, 1]
+    diffs = [r["target (official start)"] - r["unguided"] for r in per_seed]
+    assert comp[0]["mean_difference"] == pytest.approx(sum(diffs) / 2, abs=1e-12)
+    assert comp[0]["n"] == 2
+    runs = {(r["seed"], r["arm"]): r["accuracy"] for r in res["tables"]["runs"]}
+    assert len(runs) == 8 and all(runs[r["seed"], "unguided"] == r["unguided"] for r in per_seed)
+    assert res["metrics"]["paper_effect"] == 0.187
+    assert isinstance(res["metrics"]["verdict"], str) and res["metrics"]["verdict"]
+    assert "wall_s" not in res["tables"]["runs"][0]  # timings apart: a rerun's tables can be bit-identical
+
+
+def test_reproduce_needs_the_primary_arms():
+    from iclr25_cald.cli import ReproduceConfig
+
+    with pytest.raises(ValueError, match="strategies must include unguided and target"):
+        ReproduceConfig(strategies=("unguided", "trajectory"))
 
 
 @pytest.mark.slow
@@ -307,21 +328,24 @@ def test_allow_bidirectional_lets_linformer_through_on_request():
     assert ConvertConfig().mixer == "mamba"
 
 
-@pytest.mark.parametrize("start", ["pretrained", "official"])
+@pytest.mark.parametrize("start", ["pretrained", "official", None])
 def test_student_start_official_converts_the_fine_tuned_teacher_for_target_guidance(
     tiny_model_dir, wiki_file, tmp_path, monkeypatch, start
 ):
     """Issue 41: the official target/hybrid script starts the student from the fine-tuned teacher's weights and
-    keeps the teacher in train(); --student-start official does that, the default keeps the pretrained start."""
+    keeps the teacher in train(); --student-start official does that and is the default (start None: the option
+    not given); --student-start pretrained keeps the earlier start (every student from the pretrained prefix)."""
     import iclr25_cald._convert
     import iclr25_cald._distill
 
-    sources, modes = [], []
+    sources, students, modes = [], [], []
     real_convert, real_distill = iclr25_cald._convert.convert, iclr25_cald._distill.distill
 
     def convert(model, *args, **kwargs):
         sources.append({k: v.clone() for k, v in model.state_dict().items()})
-        return real_convert(model, *args, **kwargs)
+        out = real_convert(model, *args, **kwargs)
+        students.append({k: v.clone() for k, v in out.model.state_dict().items()})
+        return out
 
     def distill(student, batches, **kwargs):
         modes.append((kwargs["guidance"].strategy, kwargs["guidance"].teacher_mode))
@@ -342,8 +366,10 @@ def test_student_start_official_converts_the_fine_tuned_teacher_for_target_guida
     ]
     argv += ["--train-examples", "16", "--eval-examples", "8", "--batch-size", "4", "--steps", "2"]
     argv += ["--teacher-steps", "2", "--seeds", "1", "--strategies", "unguided", "target", "hybrid"]
-    code = main([*argv, "--student-start", start, "--out", str(tmp_path / start), "--quiet"])
+    argv += ["--no-other-start"] + (["--student-start", start] if start else [])
+    code = main([*argv, "--out", str(tmp_path / "out"), "--quiet"])
     assert code == 0
+    start = start or "official"
     teacher, unguided, target, hybrid = sources  # the raw conversion of the teacher comes first
 
     def same(a, b):
@@ -352,10 +378,20 @@ def test_student_start_official_converts_the_fine_tuned_teacher_for_target_guida
     assert not same(unguided, teacher)  # unguided always starts from the pretrained prefix
     assert same(target, teacher) == same(hybrid, teacher) == (start == "official")
     assert same(target, unguided) == (start == "pretrained")
+    # the student's initial weights: the fine-tuned teacher's wherever the two architectures share a tensor
+    shared = [k for k in teacher if k in students[2]]
+    assert len(shared) > len(teacher) // 2
+    starts_as_teacher = all(torch.equal(students[2][k], teacher[k]) for k in shared)
+    assert (
+        starts_as_teacher
+        == all(torch.equal(students[3][k], teacher[k]) for k in shared)
+        == (start == "official")
+    )
     mode = "train" if start == "official" else "eval"
     assert modes[1:] == [("unguided", "eval"), ("target", mode), ("hybrid", mode)]
-    res = json.loads((tmp_path / start / "results.json").read_text())
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
     assert any(f"student start: {start}" in n for n in res["notes"])
+    assert res["tables"]["comparisons"][0]["name"] == f"target ({start} start) - unguided, held-out accuracy"
 
 
 def test_size_gpu_sets_the_preset_where_options_are_at_their_quick_default():

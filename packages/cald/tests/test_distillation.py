@@ -308,3 +308,26 @@ def test_teacher_mode_sets_the_target_teachers_mode_during_distillation_only(mod
 def test_bad_teacher_mode_names_the_field():
     with pytest.raises(ValueError, match="teacher_mode must be one of eval, train"):
         Guidance("target", teacher_mode="frozen")
+
+
+def test_the_reproductions_llama_teacher_computes_the_same_in_train_and_eval_mode():
+    """Issue 41: the official start keeps the teacher in train(). For the reproduction's Llama prefix classifier
+    that changes nothing: its only dropout (attention_dropout) is 0 and it has no batch-norm (RMSNorm), so the
+    mode matters only for BERT/RoBERTa teachers (dropout active in train())."""
+    from tiny_models import tiny_llama
+
+    from iclr25_cald._task import prefix_model
+
+    teacher = prefix_model(tiny_llama(2), 2, task="classify", num_labels=3, seed=0)
+    ids = torch.randint(1, 40, (3, 8), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        outs = []
+        for mode in (False, True, True):
+            teacher.train(mode)
+            out = teacher(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+            outs.append((out.logits, *out.hidden_states))
+    assert all(torch.equal(a, b) for a, b in zip(outs[0], outs[1])) and all(
+        torch.equal(a, b) for a, b in zip(outs[1], outs[2])
+    )
+    assert not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in teacher.modules())

@@ -1,4 +1,5 @@
-"""What the CLI runs: ``convert``, ``distill``, ``reproduce`` and ``bench``.
+"""What the CLI runs: ``convert``, ``distill`` and ``bench`` (``reproduce``: ``_reproduce.py``), and the helpers
+``reproduce`` shares.
 
 Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Result`. Real inputs: SmolLM2-135M
 (``iclr25_shared.models.load_causal_lm``, packaged offline) and the Wikipedia lead summaries with their topic labels
@@ -18,7 +19,7 @@ from iclr25_shared.cli import Result, RunContext
 from iclr25_shared.errors import InputError
 
 if TYPE_CHECKING:
-    from iclr25_cald.cli import BenchConfig, ConvertConfig, DistillConfig, ReproduceConfig
+    from iclr25_cald.cli import BenchConfig, ConvertConfig, DistillConfig
 
 
 def _load(model: str, ctx: RunContext, *, layers: int = 0, families: tuple[str, ...] = ("llama",)) -> Any:
@@ -349,106 +350,10 @@ def distill_cmd(cfg: DistillConfig, ctx: RunContext) -> Result:
     )
 
 
-def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
-    """CALD Table 1 at small scale: unguided vs target- vs trajectory-guided vs teacher, >= 3 seeds, paired."""
-    from iclr25_cald._convert import convert as convert_model
-    from iclr25_cald.cli import GPU_SIZE
-    from iclr25_shared.metrics import paired_t_interval
-
-    t0 = time.perf_counter()
-    cfg = cfg.sized()
-    _join(cfg, ctx)
-    s = _setup(cfg, ctx)
-    ctx.log.info("fine-tuning the teacher (%d steps)", cfg.teacher_steps)
-    teacher, _ = _fine_tune_teacher(cfg, s, ctx)
-    teacher_acc = _accuracy(teacher, s["eval"])
-    base_acc = _accuracy(s["base"], s["eval"])
-    raw = convert_model(
-        teacher, cfg.mixer, k=cfg.k, max_seq_len=cfg.seq_len, seed=cfg.seed, mamba=_mamba_cfg(cfg)
-    )
-    raw_acc = _accuracy(raw.model, s["eval"])
-    raw_dist = _layer_distance(raw.model, teacher, s["eval"])
-    chance = float(np.bincount(s["eval"].labels.numpy()).max() / len(s["eval"].labels))
-    ctx.log.info(
-        "teacher %.4f, converted without fine-tuning %.4f, majority class %.4f", teacher_acc, raw_acc, chance
-    )
-    rows = []
-    for seed in range(cfg.seed, cfg.seed + cfg.seeds):
-        for strategy in cfg.strategies:
-            rows.append(_run_strategy(strategy, cfg, s, teacher, seed, ctx))
-    by = {st: {r["seed"]: r["accuracy"] for r in rows if r["strategy"] == st} for st in cfg.strategies}
-    summary = [
-        {"model": "teacher (fine-tuned transformer prefix)", "accuracy": teacher_acc, "sd": None},
-        {
-            "model": f"{cfg.mixer}, converted from the teacher, no fine-tuning",
-            "accuracy": raw_acc,
-            "sd": None,
-        },
-    ]
-    for st in cfg.strategies:
-        vals = list(by[st].values())
-        summary.append(
-            {
-                "model": f"{cfg.mixer}, {st}",
-                "accuracy": float(np.mean(vals)),
-                "sd": float(np.std(vals, ddof=1)) if len(vals) > 1 else float("nan"),
-            }
-        )
-    paired = []
-    if "unguided" in by:
-        for st in cfg.strategies:
-            if st == "unguided":
-                continue
-            diffs = [by[st][k] - by["unguided"][k] for k in by["unguided"]]
-            est = paired_t_interval(diffs)
-            paired.append(
-                {
-                    "comparison": f"{st} - unguided",
-                    "mean": est.value,
-                    "ci95_low": est.low,
-                    "ci95_high": est.high,
-                    "n": est.n,
-                }
-            )
-    if "target" in by and "trajectory" in by:
-        diffs = [by["trajectory"][k] - by["target"][k] for k in by["target"]]
-        est = paired_t_interval(diffs)
-        paired.append(
-            {
-                "comparison": "trajectory - target",
-                "mean": est.value,
-                "ci95_low": est.low,
-                "ci95_high": est.high,
-                "n": est.n,
-            }
-        )
-    return Result(
-        metrics={
-            "teacher_accuracy": teacher_acc,
-            "pretrained_prefix_untuned_accuracy": base_acc,
-            "converted_untuned_accuracy": raw_acc,
-            "converted_untuned_relative_layer_mse": raw_dist,
-            "majority_class_accuracy": chance,
-            "classes": len(s["classes"]),
-            "size": cfg.size,
-            "sized_options": {k: getattr(cfg, k) for k in GPU_SIZE},
-        },
-        tables={"summary": summary, "paired": paired, "runs": rows},
-        timings={"total": time.perf_counter() - t0},
-        notes=[
-            "equal budget: every strategy gets the same student steps, batch size, learning rate and data order "
-            "per seed; trajectory additionally trains its own teacher copy (as in the paper)",
-            "paper (Table 1, RoBERTa -> Linformer, GLUE/IMDB average): unguided 72.9, target-guided 91.6, "
-            "trajectory-guided 92.5, RoBERTa teacher 93.8",
-            _START_NOTE[cfg.student_start],
-        ],
-    )
-
-
 _START_NOTE = {
     "pretrained": "student start: pretrained (every strategy converts the pretrained prefix; the target teacher "
-    "guides in eval mode); the official target/hybrid script starts from the fine-tuned teacher: "
-    "--student-start official",
+    "guides in eval mode); the official target/hybrid script starts from the fine-tuned teacher (the default, "
+    "--student-start official)",
     "official": "student start: official (target/hybrid students are the fine-tuned teacher converted, the teacher "
     "guides in train mode, as the official script without --student_reinit; unguided/trajectory start from the "
     "pretrained prefix)",
