@@ -227,7 +227,7 @@ def test_a_models_pt_of_the_wrong_layout_exits_2(tmp_path, capsys, edit, needle)
 
 def test_models_pt_as_saved_by_reproduce_loads_with_weights_only(tmp_path):
     """The saved format is state dicts plus plain numbers, tuples and dicts: weights_only=True loads it."""
-    from iclr25_lantern._experiment import _load_models, _save_models
+    from iclr25_lantern._common import _load_models, _save_models
     from iclr25_lantern._models import VQVAE, FeatureCNN, TokenTransformer, TransformerConfig
     from iclr25_shared.cli import RunContext
 
@@ -270,7 +270,7 @@ def test_reproduce_refuses_a_codebook_smaller_than_its_largest_k_before_training
 
 
 def test_the_config_knows_the_largest_k_of_each_reproduce_grid():
-    from iclr25_lantern._experiment import SIZES
+    from iclr25_lantern._common import SIZES
     from iclr25_lantern.cli import LARGEST_K
 
     assert {name: max(k for k, _, _ in size.grid) for name, size in SIZES.items()} == LARGEST_K

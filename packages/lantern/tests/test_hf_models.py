@@ -77,7 +77,7 @@ def test_sampling_with_lantern_on_hf_models_respects_the_budget(tiny_llama):
 def test_text_rows_runs_with_a_causal_lm_and_tokenizer(tiny_llama):
     from types import SimpleNamespace
 
-    from iclr25_lantern._experiment import text_rows
+    from iclr25_lantern._common import text_rows
 
     class Tok:
         def __call__(self, text, return_tensors="pt"):
@@ -107,7 +107,7 @@ def test_reproduce_text_row_glue_with_a_stand_in_model(tiny_llama, monkeypatch):
 
     import iclr25_shared.data
     import iclr25_shared.models
-    from iclr25_lantern._experiment import _text_row
+    from iclr25_lantern._common import _text_row
 
     class Tok:
         def __call__(self, text, return_tensors="pt"):
