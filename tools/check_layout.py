@@ -50,7 +50,6 @@ PENDING_VERIFY: set[str] = {
     "diffusion-curriculum",
     "diffusion-shapley",
     "edgeprompt",
-    "fl-causal",
     "hyper-connections",
     "icai",
     "infomax",
