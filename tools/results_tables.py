@@ -18,7 +18,7 @@ A single number in a sentence (a headline) is tied to its file the same way, inl
 
     LOZO beats MeZO by <!-- value: results/reproduce-quick/results.json tables.comparisons[name=LOZO - MeZO].mean_difference fmt=+.2f -->+1.18<!-- /value --> points
 
-The path is ``metrics.<key>`` or ``tables.<name>[<i> | <col>=<value>].<column>``; ``fmt=`` is a Python format spec
+The path is ``wall_s``, ``metrics.<key>[.<sub>...]`` (nested records) or ``tables.<name>[<i> | <col>=<value>].<column>``; ``fmt=`` is a Python format spec
 (default ``.4g``).
 
     python tools/results_tables.py --write [FILE ...]   # re-render the tables from their files
@@ -110,11 +110,21 @@ def lookup(data: dict[str, Any], selector: str, spec: str) -> Any:
     Raises:
         ValueError: a malformed selector, or nothing (or more than one row) where it points.
     """
+    if selector == "wall_s":
+        if "wall_s" not in data:
+            raise ValueError(f"value {spec!r}: the file records no wall_s")
+        return data["wall_s"]
     if selector.startswith("metrics."):
         key = selector.removeprefix("metrics.")
-        if key not in data.get("metrics", {}):
-            raise ValueError(f"value {spec!r}: no metric {key!r}")
-        return data["metrics"][key]
+        metrics = data.get("metrics", {})
+        if key in metrics:
+            return metrics[key]
+        node: Any = metrics
+        for part in key.split("."):  # a nested record: metrics.<key>.<sub>...
+            if not isinstance(node, dict) or part not in node:
+                raise ValueError(f"value {spec!r}: no metric {key!r}")
+            node = node[part]
+        return node
     match = INDEX.match(selector)
     if match is None:
         raise ValueError(

@@ -107,3 +107,16 @@ def test_inline_value_errors_name_what_is_missing(tmp_path: Path, selector, mess
     (tmp_path / "r.json").write_text(json.dumps({"metrics": {}, "tables": {"cmp": [{"name": "A"}]}}))
     with pytest.raises(ValueError, match=message):
         results_tables.render_value(f"r.json {selector}", tmp_path)
+
+
+def test_nested_metrics_and_wall_time_are_values(tmp_path: Path):
+    data = {"wall_s": 78.04, "metrics": {"diagnostics": {"codes_used": 37, "top1": 0.6431}, "a.b": 2}}
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    assert results_tables.render_value("r.json metrics.diagnostics.top1 fmt=.2f", tmp_path) == "0.64"
+    assert results_tables.render_value("r.json metrics.diagnostics.codes_used", tmp_path) == "37"
+    assert (
+        results_tables.render_value("r.json metrics.a.b", tmp_path) == "2"
+    )  # a dotted key wins over nesting
+    assert results_tables.render_value("r.json wall_s fmt=.0f", tmp_path) == "78"
+    with pytest.raises(ValueError, match="no metric"):
+        results_tables.render_value("r.json metrics.diagnostics.missing", tmp_path)
