@@ -53,7 +53,6 @@ PENDING_VERIFY: set[str] = {
     "hyper-connections",
     "icai",
     "infomax",
-    "lantern",
     "levattention",
     "lozo",
     "prdp",
