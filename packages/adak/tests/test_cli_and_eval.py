@@ -405,3 +405,47 @@ def test_reproduce_gpu_preset_fills_only_the_options_left_at_their_defaults():
     assert 10 <= (gpu.seeds * gpu.steps * gpu.batch) / (quick.seeds * quick.steps * quick.batch) <= 100
     mine = _apply_preset(ReproduceConfig(size="gpu", seeds=4))
     assert mine.seeds == 4 and mine.steps == 50
+
+
+def test_reproduce_declares_its_primary_first_and_keeps_the_per_seed_values(folders, tmp_path, monkeypatch):
+    """Issue 41: results.json's comparisons start with the README's primary (Ada-K at lam=0.03 against static
+    top-k at the same mean k), the others secondary; per_seed holds the raw values that recompute it."""
+    import iclr25_adak._reproduce as rep
+    from iclr25_adak._experiment import _text_blocks
+    from iclr25_adak._inputs import load_model_folder
+    from iclr25_adak._zoo import WikiTokens
+
+    def host(cfg, ctx, device):
+        model, tok = load_model_folder(folders / "moe")
+        train, val = _text_blocks(tok, _docs(80), 16)
+        pieces = [tok.decode([i]) for i in range(len(tok))]
+        return model, WikiTokens(train, val, np.arange(len(tok)), pieces), 0.0
+
+    monkeypatch.setattr(rep, "_host", host)
+    out = tmp_path / "r"
+    argv = ["reproduce", "--steps", "2", "--batch", "2", "--seeds", "3", "--lams", "0", "0.03"]
+    assert main([*argv, "--eval-blocks", "4", "--max-static-k", "3", "--out", str(out), "--quiet"]) == 0
+    res = json.loads((out / "results.json").read_text())
+    comp, per_seed = res["tables"]["comparisons"], res["tables"]["per_seed"]
+    assert comp[0]["name"] == "Ada-K (lam=0.03) - static top-k at the same mean k, validation NLL"
+    assert [r["role"] for r in comp] == ["primary"] + ["secondary"] * 3
+    assert [r["name"] for r in comp[1:]] == [
+        "Ada-K (lam=0) - static top-k at the same mean k",
+        "Ada-K (lam=0) - static top-2",
+        "Ada-K (lam=0.03) - static top-2",
+    ]
+    rows = [r for r in per_seed if r["lam"] == 0.03]
+    assert [r["seed"] for r in rows] == [0, 1, 2]
+    diffs = [r["loss"] - r["interp_loss"] for r in rows]
+    assert comp[0]["mean_difference"] == pytest.approx(float(np.mean(diffs)), abs=1e-12)
+    assert comp[0]["n"] == 3 and comp[0]["low"] <= comp[0]["mean_difference"] <= comp[0]["high"]
+    static = {r["k"]: r["loss"] for r in res["tables"]["static"]}
+    assert all(r["topK_loss"] == static[2] for r in per_seed)
+    assert res["metrics"]["paper_effect"] == -0.01 and isinstance(res["metrics"]["verdict"], str)
+
+
+def test_primary_lam_must_be_in_the_grid():
+    from iclr25_adak.cli import ReproduceConfig
+
+    with pytest.raises(ValueError, match="primary_lam must be one of lams"):
+        ReproduceConfig(lams=(0.0, 0.01))

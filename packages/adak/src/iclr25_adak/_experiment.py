@@ -1,4 +1,5 @@
-"""What the CLI runs: ``train`` and ``evaluate`` (allocators on a MoE and text), ``reproduce`` and ``bench``.
+"""What the CLI runs: ``train`` and ``evaluate`` (allocators on a MoE and text), and the helpers ``reproduce``
+(``_reproduce.py``) and ``bench`` (``_bench.py``) share.
 
 Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Result`.
 """
@@ -14,7 +15,7 @@ from iclr25_adak.cli import WIKI_MOE
 from iclr25_shared.cli import Result, RunContext, UsageError
 
 if TYPE_CHECKING:
-    from iclr25_adak.cli import EvaluateConfig, ReproduceConfig, TrainConfig
+    from iclr25_adak.cli import EvaluateConfig, TrainConfig
 
 QUICK_SPEC = {"steps": 200, "batch": 8, "docs": 3000, "layers": 6}
 FULL_SPEC = {"steps": 1500, "batch": 16, "docs": 9033, "layers": 6, "hidden": 192, "ffn": 384}
@@ -57,21 +58,21 @@ def _text_blocks(tokenizer: Any, docs: list[str], seq_len: int) -> tuple[np.ndar
     return cut(enc[n_val:]), cut(enc[:n_val])
 
 
-def _join_group(cfg: Any, device: Any) -> Any:
-    """Join the launcher's process group (torchrun / accelerate launch; a no-op in one process) and check that
-    every rank runs the same configuration. Returns the World."""
-    from iclr25_shared.distributed import check_same, init_process_group
+def _join(cfg: Any, ctx: RunContext) -> Any:
+    """``--device`` after joining the launcher's process group (torchrun / accelerate launch; a no-op in one
+    process; ``ctx.join_group``), every rank checked to run the same configuration and ``--batch`` to split evenly
+    over the ranks."""
+    from iclr25_shared.distributed import world
 
-    here = init_process_group(device)
-    if here.is_distributed:
-        check_same(repr(cfg), "command configuration")
-        batch = getattr(cfg, "batch", None)
-        if batch is not None and batch % here.world_size:
-            raise UsageError(
-                f"--batch {batch} must be divisible by the number of processes ({here.world_size}): each rank"
-                " rolls out an equal share of every PPO batch"
-            )
-    return here
+    device = ctx.join_group(configuration=repr(cfg))
+    here = world()
+    batch = getattr(cfg, "batch", None)
+    if here.is_distributed and batch is not None and batch % here.world_size:
+        raise UsageError(
+            f"--batch {batch} must be divisible by the number of processes ({here.world_size}): each rank"
+            " rolls out an equal share of every PPO batch"
+        )
+    return device
 
 
 def _rank0_first(here: Any, build: Any) -> Any:
@@ -102,8 +103,10 @@ def _load(cfg: Any, ctx: RunContext) -> tuple[Any, np.ndarray, np.ndarray, list[
     group when launched with torchrun / accelerate launch."""
     import torch
 
-    device = ctx.torch_device()
-    here = _join_group(cfg, device)
+    from iclr25_shared.distributed import world
+
+    device = _join(cfg, ctx)
+    here = world()
     torch.manual_seed(cfg.seed)
     if cfg.model == WIKI_MOE:
         from iclr25_adak._zoo import wiki_moe
@@ -311,116 +314,3 @@ def _plot(
     bx.set_title("k per layer")
     fig.tight_layout()
     ctx.save_figure("tradeoff.png", fig)
-
-
-def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
-    """Ada-K vs static top-k on a frozen Wikipedia MoE: loss at equal mean k, lam = 0 vs top-K, k by layer/type."""
-    from iclr25_adak._eval import evaluate_lm, interpolate_static, token_types
-    from iclr25_adak._routing import apply_adak
-    from iclr25_adak._zoo import wiki_moe
-    from iclr25_shared.metrics import paired_t_interval
-
-    cfg = _apply_preset(cfg)
-    device = ctx.torch_device()
-    here = _join_group(cfg, device)
-    t0 = time.perf_counter()
-    model, tokens = _rank0_first(
-        here,
-        lambda: wiki_moe(
-            _spec(cfg.size),
-            wiki_path=cfg.wiki_path,
-            label="--wiki-path",
-            device=device,
-            log=ctx.log,
-            progress=lambda it: ctx.progress(it, desc="pre-train MoE"),
-        ),
-    )
-    _check_replicated(model)
-    t_pre = time.perf_counter() - t0
-    patch = apply_adak(model, seed=cfg.seed)
-    types = token_types(tokens.pieces)
-    val = tokens.val[: cfg.eval_blocks]
-    static = []
-    for k in range(1, cfg.max_static_k + 1):
-        r = evaluate_lm(patch, val, mode="fixed", k=k, device=device)
-        static.append({"k": k, "loss": r["loss"], "flops_reduction": r["flops_reduction"]})
-    s_k, s_loss = [r["k"] for r in static], [r["loss"] for r in static]
-    big_k = patch.host_top_k
-    ctx.log.info("static: " + ", ".join(f"top-{r['k']} {r['loss']:.4f}" for r in static))
-    runs = []
-    t1 = time.perf_counter()
-    for lam in cfg.lams:
-        for s in range(cfg.seeds):
-            seed = cfg.seed + s
-            _reset_allocators(patch)
-            _train_once(patch, tokens.train, cfg, lam, seed, device, ctx)
-            r = evaluate_lm(patch, val, mode="argmax", types=types, device=device)
-            mk = min(max(r["mean_k"], s_k[0]), s_k[-1])
-            runs.append(
-                {
-                    "lam": lam,
-                    "seed": seed,
-                    "loss": r["loss"],
-                    "mean_k": r["mean_k"],
-                    "interp_loss": interpolate_static(s_k, s_loss, mk),
-                    "k_per_layer": r["k_per_layer"],
-                    "k_by_type": r["k_by_type"],
-                }
-            )
-            ctx.log.info(f"lam={lam} seed={seed}: loss {r['loss']:.4f} mean k {r['mean_k']:.3f}")
-    t_ppo = time.perf_counter() - t1
-    summary, layers = [], {}
-    for lam in cfg.lams:
-        rs = [r for r in runs if r["lam"] == lam]
-        d_interp = paired_t_interval([r["loss"] - r["interp_loss"] for r in rs])
-        d_topk = paired_t_interval([r["loss"] - s_loss[big_k - 1] for r in rs])
-        layers[lam] = list(np.mean([r["k_per_layer"] for r in rs], axis=0))
-        summary.append(
-            {
-                "lam": lam,
-                "mean_k": float(np.mean([r["mean_k"] for r in rs])),
-                "mean_k_sd": float(np.std([r["mean_k"] for r in rs])),
-                "loss": float(np.mean([r["loss"] for r in rs])),
-                "loss_sd": float(np.std([r["loss"] for r in rs])),
-                "flops_reduction": 1 - float(np.mean([r["mean_k"] for r in rs])) / big_k,
-                "loss_minus_static_interp": d_interp.value,
-                "interp_ci": f"[{d_interp.low:.4f}, {d_interp.high:.4f}]",
-                "loss_minus_topK": d_topk.value,
-                "topK_ci": f"[{d_topk.low:.4f}, {d_topk.high:.4f}]",
-                "k_function": float(np.mean([r["k_by_type"]["function"] for r in rs])),
-                "k_content": float(np.mean([r["k_by_type"]["content"] for r in rs])),
-                "k_other": float(np.mean([r["k_by_type"]["other"] for r in rs])),
-            }
-        )
-    layer_rows = [
-        {"lam": lam, **{f"layer {i}": round(v, 3) for i, v in enumerate(ks)}} for lam, ks in layers.items()
-    ]
-    if ctx.writes:
-        _plot(static, summary, layers, ctx)
-    gap = s_loss[0] - s_loss[1] if len(s_loss) > 1 else float("nan")
-    notes = [
-        f"diagnostic: static top-1 loses {gap:.4f} nats/token against top-2 (the room an allocator can exploit)",
-        f"static top-{big_k} (the host's K) loss {s_loss[big_k - 1]:.4f}; validation {val.size} tokens",
-        "loss_minus_static_interp < 0 means Ada-K beats static routing at the same mean k (paired t 95% CI over seeds)",
-    ]
-    return Result(
-        metrics={
-            "static": static,
-            "top_k": big_k,
-            "seeds": cfg.seeds,
-            "pretrain_s": t_pre,
-            "settings": {
-                "size": cfg.size,
-                "steps": cfg.steps,
-                "batch": cfg.batch,
-                "eval_blocks": cfg.eval_blocks,
-            },
-        },
-        tables={
-            "adak_vs_static": summary,
-            "k_per_layer": layer_rows,
-            "runs": [{k: v for k, v in r.items() if k not in ("k_per_layer", "k_by_type")} for r in runs],
-        },
-        timings={"pretrain_or_load": t_pre, "ppo_and_eval": t_ppo},
-        notes=notes,
-    )

@@ -1,5 +1,6 @@
 """``iclr25-adak``: Ada-K routing (arXiv:2410.10456) — PPO-trained allocators that pick how many experts each token
-uses in a frozen Hugging Face MoE. Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
+uses in a frozen Hugging Face MoE. Config dataclasses and ``main`` only; the work is in ``_experiment.py`` (train,
+evaluate), ``_reproduce.py`` and ``_bench.py``."""
 
 from __future__ import annotations
 
@@ -154,10 +155,12 @@ class ReproduceConfig(CommonOptions, _PPOOptions):
     minutes on one H200, an estimate) or full (a larger MoE; hours on CPU)."""
     steps: int = 25
     """PPO rollouts per (lambda, seed) run (>= 1)."""
-    seeds: int = 3
+    seeds: int = 5
     """PPO seeds per lambda (>= 2 for an interval)."""
     lams: tuple[float, ...] = (0.0, 0.01, 0.03)
     """Cost grid (each >= 0)."""
+    primary_lam: float = 0.03
+    """The lambda of the declared primary comparison (Ada-K - static top-k at the same mean k); one of --lams."""
     max_static_k: int = 4
     """Static top-k baselines k = 1..max_static_k (>= 2)."""
     eval_blocks: int = 64
@@ -173,6 +176,8 @@ class ReproduceConfig(CommonOptions, _PPOOptions):
         check_int("eval_blocks", self.eval_blocks, low=1)
         if not self.lams:
             raise ValueError("lams must hold at least one value >= 0")
+        if self.primary_lam not in self.lams:
+            raise ValueError(f"primary_lam must be one of lams {list(self.lams)}, got {self.primary_lam}")
         for lam in self.lams:
             check_float("lams", lam, low=0.0)
 
@@ -238,7 +243,7 @@ class BenchConfig(CommonOptions, _PPOOptions):
 COMMANDS = {
     "train": (TrainConfig, "iclr25_adak._experiment:train"),
     "evaluate": (EvaluateConfig, "iclr25_adak._experiment:evaluate"),
-    "reproduce": (ReproduceConfig, "iclr25_adak._experiment:reproduce"),
+    "reproduce": (ReproduceConfig, "iclr25_adak._reproduce:reproduce"),
     "bench": (BenchConfig, "iclr25_adak._bench:bench"),
 }
 
