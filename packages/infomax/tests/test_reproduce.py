@@ -8,21 +8,52 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from iclr25_infomax._experiment import _redundancy_diagnostics, _t_interval, classifier_accuracy
+from iclr25_infomax._experiment import classifier_accuracy
+from iclr25_infomax._reproduce import _redundancy_diagnostics, comparisons
 from iclr25_infomax.cli import main
 from iclr25_shared.testing import require
 
 
-def test_t_interval_matches_the_t_table():
-    mean, lo, hi = _t_interval(np.array([1.0, 2.0, 3.0]))
-    half = 4.302652729911275 / np.sqrt(3)  # t_{0.975, 2} from the table; sd = 1
-    assert mean == pytest.approx(2.0)
-    assert lo == pytest.approx(2.0 - half)
-    assert hi == pytest.approx(2.0 + half)
-    one = _t_interval(np.array([0.5]))
-    assert one[0] == 0.5
-    assert np.isnan(one[1])
-    assert np.isnan(one[2])
+def _rows(table: dict[tuple[str, str], list[float]]) -> list[dict]:
+    return [
+        {"method": m, "kept": kept, "seed": s, "test_accuracy_pct": v}
+        for (m, kept), vals in table.items()
+        for s, v in enumerate(vals)
+    ]
+
+
+def test_comparisons_primary_is_infomax_minus_random_at_the_smallest_budget():
+    # seeds listed out of order: the pairing is by seed, not by row order
+    per_seed = _rows(
+        {
+            ("infomax", "10%"): [80.0, 82.0, 81.0],
+            ("random", "10%"): [79.0, 80.0, 81.5],
+            ("ccs", "10%"): [85.0, 85.0, 85.0],
+            ("infomax", "30%"): [86.0, 86.0, 86.0],
+            ("random", "30%"): [85.0, 86.0, 87.0],
+            ("ccs", "30%"): [86.5, 86.0, 86.0],
+        }
+    )[::-1]
+    rows = comparisons(per_seed, ["random", "ccs", "infomax"], [0.3, 0.1])
+    assert [r.role for r in rows] == ["primary", "secondary", "secondary", "exploratory"]
+    assert rows[0].name == "InfoMax − random, test accuracy (pp), 10% kept"
+    # differences by seed: +1, +2, -0.5 -> mean 5/6
+    assert rows[0].estimate.value == pytest.approx(2.5 / 3)
+    assert rows[0].estimate.n == 3
+    assert rows[0].p_adjusted is None
+    assert {r.name for r in rows[1:3]} == {
+        "InfoMax − ccs, test accuracy (pp), 10% kept",
+        "InfoMax − random, test accuracy (pp), 30% kept",
+    }
+    assert all(r.p_adjusted is not None and r.p_adjusted >= r.p_value for r in rows[1:3])
+    assert rows[3].name == "InfoMax − ccs, test accuracy (pp), 30% kept"
+    assert rows[3].estimate.value == pytest.approx(-1.0 / 6)
+
+
+def test_comparisons_need_infomax_and_a_baseline():
+    per_seed = _rows({("random", "10%"): [1.0, 2.0]})
+    assert comparisons(per_seed, ["random"], [0.1]) == []
+    assert comparisons(_rows({("infomax", "10%"): [1.0, 2.0]}), ["infomax"], [0.1]) == []
 
 
 def test_redundancy_diagnostics_on_a_path_graph():
@@ -85,8 +116,17 @@ def test_reproduce_tiny_end_to_end(tmp_path):
     tables = rec["tables"]
     acc = tables["test accuracy (%) mean ± SD over seeds"]
     assert [r["method"] for r in acc] == ["random", "hard_first", "ccs", "kcenter", "infomax", "full pool"]
-    paired = tables["paired differences (pp), InfoMax − baseline"]
-    assert {r["InfoMax −"] for r in paired} == {"random", "hard_first", "ccs", "kcenter"}
+    comp = tables["comparisons"]
+    assert [r["role"] for r in comp].count("primary") == 1 and comp[0]["role"] == "primary"
+    assert comp[0]["name"] == "InfoMax − random, test accuracy (pp), 10% kept"
+    assert len(comp) == 4 * 2  # four baselines at two budgets
+    per_seed = tables["per_seed"]
+    assert len(per_seed) == 5 * 2 * 2 + 2  # methods x budgets x seeds + the full pool's seeds
+    inf = [r["test_accuracy_pct"] for r in per_seed if (r["method"], r["kept"]) == ("infomax", "10%")]
+    rnd = [r["test_accuracy_pct"] for r in per_seed if (r["method"], r["kept"]) == ("random", "10%")]
+    assert comp[0]["mean_difference"] == pytest.approx(np.mean(np.subtract(inf, rnd)))
+    assert rec["metrics"]["paper_effect"] == 1.0
+    assert isinstance(rec["metrics"]["verdict"], str)
     full = rec["metrics"]["full_pool_accuracy_per_seed"]
     assert len(full) == 2 and all(0.0 <= a <= 1.0 for a in full)
     tuning = {(r["kept"], r["method"]): r for r in tables["validation accuracy (%) of the tuning grid"]}

@@ -1,5 +1,5 @@
 """``iclr25-infomax``: InfoMax coreset selection (Tan et al., ICLR 2025, arXiv:2506.01701): keep the samples that
-maximise importance minus kNN redundancy. Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
+maximise importance minus kNN redundancy. Config dataclasses and ``main`` only; the work is in ``_select.py``, ``_reproduce.py`` and ``_bench.py``."""
 
 from __future__ import annotations
 
@@ -266,9 +266,9 @@ class BenchConfig(_Options):
 
 
 COMMANDS = {
-    "select": (SelectConfig, "iclr25_infomax._experiment:select"),
-    "reproduce": (ReproduceConfig, "iclr25_infomax._experiment:reproduce"),
-    "bench": (BenchConfig, "iclr25_infomax._experiment:bench"),
+    "select": (SelectConfig, "iclr25_infomax._select:select"),
+    "reproduce": (ReproduceConfig, "iclr25_infomax._reproduce:reproduce"),
+    "bench": (BenchConfig, "iclr25_infomax._bench:bench"),
 }
 
 
