@@ -66,7 +66,7 @@ def _brute_force(rows, source, t=0.5):
 def test_per_prompt_then_per_model_matches_brute_force_and_joint_le_min(seed):
     rng = np.random.default_rng(seed)
     rows = _random_rows(rng, continuous=bool(seed % 2))
-    for r in aggregate(rows):
+    for r in aggregate(rows, mode="threshold"):
         np.testing.assert_allclose([r["joint"], r["sa"], r["pc"]], _brute_force(rows, r["source"]))
         assert r["joint"] <= min(r["sa"], r["pc"]) + 1e-12
     for r in aggregate(rows, mode="mean"):
@@ -91,15 +91,40 @@ def test_joint_equals_sa_equals_pc_when_labels_agree():
 
 
 def test_threshold_and_mean_modes_on_continuous_scores():
-    # Hritikbansal/videophy#5: continuous judge scores (e.g. 0.347) are thresholded (paper) or averaged
+    # Hritikbansal/videophy#5: continuous judge scores (e.g. 0.347) are averaged (the authors) or thresholded
     rows = [Judgement("a", "p", 0.347, 0.9), Judgement("b", "q", 0.7, 0.2)]
-    (t,) = aggregate(rows, by=())
+    (t,) = aggregate(rows, mode="threshold", by=())
     assert (t["sa"], t["pc"], t["joint"]) == (50.0, 50.0, 0.0)
     (m,) = aggregate(rows, mode="mean", by=())
     assert m["sa"] == pytest.approx(52.35) and m["pc"] == pytest.approx(55.0)
     assert m["joint"] == pytest.approx(100 * (0.347 + 0.2) / 2)
-    (t2,) = aggregate(rows, threshold=0.3, by=())
+    (t2,) = aggregate(rows, mode="threshold", threshold=0.3, by=())
     assert t2["sa"] == 100.0
+
+
+def test_the_default_aggregation_of_judge_scores_is_the_authors_mean():
+    # issue 41: the authors average VideoCon-Physics scores; binarising at 0.5 is an option, not the default
+    rows = [Judgement("a", "p", 0.6, 0.55), Judgement("b", "q", 0.2, 0.45)]
+    (d,) = aggregate(rows, by=())
+    assert d["sa"] == pytest.approx(40.0) and d["pc"] == pytest.approx(50.0)  # (0.6+0.2)/2, (0.55+0.45)/2
+    assert d["joint"] == pytest.approx(100 * (0.55 + 0.2) / 2)  # min(SA, PC) per video
+    (t,) = aggregate(rows, mode="threshold", by=())
+    assert (t["sa"], t["pc"], t["joint"]) == (50.0, 50.0, 50.0)  # what the old default gave: not the same
+    assert leaderboard(rows)[0]["sa"] == pytest.approx(40.0)  # the leaderboard's default too
+
+
+def test_a_score_of_exactly_the_threshold_passes():
+    # the tie rule: score >= threshold passes, so 0.5 counts as SA = 1 / PC = 1
+    rows = [Judgement("a", "p", 0.5, 0.5), Judgement("b", "q", np.nextafter(0.5, 0.0), 0.5)]
+    (t,) = aggregate(rows, mode="threshold", by=(), warn_constant=False)  # PC is 0.5 everywhere
+    assert (t["sa"], t["pc"], t["joint"]) == (50.0, 100.0, 50.0)
+    (t7,) = aggregate(rows, mode="threshold", threshold=0.7, by=(), warn_constant=False)
+    assert (t7["sa"], t7["pc"]) == (0.0, 0.0)
+    # on 0/1 human labels the two modes agree (the paper's leaderboard metric)
+    labels = [Judgement(f"v{i}", f"p{i}", float(i % 2), float(i % 3 == 0)) for i in range(6)]
+    (a,) = aggregate(labels, by=())
+    (b,) = aggregate(labels, mode="threshold", by=())
+    assert (a["joint"], a["sa"], a["pc"]) == (b["joint"], b["sa"], b["pc"])
 
 
 def test_videophy2_mode_uses_sa_ge_4_and_pc_ge_4():

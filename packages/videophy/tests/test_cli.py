@@ -134,9 +134,18 @@ def test_reproduce_tiny_and_bench_run_on_the_real_clips(tmp_path):
 
     require(real_clips)
     assert main(["reproduce", "--size", "tiny", "--seeds", "2", "--out", str(tmp_path / "r"), "--quiet"]) == 0
-    m = json.loads((tmp_path / "r" / "results.json").read_text())["metrics"]
+    rec = json.loads((tmp_path / "r" / "results.json").read_text())
+    m = rec["metrics"]
     assert m["A_auc_shuffled_vs_original"] == 1.0 and m["A_auc_reversed_vs_original"] == 0.5
     assert m["C_label_file_round_trip_exact"] is True
+    # issue 41 wiring: one primary comparison first, computed from the per_seed rows, and the verdict
+    comp, per_seed = rec["tables"]["comparisons"], rec["tables"]["per_seed"]
+    assert [r["role"] for r in comp] == ["primary"] + ["secondary"] * 4 + ["exploratory"] * 4
+    assert comp[0]["n"] == 2 and len(per_seed) == 2 * 2  # seeds x evaluators
+    by = {(r["seed"], r["evaluator"]): r["auc_overall"] for r in per_seed}
+    diffs = [by[(s, "trajectory features")] - by[(s, "frame-difference baseline")] for s in (0, 1)]
+    assert comp[0]["mean_difference"] == pytest.approx(sum(diffs) / 2)
+    assert m["paper_effect"] == 0.10 and isinstance(m["verdict"], str)
     assert (
         main(["bench", "--repeats", "1", "--num-frames", "4", "--out", str(tmp_path / "b"), "--quiet"]) == 0
     )

@@ -7,11 +7,14 @@ leaderboard reports the three rates in percent.
 
 Modes:
 
-- ``threshold`` (paper): binarise each score at ``threshold`` (0.5 for judge probabilities; human labels are 0/1
-  already), ``joint = 1[SA >= t] · 1[PC >= t]``.
-- ``mean`` (the maintainers' advice for continuous judge scores, Hritikbansal/videophy#5): average the scores
-  themselves; the joint score of a video is ``min(SA, PC)`` (our choice: it equals ``SA ∧ PC`` on 0/1 labels and
-  keeps ``joint <= min(SA, PC)`` per model).
+- ``mean`` (the default; the authors' aggregation of judge scores: their official code averages the continuous
+  VideoCon-Physics scores, and the maintainers give the same advice in Hritikbansal/videophy#5): average the scores
+  themselves; the joint score of a video is ``min(SA, PC)`` (our choice: the authors report SA and PC only for
+  continuous scores; ``min`` equals ``SA ∧ PC`` on 0/1 labels and keeps ``joint <= min(SA, PC)`` per model). On
+  human labels (0/1) it gives exactly the paper's leaderboard metric, the share of prompts with SA = PC = 1.
+- ``threshold`` (an option, for binarised judge scores): each score passes when ``score >= threshold`` (0.5 by
+  default), so **a score of exactly the threshold passes** (0.5 counts as SA = 1 / PC = 1);
+  ``joint = 1[SA >= t] · 1[PC >= t]``. On 0/1 labels it equals ``mean`` for any ``0 < t <= 1``.
 - ``videophy2`` (VideoPhy-2, arXiv:2503.06800): scores are integers 1..5 and ``joint = 1[SA >= 4] · 1[PC >= 4]``.
 """
 
@@ -40,7 +43,7 @@ __all__ = [
     "warn_if_constant",
 ]
 
-AGGREGATION_MODES = ("threshold", "mean", "videophy2")
+AGGREGATION_MODES = ("mean", "threshold", "videophy2")
 GROUP_KEYS = ("source", "states_of_matter", "complexity")
 
 
@@ -130,7 +133,7 @@ class _Acc:
 def aggregate(
     judgements: Iterable[Judgement],
     *,
-    mode: str = "threshold",
+    mode: str = "mean",
     threshold: float = 0.5,
     by: Sequence[str] = ("source",),
     warn_constant: bool = True,
@@ -140,8 +143,10 @@ def aggregate(
     Args:
         judgements: per-video scores. A task that is nan in every row (not scored) gives nan for its rate and for
             joint; a task scored for some videos but not others is an error.
-        mode: ``threshold`` (default, the paper's binarised metric), ``mean`` or ``videophy2`` (module doc).
-        threshold: binarisation threshold of ``threshold`` mode, in ``[0, 1]``.
+        mode: ``mean`` (default: the authors' average of the scores; on 0/1 human labels the paper's metric),
+            ``threshold`` (binarise first) or ``videophy2`` (module doc).
+        threshold: binarisation threshold of ``threshold`` mode, in ``[0, 1]``; a score equal to it passes
+            (``score >= threshold``). Ignored by the other modes.
         by: grouping keys, a subset of ``("source", "states_of_matter", "complexity")``; ``()`` = one overall row.
         warn_constant: warn (:class:`ConstantScoresWarning`) when all SA or all PC scores are equal.
 

@@ -271,7 +271,7 @@ def write_labels(
 ) -> Path:
     """Write per-video labels in the published **test** format (atomically).
 
-    ``majority_sa``/``majority_pc`` are ``score >= threshold`` as 0/1 (for VideoPhy-2 1..5 scores pass
+    ``majority_sa``/``majority_pc`` are ``score >= threshold`` as 0/1 (a score equal to the threshold gives 1; for VideoPhy-2 1..5 scores pass
     ``threshold=4``); with ``scores=True`` the continuous scores follow in ``sa_score``/``pc_score`` so nothing is
     lost. A missing (nan) score is written as an empty cell.
     """

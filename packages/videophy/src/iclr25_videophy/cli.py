@@ -128,10 +128,11 @@ class EvaluateConfig(CommonOptions):
     """Model name for every video (default: the mapping's source column)."""
     num_frames: int = 32
     """Frames sampled per video (the paper's judge uses 32)."""
-    mode: Literal["threshold", "mean", "videophy2"] = "threshold"
-    """Aggregation: threshold (paper), mean (continuous scores), videophy2 (1-5 scales, SA>=4 and PC>=4)."""
+    mode: Literal["mean", "threshold", "videophy2"] = "mean"
+    """Aggregation: mean (default: the authors' average of judge scores; on 0/1 labels the paper's metric),
+    threshold (binarise each score first: score >= --threshold passes), videophy2 (1-5 scales, SA>=4 and PC>=4)."""
     threshold: float = 0.5
-    """Binarisation threshold of threshold mode, in [0, 1]."""
+    """Binarisation threshold of threshold mode, in [0, 1]; a score equal to it passes (0.5 counts as 1)."""
     opencv_data: Path | None = None
     """Folder with opencv-doc's vtest.avi and tree.avi (default: the Debian path, then the iclr25 cache)."""
 
@@ -157,10 +158,10 @@ class LeaderboardConfig(CommonOptions):
 
     labels: Path | None = None
     """Label CSV (test: majority_sa/majority_pc; train: sa/physics; example: sa/pc; or what `evaluate` writes)."""
-    mode: Literal["threshold", "mean", "videophy2"] = "threshold"
-    """Aggregation mode (see evaluate)."""
+    mode: Literal["mean", "threshold", "videophy2"] = "mean"
+    """Aggregation mode (see evaluate; mean by default)."""
     threshold: float = 0.5
-    """Binarisation threshold of threshold mode, in [0, 1]."""
+    """Binarisation threshold of threshold mode, in [0, 1]; a score equal to it passes (0.5 counts as 1)."""
     breakdown: bool = True
     """Also print the breakdowns by states of matter and by complexity."""
 
@@ -239,8 +240,8 @@ COMMANDS = {
     "generate": (GenerateConfig, "iclr25_videophy._experiment:generate"),
     "evaluate": (EvaluateConfig, "iclr25_videophy._experiment:evaluate"),
     "leaderboard": (LeaderboardConfig, "iclr25_videophy._experiment:leaderboard"),
-    "reproduce": (ReproduceConfig, "iclr25_videophy._experiment:reproduce"),
-    "bench": (BenchConfig, "iclr25_videophy._experiment:bench"),
+    "reproduce": (ReproduceConfig, "iclr25_videophy._reproduce:reproduce"),
+    "bench": (BenchConfig, "iclr25_videophy._bench:bench"),
 }
 
 
