@@ -182,5 +182,39 @@ def test_reproduce_tiny_end_to_end(tmp_path):
     )
     res = json.loads((out / "results.json").read_text())
     assert (out / "curves.png").is_file()
-    methods = {r["method"] for r in res["tables"]["runs"]}
-    assert methods == {"k-means (pixels)", "simgcd", "debgcd"}
+    table = res["tables"]["per_seed"]
+    assert {r["arm"] for r in table} == {"k-means (pixels)", "simgcd", "debgcd"}
+    assert len(table) == 2 * 3
+    comp = res["tables"]["comparisons"]
+    assert [r["role"] for r in comp].count("primary") == 1 and comp[0]["role"] == "primary"
+    deb = [r["all"] for r in sorted(table, key=lambda r: r["seed"]) if r["arm"] == "debgcd"]
+    sim = [r["all"] for r in sorted(table, key=lambda r: r["seed"]) if r["arm"] == "simgcd"]
+    assert comp[0]["mean_difference"] == pytest.approx((deb[0] - sim[0] + deb[1] - sim[1]) / 2)
+    assert comp[0]["n"] == 2
+    assert res["metrics"]["verdict"]
+    assert all(r["auroc"] is None and "not computed" in r["missing"] for r in table if r["arm"] == "simgcd")
+
+
+def test_reproduce_comparisons_roles_and_pairing():
+    """The primary is DebGCD - SimGCD All on the first data set, paired by seed (rows given out of order);
+    the other DebGCD - SimGCD differences are secondary with Holm p-values; k-means ones exploratory."""
+    from iclr25_debgcd._reproduce import comparisons
+
+    rng = np.random.default_rng(0)
+    table = []
+    for data in ("fashion-mnist", "digits"):
+        for seed in (3, 1, 2):  # out of order: pairing must go by seed
+            for arm, shift in (("k-means (pixels)", -0.2), ("simgcd", 0.0), ("debgcd", 0.01 * seed)):
+                vals = {k: 0.5 + shift + float(rng.normal(0, 0.01)) for k in ("all", "old", "new")}
+                table.append({"data": data, "seed": seed, "arm": arm, **vals, "deb_all": None})
+    rows = comparisons(table, ("fashion-mnist", "digits"))
+    roles = [r.role for r in rows]
+    assert roles[0] == "primary" and roles.count("primary") == 1
+    assert roles.count("secondary") == 5  # 2 data sets x 3 scores, less the primary
+    assert roles.count("exploratory") == 4  # no debiased-head row when deb_all is missing
+    by = {(r["seed"], r["arm"]): r["all"] for r in table if r["data"] == "fashion-mnist"}
+    diffs = [by[s, "debgcd"] - by[s, "simgcd"] for s in (1, 2, 3)]
+    assert rows[0].estimate.value == pytest.approx(sum(diffs) / 3)
+    assert "fashion-mnist" in rows[0].name and "All" in rows[0].name
+    assert all(r.p_adjusted is not None for r in rows if r.role == "secondary")
+    assert all(r.p_adjusted is None for r in rows if r.role != "secondary")
