@@ -1,7 +1,7 @@
 """``iclr25-prdp``: train through iterative PDE solvers with progressively refined iteration counts (PRDP, ICLR 2025).
 
 run: one experiment; reproduce: converged K vs PRDP vs coarse K; bench: step time and memory.
-Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
+Config dataclasses and ``main`` only; the work is in ``_run.py``, ``_reproduce.py`` and ``_bench.py``.
 """
 
 from __future__ import annotations
@@ -82,13 +82,14 @@ class RunConfig(CommonOptions):
             )
 
 
-SIZES = {"quick": (3, 32), "gpu": (5, 48)}
+SIZES = {"quick": (5, 32), "gpu": (5, 48)}
 """``--size`` presets of ``reproduce``: (seeds, Navier-Stokes grid)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(CommonOptions):
-    """Converged fixed K vs PRDP per seed, cost at equal accuracy (mean, SD, 95 % CI); coarse K on the first seed."""
+    """Converged fixed K vs PRDP per seed, cost at equal accuracy; paired comparisons (PRDP / converged - 1) with the
+    declared primary (Navier-Stokes wall time) first and its verdict; coarse K on the first seed."""
 
     experiments: tuple[Experiment, ...] = (
         "poisson-inverse",
@@ -98,14 +99,14 @@ class ReproduceConfig(CommonOptions):
     )
     """Experiments to run."""
     size: Literal["quick", "gpu"] = "quick"
-    """quick: the CPU size (3 seeds, Navier-Stokes on 32x32); gpu: for one GPU, never run (5 seeds, Navier-Stokes
-    on 48x48 with K_eps = 675 for Jacobi: about 8x the quick size's solver work; estimate in the README). --seeds
+    """quick: the CPU size (5 seeds, Navier-Stokes on 32x32); gpu: for one GPU, never run (5 seeds, Navier-Stokes
+    on 48x48 with K_eps = 675 for Jacobi: about 5x the quick size's solver work; estimate in the README). --seeds
     and --grid override either preset."""
     epochs: int | None = None
     """Override every experiment's epoch count (default: 180 / 50 / 60 / 30)."""
     seeds: int | None = None
     """Seeds per experiment (network initialisation and batch order; poisson-inverse is deterministic); default:
-    the size's (quick 3, gpu 5)."""
+    the size's (quick 5, gpu 5)."""
     grid: int | None = None
     """navier-stokes: cells per axis of the coarse grid (the reference runs on twice as many); default: the
     size's (quick 32, gpu 48)."""
@@ -160,9 +161,9 @@ class BenchConfig(CommonOptions):
 
 
 COMMANDS = {
-    "run": (RunConfig, "iclr25_prdp._experiment:run_experiment"),
-    "reproduce": (ReproduceConfig, "iclr25_prdp._experiment:reproduce"),
-    "bench": (BenchConfig, "iclr25_prdp._experiment:bench"),
+    "run": (RunConfig, "iclr25_prdp._run:run_experiment"),
+    "reproduce": (ReproduceConfig, "iclr25_prdp._reproduce:reproduce"),
+    "bench": (BenchConfig, "iclr25_prdp._bench:bench"),
 }
 
 
