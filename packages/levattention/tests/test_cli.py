@@ -189,11 +189,24 @@ def test_reproduce_tiny_without_the_language_model(tmp_path):
     require(fashion_mnist, "test")
     out = tmp_path / "repro"
     assert (
-        main(["reproduce", "--size", "tiny", "--no-lm", "--out", str(out), "--quiet", "--device", "cpu"]) == 0
-    )
+        main(["reproduce", "--size", "tiny", "--no-lm", "--seeds", "2", "--out", str(out), "--quiet",
+              "--device", "cpu"]) == 0
+    )  # fmt: skip
     results = json.loads((out / "results.json").read_text())
     assert results["metrics"]["A: min recall"] == 1.0
     assert results["metrics"]["A: total false positives"] == 0
+    comparisons = results["tables"]["comparisons"]
+    assert [r["role"] for r in comparisons].count("primary") == 1 and comparisons[0]["role"] == "primary"
+    assert comparisons[0]["n"] == 2
+    per_seed = results["tables"]["per_seed"]
+    assert sorted((r["seed"], r["arm"]) for r in per_seed) == [
+        (s, arm) for s in (0, 1) for arm in ("full", "inference", "lev")
+    ]
+    full = {r["seed"]: r["accuracy"] for r in per_seed if r["arm"] == "full"}
+    lev = {r["seed"]: r["accuracy"] for r in per_seed if r["arm"] == "lev"}
+    assert comparisons[0]["mean_difference"] == pytest.approx(np.mean([lev[s] / full[s] - 1 for s in (0, 1)]))
+    assert isinstance(results["metrics"]["verdict"], str) and results["metrics"]["paper_effect"] == -0.10
+    assert 0 < results["metrics"]["diagnostic"]["mass on top-k leverage keys"] <= 1
     assert (out / "scaling.png").is_file()
     assert (out / "vit.png").is_file()
 
@@ -223,13 +236,13 @@ def test_reproduce_tiny_with_smollm2_queries_and_keys(tmp_path):
     assert results["metrics"]["A: total missed entries"] == 0
 
 
-def test_size_gpu_is_quick_part_a_and_10x_its_vit_training():
+def test_size_gpu_is_quick_part_a_and_100x_its_vit_training():
     from dataclasses import replace
 
-    from iclr25_levattention._experiment import SIZES
+    from iclr25_levattention._parts import SIZES
     from iclr25_levattention.cli import ReproduceConfig
 
     assert ReproduceConfig(size="gpu").size == "gpu"
     quick, gpu = SIZES["quick"], SIZES["gpu"]
-    assert gpu.vit_epochs * gpu.vit_train == 10 * quick.vit_epochs * quick.vit_train
-    assert replace(gpu, vit_epochs=quick.vit_epochs) == quick
+    assert gpu.vit_epochs * gpu.vit_train == 100 * quick.vit_epochs * quick.vit_train
+    assert replace(gpu, vit_epochs=quick.vit_epochs, vit_train=quick.vit_train) == quick

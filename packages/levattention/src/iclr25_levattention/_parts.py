@@ -1,4 +1,5 @@
-"""The reproduction (``reproduce``) and the benchmark (``bench``) on real data, small scale.
+"""What ``reproduce`` (and ``bench``) compute, on real data, small scale: the sizes, the data, part A's rows and
+part B's ViT.
 
 Part A (exactness and scaling): queries and keys from the attention layers of the packaged SmolLM2-135M-Instruct
 on Wikipedia summaries (post-RoPE, one query head and its key/value head), and a 16-component PCA embedding of
@@ -17,29 +18,11 @@ import contextlib
 import math
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from iclr25_levattention._checks import as_matrix
 from iclr25_levattention._heavy import brute_force_heavy_entries, heavy_entries
-from iclr25_shared.cli import Result, RunContext
-from iclr25_shared.inputs import read_npy, validating
-
-if TYPE_CHECKING:
-    from iclr25_levattention.cli import BenchConfig, FindConfig, ReproduceConfig
-
-__all__ = [
-    "SIZES",
-    "ReproduceSize",
-    "bench",
-    "bench_rows",
-    "fashion_pca",
-    "find",
-    "heavy_tailed",
-    "reproduce",
-    "smollm2_qk",
-]
 
 
 @dataclass(frozen=True)
@@ -63,6 +46,8 @@ class ReproduceSize:
     vit_test: int
     vit_epochs: int
     vit_top_k: int
+    diag_images: int = 1000
+    """Test images on which the attention diagnostic of the trained full model is measured."""
 
 
 SIZES = {
@@ -90,9 +75,9 @@ SIZES = {
         fashion_n=16384,
         scaling_lm=(512, 1024, 2048, 4096),
         scaling_fashion=(2048, 4096, 8192, 16384, 32768),
-        vit_train=60000,
+        vit_train=10000,  # 5 seeds x 30 000 image passes per model: about 2 minutes per seed on one core
         vit_test=10000,
-        vit_epochs=5,
+        vit_epochs=3,
         vit_top_k=8,
     ),
     "full": ReproduceSize(
@@ -109,8 +94,8 @@ SIZES = {
         vit_epochs=15,
         vit_top_k=8,
     ),
-    # One GPU (with --device cuda; never run, README "GPU"): part A as quick (numpy on the host), part B trained for
-    # 10x quick's image passes (50 epochs of the 60 000 images, 3 000 000 passes per model).
+    # One GPU (with --device cuda; never run, README "GPU"): part A as quick (numpy on the host), part B trained on
+    # all 60 000 images for 50 epochs (3 000 000 image passes per model, 100x quick's 30 000).
     "gpu": ReproduceSize(
         lm_tokens=4096,
         lm_layers=(1, 7, 13, 19, 25),
@@ -516,148 +501,62 @@ def evaluate(model, x, y, *, device, batch_size: int = 500):
     return accuracy(torch.cat(preds).numpy(), y.numpy())
 
 
-# ------------------------------------------------------------------------------------------------------------------
-# Bench
-# ------------------------------------------------------------------------------------------------------------------
+def attention_diagnostic(model, x, *, top_k: int, device, batch_size: int = 250) -> list[dict]:
+    """Can restricting attention to the top-``top_k`` leverage keys change anything? Measured on a trained
+    full-softmax ViT (``model``, run with full attention) over the images ``x``, per block.
 
-
-def _measured(fn, *args, **kwargs):
-    """``(result, wall, cpu, peak_bytes)``: :func:`_cpu_timed` plus the peak memory allocated by Python and numpy
-    during the call (tracemalloc; numpy reports its array buffers to it) above what was allocated at the start."""
-    import tracemalloc
-
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        base = tracemalloc.get_traced_memory()[0]
-        result, wall, cpu = _cpu_timed(fn, *args, **kwargs)
-        peak = tracemalloc.get_traced_memory()[1] - base
-    finally:
-        tracemalloc.stop()
-    return result, wall, cpu, peak
-
-
-def matmul_floor(Q: np.ndarray, K: np.ndarray, *, chunk_size: int) -> float:
-    """The pure matrix-product floor of any exact dense method: Q Kᵀ in the brute force's chunks, nothing else.
-
-    Returns a checksum (the largest |⟨q, k⟩|) so the products cannot be optimised away.
+    For every query row of every head: the softmax mass on the ``top_k`` keys of largest leverage score (the keys
+    LevAttention keeps), the mass on the row's own ``top_k`` largest weights (the best any ``top_k`` keys can do for
+    that row), and whether the row holds a heavy key (a weight >= 1/top_k). If the leverage keys held all the mass,
+    selection would be a no-op and the comparison could not show an effect; ``top_k / n`` is what ``top_k`` keys
+    chosen at random hold on average.
     """
-    big = 0.0
-    for start in range(0, Q.shape[0], chunk_size):
-        big = max(big, float(np.max(np.abs(Q[start : start + chunk_size] @ K.T))))
-    return big
-
-
-def bench_rows(
-    ns, *, d: int, eps: float, p: int, seed: int, chunk_size: int, repeats: int = 5, quiet: bool = True
-) -> tuple[list[dict], dict]:
-    """heavy_entries vs brute force vs the matmul floor on heavy-tailed keys/queries: time and memory, same process.
-
-    Time: :func:`iclr25_shared.bench.interleaved` per n (one warm-up call of each arm, then ``repeats`` rounds for
-    n <= 8192 and 3 above, the arms rotated each round), wall seconds; speed-ups are medians of per-round ratios with
-    a 95 % bootstrap interval. Memory: peak bytes allocated during one more call of each (tracemalloc, outside the
-    timed rounds), excluding the inputs Q and K. The floor is Q Kᵀ alone (:func:`matmul_floor`).
-    """
-    from iclr25_shared.bench import interleaved
-    from iclr25_shared.cli import progress
-
-    rows, raw = [], {}
-    for n in progress(ns, desc="bench n", quiet=quiet):
-        K = heavy_tailed(n, d, seed=seed)
-        Q = heavy_tailed(n, d, seed=seed + 1)
-        arms = {
-            "ours": lambda Q=Q, K=K: heavy_entries(Q, K, eps, p, chunk_size=chunk_size),
-            "brute": lambda Q=Q, K=K: brute_force_heavy_entries(Q, K, eps, p, chunk_size=chunk_size),
-            "floor": lambda Q=Q, K=K: matmul_floor(Q, K, chunk_size=chunk_size),
-        }
-        run = interleaved(arms, repeats=repeats if n <= 2**13 else 3, warmup=1)
-        raw[str(n)] = run.as_dict()
-        ours, _, _, mem_ours = _measured(arms["ours"])
-        brute, _, _, mem_brute = _measured(arms["brute"])
-        speed = run.speedup("ours", "brute")
-        over_floor = run.ratio("brute", "floor")
-        u = int(ours.universal_set.size)
-        rows.append(
-            {
-                "n": n,
-                "d": d,
-                "p": p,
-                "eps": eps,
-                "U_size": u,
-                "U_bound": d ** (p / 2) / eps,
-                "entries": len(ours),
-                "same_entries": ours.pairs() == brute.pairs(),
-                "ours_s": run.median("ours"),
-                "brute_s": run.median("brute"),
-                "floor_s": run.median("floor"),
-                "speedup_vs_brute": speed.value,
-                "interval": f"[{speed.low:.3g}, {speed.high:.3g}]",
-                "brute_over_floor": over_floor.value,
-                "floor_over_ours": run.ratio("floor", "ours").value,
-                "rounds": len(run.times["ours"]),
-                "mem_ours_mib": mem_ours / 2**20,
-                "mem_brute_mib": mem_brute / 2**20,
-                "mem_ratio": mem_brute / mem_ours,
-                "held_equal": "the same Q, K, eps, p and chunks; the same entry set found (same_entries)",
-            }
-        )
-        del K, Q, ours, brute, arms
-    return rows, raw
-
-
-def layer_bench_rows(
-    ns, *, batch: int, dim: int, heads: int, top_k: int, seed: int, device, repeats: int, threads=None
-) -> tuple[list[dict], dict]:
-    """The torch layer on ``device``: LevAttention top-``top_k`` against full softmax attention (``top_k=None``),
-    one forward and backward of the same layer, weights and input per call, interleaved; plus each arm's peak memory
-    (one more call, outside the timed rounds)."""
     import torch
 
-    from iclr25_levattention._layer import LevAttention
-    from iclr25_shared.bench import interleaved
-    from iclr25_shared.device import PeakMemory
+    from iclr25_levattention._layer import select_top_keys
 
-    rows, raw = [], {}
-    for n in ns:
-        torch.manual_seed(seed)
-        layer = LevAttention(dim, heads, top_k=top_k).to(device)
-        x = torch.randn(batch, n, dim, device=device, requires_grad=True)
-
-        def step(k, layer=layer, x=x):
-            layer.top_k = k
-            layer(x).sum().backward()
-            layer.zero_grad(set_to_none=True)
-            x.grad = None
-
-        arms = {"full": lambda: step(None), f"top-{top_k}": lambda: step(top_k)}
-        run = interleaved(arms, repeats=repeats, warmup=1, device=device, threads=threads)
-        raw[str(n)] = run.as_dict()
-        peaks = {}
-        for name, call in arms.items():
-            with PeakMemory(device) as mem:
-                call()
-            peaks[name] = mem.peak_bytes / 2**20
-        speed = run.speedup(f"top-{top_k}", "full")
-        rows.append(
-            {
-                "device": str(device),
-                "n": n,
-                "top_k": top_k,
-                "batch_x_heads": f"{batch} x {heads}",
-                "dim": dim,
-                "full_ms": 1e3 * run.median("full"),
-                "topk_ms": 1e3 * run.median(f"top-{top_k}"),
-                "speedup": speed.value,
-                "interval": f"[{speed.low:.3g}, {speed.high:.3g}]",
-                "rounds": repeats,
-                "peak_full_mib": peaks["full"],
-                "peak_topk_mib": peaks[f"top-{top_k}"],
-                "held_equal": "the same layer weights and input, one forward + backward (float32); not equal: the "
-                f"output (top-{top_k} attends to {top_k} keys per head)",
-            }
-        )
-        del layer, x
-    return rows, raw
+    model.to(device).eval()
+    depth = len(model.blocks)
+    sums = {name: np.zeros(depth) for name in ("lev", "oracle", "heavy", "heavy in lev")}
+    rows_seen, heavy_count = 0, np.zeros(depth)
+    with torch.no_grad():
+        for start in range(0, len(x), batch_size):
+            images = x[start : start + batch_size].to(device)
+            h = model.patch(images).flatten(2).transpose(1, 2)
+            h = torch.cat([model.cls.expand(h.shape[0], -1, -1), h], dim=1) + model.pos
+            for layer, block in enumerate(model.blocks):
+                attn = block.attn
+                b, n, _ = h.shape
+                qkv = attn.qkv(block.norm1(h)).view(b, n, 3, attn.num_heads, attn.head_dim)
+                q, k, _ = qkv.permute(2, 0, 3, 1, 4)
+                w = ((q @ k.transpose(-2, -1)) / math.sqrt(attn.head_dim)).softmax(-1)  # (B, H, n, n)
+                index = select_top_keys(k, top_k)  # (B, H, top_k)
+                kept = torch.zeros_like(w[..., 0, :], dtype=torch.bool).scatter_(-1, index, True)  # (B, H, n)
+                lev = (w * kept.unsqueeze(-2)).sum(-1)
+                heavy = w >= 1.0 / top_k
+                sums["lev"][layer] += float(lev.sum())
+                sums["oracle"][layer] += float(w.topk(min(top_k, n), dim=-1).values.sum())
+                sums["heavy"][layer] += float(heavy.any(-1).sum())
+                sums["heavy in lev"][layer] += float((heavy & kept.unsqueeze(-2)).sum())
+                heavy_count[layer] += float(heavy.sum())
+                h = block(h)
+            rows_seen += b * attn.num_heads * n
+    n_tokens = model.num_tokens
+    return [
+        {
+            "block": layer,
+            "keys per query": n_tokens,
+            "top_k": top_k,
+            "mass on top-k leverage keys": sums["lev"][layer] / rows_seen,
+            "mass on each row's own top-k keys": sums["oracle"][layer] / rows_seen,
+            "mass on k random keys (k/n)": top_k / n_tokens,
+            "rows with a heavy key (>= 1/k)": sums["heavy"][layer] / rows_seen,
+            "heavy keys inside the top-k leverage keys": (
+                sums["heavy in lev"][layer] / heavy_count[layer] if heavy_count[layer] else None
+            ),
+        }
+        for layer in range(depth)
+    ]
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -694,294 +593,13 @@ def plot_vit(rows: list[dict]):
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     names = [r["model"] for r in rows]
     acc = [r["accuracy"] for r in rows]
-    err = [[r["accuracy"] - r["ci low"] for r in rows], [r["ci high"] - r["accuracy"] for r in rows]]
+    err = [
+        [r["accuracy"] - r["accuracy min"] for r in rows],
+        [r["accuracy max"] - r["accuracy"] for r in rows],
+    ]
     ax.barh(names, acc, xerr=err, color=["tab:gray", "tab:blue", "tab:red"][: len(rows)])
-    ax.set_xlabel("Fashion-MNIST test accuracy (95% CI)")
+    ax.set_xlabel("Fashion-MNIST test accuracy (mean over seeds; bars: min-max)")
     ax.set_xlim(0, 1)
     for i, a in enumerate(acc):
         ax.text(a + 0.01, i, f"{a:.3f}", va="center")
     return fig
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# Commands (iclr25_levattention.cli.COMMANDS)
-# ------------------------------------------------------------------------------------------------------------------
-
-
-def _digits_pca(d: int = 8) -> np.ndarray:
-    from sklearn.decomposition import PCA
-
-    from iclr25_shared.data import digits
-
-    images, _ = digits()
-    return PCA(n_components=d, random_state=0).fit_transform(
-        images.reshape(len(images), -1).astype(np.float64)
-    )
-
-
-def find(cfg: FindConfig, ctx: RunContext) -> Result:
-    """``find``: every A_ij >= eps of one (Q, K) pair, via the universal set."""
-    if cfg.k is None:
-        K = _digits_pca()
-        Q, source = K, "sklearn digits, PCA to d = 8 (queries = keys)"
-    else:
-        K = read_npy(cfg.k, label="--k", ndim=2, finite=False)
-        Q = K if cfg.q is None else read_npy(cfg.q, label="--q", ndim=2, finite=False)
-        with validating("--q/--k"):  # the library's own checks name Q and K (shape, d, finiteness)
-            K = as_matrix("K", K)
-            Q = as_matrix("Q", Q, d=K.shape[1])
-        source = f"q={cfg.q or cfg.k}, k={cfg.k}"
-    start = time.perf_counter()
-    result = heavy_entries(Q, K, cfg.eps, cfg.p, chunk_size=cfg.chunk_size)
-    seconds = time.perf_counter() - start
-    d = K.shape[1]
-    order = np.argsort(-result.values, kind="stable")[: cfg.show]
-    rows = [
-        {"i": int(result.rows[t]), "j": int(result.cols[t]), "A_ij": float(result.values[t])} for t in order
-    ]
-    print(f"source: {source}")
-    print(f"n_queries={Q.shape[0]} n_keys={K.shape[0]} d={d} p={cfg.p} eps={cfg.eps}")
-    print(
-        f"|U| = {result.universal_set.size} (bound rank/eps = {result.bound:.1f}, d^(p/2)/eps = "
-        f"{d ** (cfg.p / 2) / cfg.eps:.1f}); heavy entries: {len(result)}; "
-        f"degenerate rows: {result.degenerate_rows.size}; {seconds:.3f} s"
-    )
-    if ctx.writes:
-        np.savez(
-            ctx.path("heavy_entries.npz"),
-            rows=result.rows,
-            cols=result.cols,
-            values=result.values,
-            universal_set=result.universal_set,
-        )
-    return Result(
-        metrics={
-            "n_queries": Q.shape[0],
-            "n_keys": K.shape[0],
-            "d": d,
-            "universal_set_size": int(result.universal_set.size),
-            "bound_rank_over_eps": result.bound,
-            "heavy_entries": len(result),
-            "degenerate_rows": int(result.degenerate_rows.size),
-        },
-        tables={"largest entries": rows},
-        timings={"heavy_entries": seconds},
-        notes=[
-            f"source: {source}",
-            "all entries are in heavy_entries.npz (rows, cols, values, universal_set)",
-        ],
-    )
-
-
-def _acc(est) -> dict:
-    return {"accuracy": est.value, "ci low": est.low, "ci high": est.high, "n test": est.n}
-
-
-def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
-    """``reproduce``: part A (exactness and time against n) and part B (ViT on Fashion-MNIST)."""
-    import torch
-
-    from iclr25_shared.device import seed_everything
-
-    device = ctx.torch_device()
-    seed_everything(cfg.seed)
-    size = SIZES[cfg.size]
-    res = Result()
-    total = time.perf_counter()
-
-    if cfg.parts in ("all", "A"):
-        start = time.perf_counter()
-        sources: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        if cfg.lm:
-            ctx.log.info(
-                f"A: SmolLM2-135M, one context of {size.lm_tokens} tokens: capturing queries/keys ..."
-            )
-            sources.update(
-                smollm2_qk(
-                    num_tokens=size.lm_tokens,
-                    seq_len=size.lm_tokens,
-                    layers=size.lm_layers,
-                    heads=size.lm_heads,
-                    device=device,
-                )
-            )
-            ps = size.lm_p
-        else:
-            fashion = fashion_pca(size.fashion_n, d=16, seed=cfg.seed)
-            sources[f"Fashion-MNIST PCA-16 (n={size.fashion_n})"] = (fashion, fashion)
-            ps = (2, 4)
-        res.timings["A: data"] = time.perf_counter() - start
-        rows, soft = [], []
-        for t, (name, (Q, K)) in enumerate(ctx.progress(list(sources.items()), desc="A: heads")):
-            for p in ps:
-                rows += exactness_rows(name, Q, K, p)
-            if cfg.lm and t in size.lm_p4_sources:
-                rows += exactness_rows(name, Q, K, 4)
-            if cfg.lm:
-                soft += softmax_rows(name, Q, K)
-        res.tables["A: exactness and selectivity (universal set vs brute force)"] = rows
-        res.metrics.update(part_a_summary(rows))
-        informative = [r for r in rows if r["informative"]]
-        res.tables["A: informative settings"] = [
-            {k: r[k] for k in ("source", "p", "eps", "rows with an entry >= eps", "heavy (brute)", "|U|/n",
-                               "recall", "false pos", "mass in U (mean)", "mass in U (min)")}
-            for r in informative
-        ]  # fmt: skip
-        if soft:
-            res.tables[
-                "A: the model's softmax weights vs the leverage universal set (heuristic, no guarantee)"
-            ] = soft
-            useful = [r for r in soft if r["heavy (brute)"]]
-            res.metrics["A softmax: settings with heavy entries"] = len(useful)
-            res.metrics["A softmax: informative settings"] = sum(r["informative"] for r in soft)
-            if useful:
-                for key in ("recall (leverage U)", "recall (norm, same size)", "mass in U (mean)", "|U|/n"):
-                    res.metrics[f"A softmax: median {key}"] = float(np.median([r[key] for r in useful]))
-        res.notes.append(
-            "A: f(x) = |x|^p on the model's own post-RoPE queries and keys, over the whole context (non-causal: the "
-            "paper's problem, A = rownormalise(f(Q K^T))); eps grid fixed in advance "
-            f"{EPSILONS}; a setting is informative when >= {MIN_HEAVY_ROWS:.0%} of the rows hold an entry >= eps "
-            f"and |U|/n <= {MAX_U_FRACTION}."
-        )
-
-        ctx.log.info("A: scaling")
-        if cfg.lm:
-            name = list(sources)[-1]
-            scaling = scaling_rows(name, *sources[name], size.scaling_lm)
-        else:
-            big = fashion_pca(max(size.scaling_fashion), d=16, seed=cfg.seed)
-            scaling = scaling_rows("Fashion-MNIST PCA-16", big, big, size.scaling_fashion)
-        res.tables["A: CPU time vs n (p = 2, eps = 0.05)"] = scaling
-        for src in dict.fromkeys(r["source"] for r in scaling):
-            sub = [r for r in scaling if r["source"] == src]
-            if len(sub) >= 2:
-                res.metrics[f"A: log-log slope ours [{src}]"] = round(loglog_slope(sub, "cpu ours (s)"), 2)
-                res.metrics[f"A: log-log slope brute [{src}]"] = round(loglog_slope(sub, "cpu brute (s)"), 2)
-        ctx.save_figure("scaling.png", plot_scaling(scaling, "heavy entries: time vs n (p=2, eps=0.05)"))
-        res.timings["A"] = time.perf_counter() - start
-
-    if cfg.parts in ("all", "B"):
-        start = time.perf_counter()
-        ctx.log.info("B: ViT on Fashion-MNIST")
-        n_train = cfg.vit_train or size.vit_train
-        epochs = cfg.vit_epochs or size.vit_epochs
-        top_k = size.vit_top_k
-        xtr, ytr, xte, yte = fashion_tensors(n_train, size.vit_test, cfg.seed)
-        vit_rows, accs = [], {}
-        tokens = make_vit(top_k=None).num_tokens
-        if cfg.vit_models in ("all", "full"):
-            torch.manual_seed(cfg.seed)
-            full = make_vit(top_k=None)
-            t0 = time.process_time()
-            losses_full = train_vit(
-                full, xtr, ytr, epochs=epochs, seed=cfg.seed, device=device, quiet=cfg.quiet
-            )
-            res.timings["B: train (i) cpu"] = time.process_time() - t0
-            accs["full"] = evaluate(full, xte, yte, device=device)
-            full.set_top_k(top_k)
-            accs["inference"] = evaluate(full, xte, yte, device=device)
-            full.set_top_k(None)
-            if ctx.writes:
-                torch.save(full.state_dict(), ctx.path("vit_full.pt"))
-            vit_rows.append({"model": "(i) full softmax", "keys per query": tokens, **_acc(accs["full"]),
-                             "final train loss": losses_full[-1]})  # fmt: skip
-        if cfg.vit_models in ("all", "lev"):
-            torch.manual_seed(cfg.seed)
-            lev = make_vit(top_k=top_k)
-            t0 = time.process_time()
-            losses_lev = train_vit(
-                lev, xtr, ytr, epochs=epochs, seed=cfg.seed, device=device, quiet=cfg.quiet
-            )
-            res.timings["B: train (ii) cpu"] = time.process_time() - t0
-            accs["lev"] = evaluate(lev, xte, yte, device=device)
-            vit_rows.append({"model": f"(ii) LevAttention top-{top_k}, from scratch", "keys per query": top_k,
-                             **_acc(accs["lev"]), "final train loss": losses_lev[-1]})  # fmt: skip
-        if "inference" in accs:
-            vit_rows.append({"model": f"(iii) (i) + top-{top_k} at inference", "keys per query": top_k,
-                             **_acc(accs["inference"]), "final train loss": None})  # fmt: skip
-        if "full" in accs:
-            for r in vit_rows:
-                r["% of full"] = 100.0 * r["accuracy"] / accs["full"].value
-            res.metrics["B: (iii)/(i) accuracy ratio"] = accs["inference"].value / accs["full"].value
-        if "full" in accs and "lev" in accs:
-            res.metrics["B: (ii)/(i) accuracy ratio"] = accs["lev"].value / accs["full"].value
-            res.metrics["B: paper claim (ii) >= 0.9 (i) holds"] = (
-                accs["lev"].value >= 0.9 * accs["full"].value
-            )
-            res.metrics["B: paper claim (iii) < (ii) holds"] = accs["inference"].value < accs["lev"].value
-        res.tables["B: ViT on Fashion-MNIST"] = vit_rows
-        ctx.save_figure("vit.png", plot_vit(vit_rows))
-        res.notes.append(
-            f"B: ViT with {tokens} tokens ({', '.join(f'{k}={v}' for k, v in VIT_KW.items())}), "
-            f"{epochs} epochs on {n_train} training images ({epochs * n_train} image passes per model), tested "
-            f"on {size.vit_test}; same seed and initialisation for (i) and (ii)."
-        )
-        res.timings["B"] = time.perf_counter() - start
-    res.timings["total"] = time.perf_counter() - total
-    return res
-
-
-def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """``bench``: heavy_entries vs chunked brute force vs the matmul floor (numpy, host), time and peak-memory
-    ratios in the same process; and the torch layer, top-k against full attention, on ``--device``."""
-    ns = [2**e for e in range(cfg.min_log_n, cfg.max_log_n + 1)]
-    rows, raw = bench_rows(
-        ns,
-        d=cfg.d,
-        eps=cfg.eps,
-        p=cfg.p,
-        seed=cfg.seed,
-        chunk_size=cfg.chunk_size,
-        repeats=cfg.repeats,
-        quiet=cfg.quiet,
-    )
-    device = ctx.torch_device()
-    layer_rows, layer_raw = layer_bench_rows(
-        cfg.layer_ns,
-        batch=cfg.layer_batch,
-        dim=cfg.layer_dim,
-        heads=cfg.layer_heads,
-        top_k=cfg.layer_top_k,
-        seed=cfg.seed,
-        device=device,
-        repeats=cfg.repeats,
-        threads=ctx.threads or None,
-    )
-    last = rows[-1]
-    metrics: dict = {
-        "speedup vs brute at largest n": last["speedup_vs_brute"],
-        "speedup interval at largest n": last["interval"],
-        "memory ratio at largest n": last["mem_ratio"],
-        "brute / matmul floor at largest n": last["brute_over_floor"],
-        "all entry sets equal": all(r["same_entries"] for r in rows),
-    }
-    if len(rows) >= 2:
-        # growth exponents: least-squares slope of log time on log n, over all n and over the largest half
-        top = rows[len(rows) // 2 :] if len(rows) >= 4 else rows
-        for label, key in (
-            ("ours", "ours_s"),
-            ("brute", "brute_s"),
-            ("matmul floor", "floor_s"),
-        ):
-            metrics[f"growth exponent {label}"] = round(loglog_slope(rows, key), 3)
-            metrics[f"growth exponent {label} (n >= {top[0]['n']})"] = round(loglog_slope(top, key), 3)
-    if layer_rows:
-        metrics["layer speedup at largest n"] = layer_rows[-1]["speedup"]
-    metrics["bench"] = {"finder": raw, "layer": layer_raw}
-    return Result(
-        metrics=metrics,
-        tables={"finder": rows, "layer": layer_rows},
-        notes=[
-            "finder: numpy on the host (float64, --threads BLAS threads, default 1); keys and queries: Gaussian "
-            "rows scaled by 1 + Pareto(1.5) magnitudes (seeded)",
-            f"time: iclr25_shared.bench.interleaved, wall seconds; one warm-up call per arm, then {cfg.repeats} "
-            "rounds (3 for n > 8192), arms rotated each round; speed-ups are medians of per-round ratios with a "
-            "95 % bootstrap interval over rounds",
-            "memory: peak bytes allocated during one more call (tracemalloc: Python + numpy buffers), inputs "
-            "excluded",
-            "matmul floor: Q K^T alone in the same chunks (no power, no threshold): the least any exact dense method "
-            "does",
-            f"layer: LevAttention on {device}, forward + backward, top-{cfg.layer_top_k} vs full softmax attention; "
-            "peak memory from PeakMemory (CUDA: max allocated; CPU: peak RSS growth, page resolution)",
-        ],
-    )
