@@ -204,8 +204,8 @@ class BenchConfig(CommonOptions):
 
 COMMANDS = {
     "run": (RunConfig, "iclr25_icai._experiment:run"),
-    "reproduce": (ReproduceConfig, "iclr25_icai._experiment:reproduce"),
-    "bench": (BenchConfig, "iclr25_icai._experiment:bench"),
+    "reproduce": (ReproduceConfig, "iclr25_icai._reproduce:reproduce"),
+    "bench": (BenchConfig, "iclr25_icai._bench:bench"),
 }
 
 
