@@ -185,9 +185,9 @@ def test_size_gpu_applies_the_preset_to_options_left_at_their_defaults():
 
     quick = ReproduceConfig()
     assert quick.sized() is quick
-    gpu = ReproduceConfig(size="gpu", seeds=2).sized()
-    assert gpu.seeds == 2  # given explicitly: wins over the preset
-    assert {k: getattr(gpu, k) for k in GPU_SIZE if k != "seeds"} == {
-        k: v for k, v in GPU_SIZE.items() if k != "seeds"
+    gpu = ReproduceConfig(size="gpu", per_class=50).sized()
+    assert gpu.per_class == 50 != GPU_SIZE["per_class"]  # given explicitly: wins over the preset
+    assert {k: getattr(gpu, k) for k in GPU_SIZE if k != "per_class"} == {
+        k: v for k, v in GPU_SIZE.items() if k != "per_class"
     }
     assert gpu.retrain_steps >= 2 * quick.retrain_steps and gpu.batch_size >= 4 * quick.batch_size

@@ -1,7 +1,7 @@
 """``iclr25-diffusion-shapley``: Shapley values of data contributors for a global property of a diffusion model,
 made affordable by sparsified fine-tuning (Lu, Lin, Kim, Lee, ICLR 2025, arXiv:2407.03153). Default: a small DDPM
 on Fashion-MNIST with contributors = pairs of classes. Config dataclasses and ``main`` only; the work is in
-``_experiment.py``.
+``_experiment.py`` (attribute), ``_reproduce.py`` and ``_bench.py``.
 """
 
 from __future__ import annotations
@@ -117,13 +117,14 @@ class AttributeConfig(_Game):
 @dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(_Game):
     """The paper's claim at small scale: exact Shapley by retraining every coalition vs sparsified-FT KernelSHAP,
-    unlearning KernelSHAP, leave-one-out, pixel similarity and subset size (Spearman to exact, LDS, seconds)."""
+    unlearning KernelSHAP, leave-one-out, pixel similarity and subset size (Spearman to exact, LDS on held-out
+    coalitions retrained separately, seconds)."""
 
     size: Literal["quick", "gpu"] = "quick"
-    """quick: the defaults (about 3.5 minutes on one CPU thread); gpu: the options left at their quick defaults take
-    the preset GPU_SIZE (5 seeds, 3.3x the images, 4x the batch, 2x the steps, 4x the samples; about a minute on one
-    GPU with --device cuda, an estimate: README "GPU"). Options given explicitly win over the preset."""
-    seeds: int = 3
+    """quick: the defaults (about 8 minutes on one CPU thread); gpu: the options left at their quick defaults take
+    the preset GPU_SIZE (3.3x the images, 4x the batch, 2x the steps, 4x the samples; a few minutes on one GPU with
+    --device cuda, an estimate: README "GPU"). Options given explicitly win over the preset."""
+    seeds: int = 5
     """Independent seeds (data subsample, initialisation, kernel draws)."""
     properties: tuple[str, ...] = ("entropy", "share:0")
     """Global properties measured on the same generated samples."""
@@ -146,7 +147,6 @@ class ReproduceConfig(_Game):
 
 
 GPU_SIZE = {
-    "seeds": 5,
     "per_class": 1000,
     "batch_size": 512,
     "retrain_steps": 300,
@@ -154,9 +154,9 @@ GPU_SIZE = {
     "ft_steps": 60,
     "num_samples": 1024,
 }
-"""``reproduce --size gpu``: 5 seeds (1.7x), 1 000 images per class (3.3x), batch 512 (4x) and twice the steps of
-every strategy: 13x the training images seen per coalition of quick, 4x the generated samples. Estimate (README
-"GPU"): about a minute on one H200."""
+"""``reproduce --size gpu``: 1 000 images per class (3.3x), batch 512 (4x) and twice the steps of every strategy:
+13x the training images seen per coalition of quick, 4x the generated samples. Estimate (README "GPU"): a few
+minutes on one H200."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,8 +186,8 @@ class BenchConfig(_Game):
 
 COMMANDS = {
     "attribute": (AttributeConfig, "iclr25_diffusion_shapley._experiment:attribute"),
-    "reproduce": (ReproduceConfig, "iclr25_diffusion_shapley._experiment:reproduce"),
-    "bench": (BenchConfig, "iclr25_diffusion_shapley._experiment:bench"),
+    "reproduce": (ReproduceConfig, "iclr25_diffusion_shapley._reproduce:reproduce"),
+    "bench": (BenchConfig, "iclr25_diffusion_shapley._bench:bench"),
 }
 
 
