@@ -194,9 +194,42 @@ def test_reproduce_runs_end_to_end_with_tiny_towers(tmp_path, tiny):
         == 0
     )
     res = json.loads((out / "results.json").read_text())
-    assert {r["method"] for r in res["tables"]["runs"]} == {
+    table = res["tables"]["per_seed"]
+    assert {r["method"] for r in table} == {
         "clip",
         "stage1",
         "semiclip",
         "clip (all captioned)",
+        "linear probe (labelled)",
     }
+    comp = res["tables"]["comparisons"]
+    assert comp[0]["role"] == "primary" and [r["role"] for r in comp].count("primary") == 1
+    zs = {(r["seed"], r["method"]): r["zero_shot"] for r in table if r["fraction"] == 0.1}
+    diffs = [zs[s, "semiclip"] - zs[s, "clip"] for s in (0, 1)]
+    assert comp[0]["mean_difference"] == pytest.approx(sum(diffs) / 2)
+    assert res["metrics"]["verdict"]
+    probe = [r for r in table if r["method"] == "linear probe (labelled)"]
+    assert all(r["i2t_R@1"] is None and "not a retrieval model" in r["missing"] for r in probe)
+
+
+def test_reproduce_comparisons_roles_and_pairing():
+    """Primary = SemiCLIP - CLIP zero-shot at the first fraction, paired by seed (rows out of order); 4
+    secondary (Holm) with two fractions; every other (pair, metric, fraction) exploratory."""
+    from iclr25_semiclip._reproduce import METRICS, comparisons
+
+    rng = np.random.default_rng(0)
+    table = []
+    for frac in (0.05, 0.2):
+        for seed in (2, 0, 1):
+            for method in ("clip", "stage1", "semiclip"):
+                vals = {m: float(rng.uniform(0.4, 0.8)) for m in METRICS}
+                table.append({"fraction": frac, "seed": seed, "method": method, **vals})
+    rows = comparisons(table, (0.05, 0.2))
+    roles = [r.role for r in rows]
+    assert roles[0] == "primary" and roles.count("primary") == 1
+    assert roles.count("secondary") == 4
+    assert len(rows) == 2 * 3 * len(METRICS)  # every (pair, metric, fraction) exactly once
+    zs = {(r["seed"], r["method"]): r["zero_shot"] for r in table if r["fraction"] == 0.05}
+    diffs = [zs[s, "semiclip"] - zs[s, "clip"] for s in (0, 1, 2)]
+    assert rows[0].estimate.value == pytest.approx(sum(diffs) / 3)
+    assert all((r.p_adjusted is not None) == (r.role == "secondary") for r in rows)
