@@ -152,7 +152,7 @@ def test_reproduce_tiny_on_tu_files(tmp_path, capsys, write_tiny_tu):
     assert main(args) == 0
     results = json.loads((out / "results.json").read_text())
     tables = results["tables"]
-    acc = tables["accuracy (test %, mean ± SD over seeds, at each method's validation-chosen lr)"]
+    acc = tables["accuracy"]
     # none once, each prompt method once per init
     assert [(r["prompt"], r["init"]) for r in acc] == [
         ("none", "-"),
@@ -162,15 +162,25 @@ def test_reproduce_tiny_on_tu_files(tmp_path, capsys, write_tiny_tu):
         ("edgeprompt+", "zero"),
     ]
     assert all(r["train/val/test"] == "6/2/10" for r in acc)  # 3 shots x 2 classes; 10 % / 40 % of 24
-    assert len(tables["learning-rate grid (means over seeds)"]) == 2 * 5
-    diffs = tables["paired differences (percentage points, 95% t-interval)"]
-    assert {d["comparison"] for d in diffs} == {
-        "edgeprompt - none",
-        "edgeprompt+ - none",
-        "edgeprompt+ - edgeprompt",
-    }
-    assert all(d["seeds"] == 2 for d in diffs)
-    assert tables["diagnostics (backbone and data)"][0]["shots"] == 3
+    assert len(tables["lr_grid"]) == 2 * 5
+    comps = tables["comparisons"]
+    # the declared primary first (first init), the rest of that init secondary, the other init exploratory
+    assert [(c["role"], c["name"]) for c in comps] == [
+        ("primary", "TINYTU graphcl glorot: edgeprompt+ - none"),
+        ("secondary", "TINYTU graphcl glorot: edgeprompt - none"),
+        ("secondary", "TINYTU graphcl glorot: edgeprompt+ - edgeprompt"),
+        ("exploratory", "TINYTU graphcl zero: edgeprompt+ - none"),
+        ("exploratory", "TINYTU graphcl zero: edgeprompt - none"),
+        ("exploratory", "TINYTU graphcl zero: edgeprompt+ - edgeprompt"),
+    ]
+    assert all(c["n"] == 2 for c in comps)
+    assert comps[0]["p_adjusted"] is None and comps[1]["p_adjusted"] is not None
+    # the primary's difference is recomputed from the per-seed table (same seed paired)
+    acc_of = {(r["prompt"], r["init"], r["seed"]): r["test_acc_%"] for r in tables["per_seed"]}
+    diffs = [acc_of[("edgeprompt+", "glorot", s)] - acc_of[("none", "-", s)] for s in (0, 1)]
+    assert comps[0]["mean_difference"] == pytest.approx(sum(diffs) / 2)
+    assert results["metrics"]["verdict"]
+    assert tables["diagnostics"][0]["shots"] == 3
 
 
 @pytest.mark.parametrize(

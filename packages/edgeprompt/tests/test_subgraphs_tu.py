@@ -153,7 +153,7 @@ def test_non_finite_features_and_bad_edges_are_caught_when_the_task_is_built():
 def test_the_default_tu_folder_is_found_without_a_machine_specific_path(tmp_path, monkeypatch, write_tiny_tu):
     """Regression (issue 37): --tu-root defaulted to /work/shared/data/tu, a path of the development machines."""
     from iclr25_edgeprompt import _data
-    from iclr25_edgeprompt._experiment import _reproduce_data
+    from iclr25_edgeprompt._reproduce import _reproduce_data
     from iclr25_edgeprompt.cli import ReproduceConfig
     from iclr25_shared.errors import DatasetUnavailable, InputError
 

@@ -34,10 +34,9 @@ from iclr25_shared.checks import check_float  # noqa: E402
 from iclr25_shared.cli import Result, RunContext, UsageError, check_interrupted  # noqa: E402
 from iclr25_shared.errors import InputError  # noqa: E402
 from iclr25_shared.inputs import validating  # noqa: E402
-from iclr25_shared.results import markdown_table  # noqa: E402
 
 if TYPE_CHECKING:
-    from iclr25_edgeprompt.cli import BenchConfig, PretrainConfig, ReproduceConfig, TuneConfig
+    from iclr25_edgeprompt.cli import BenchConfig, PretrainConfig, TuneConfig
 
 __all__ = [
     "TuneResult",
@@ -46,7 +45,6 @@ __all__ = [
     "pretrain_backbone",
     "pretrain_command",
     "pretraining_graphs",
-    "reproduce",
     "tune",
     "tune_once",
 ]
@@ -576,217 +574,6 @@ def tune(cfg: TuneConfig, ctx: RunContext) -> Result:
         },
         tables={"runs": [dataclasses.asdict(r) for r in results]},
         notes=notes,
-    )
-
-
-_COMPARISONS = (
-    ("edgeprompt", "none"),
-    ("edgeprompt+", "none"),
-    ("edgeprompt+", "edgeprompt"),
-    ("edgeprompt", "gpf"),
-    ("edgeprompt+", "gpf-plus"),
-)
-
-
-def paired_interval(diffs: Sequence[float], confidence: float = 0.95) -> tuple[float, float, float]:
-    """Mean of paired differences and its two-sided Student-t confidence interval ``(mean, low, high)``.
-
-    One difference gives an infinite interval (no spread to estimate).
-    """
-    from iclr25_shared.metrics import paired_t_interval
-
-    est = paired_t_interval(diffs, confidence)
-    return est.value, est.low, est.high
-
-
-def _verdict(low: float, high: float) -> str:
-    if low > 0:
-        return "yes (interval above 0)"
-    if high < 0:
-        return "no (interval below 0)"
-    return "inconclusive (interval spans 0)"
-
-
-def _reproduce_data(name: str, cfg: ReproduceConfig) -> TaskData:
-    """fashion-superpixels, or a TU dataset read from ``--tu-root`` (default: the kit's data); a name that is not
-    there, or files that do not parse, are bad input (exit 2)."""
-    if name.lower() in ("fashion-superpixels", "fashion-mnist-superpixels"):
-        with validating("--fashion-graphs"):
-            return load_dataset(
-                "fashion-superpixels", num_graphs=cfg.fashion_graphs, split="test", seed=cfg.seed
-            )
-    from iclr25_edgeprompt._data import default_tu_root, read_tu
-
-    root = cfg.tu_root if cfg.tu_root is not None else default_tu_root()
-    where = "--tu-root" if cfg.tu_root is not None else f"--tu-root (default {str(root)!r})"
-    try:
-        with validating("--datasets"):
-            return read_tu(name, root)
-    except FileNotFoundError as exc:
-        raise InputError(f"--datasets: {exc}; no such dataset in {where}") from None
-
-
-def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
-    """``reproduce``: every prompt method under each pre-training strategy on each dataset, equal budgets,
-    learning rate chosen per method on validation, paired differences with t-intervals."""
-    device = _setup(ctx)
-    cfg = cfg.sized()
-    if cfg.size != "quick":
-        ctx.log.info(f"size {cfg.size}: GIN {cfg.num_layers} x {cfg.hidden_channels}, {cfg.seeds} seeds")
-    start = time.perf_counter()
-    datasets = [_reproduce_data(name, cfg) for name in cfg.datasets]  # load all first: bad names fail early
-    rows, diffs_rows, grid_rows, diag_rows, runs = [], [], [], [], []
-    per_combo = len(cfg.prompts) * len(cfg.inits) * len(cfg.lrs) * cfg.seeds
-    total = len(datasets) * len(cfg.strategies) * per_combo
-    ticks = iter(ctx.progress(range(total), total=total, desc="reproduce"))
-    settings_for = {lr: TuneSettings(epochs=cfg.epochs, lr=lr, batch_size=cfg.batch_size) for lr in cfg.lrs}
-    for data in datasets:
-        counts = torch.bincount(data.labels)
-        shots = min(cfg.shots, int(counts.min()) - 1)  # "50-shot where classes allow"
-        gen = torch.Generator().manual_seed(cfg.seed)
-        pre_idx = torch.randperm(len(data.graphs), generator=gen)[: cfg.pretrain_graphs].tolist()
-        pre_graphs = [Data(x=data.graphs[i].x, edge_index=data.graphs[i].edge_index) for i in pre_idx]
-        bb_cfg = BackboneConfig(
-            conv="gin",
-            in_channels=data.in_channels,
-            hidden_channels=cfg.hidden_channels,
-            num_layers=cfg.num_layers,
-        )
-        for strategy in cfg.strategies:
-            t0 = time.perf_counter()
-            pre_settings = PretrainSettings(strategy=strategy, epochs=cfg.pretrain_epochs, batch_size=64)
-            backbone, history = pretrain_backbone(
-                pre_graphs, bb_cfg, pre_settings, seed=cfg.seed, device=device, callback=_check
-            )
-            with torch.no_grad():
-                sample = data.graphs[: min(256, len(data.graphs))]
-                scale = float(
-                    torch.cat(
-                        [backbone.eval()(g.x.to(device), g.edge_index.to(device)).abs() for g in sample]
-                    ).mean()
-                )
-            diag_rows.append(
-                {
-                    "dataset": data.name,
-                    "strategy": strategy,
-                    "graphs": len(data.graphs),
-                    "classes": data.num_classes,
-                    "chance_acc_%": round(100 * float(counts.max()) / len(data.graphs), 1),
-                    "shots": shots,
-                    "pretrain_graphs": len(pre_graphs),
-                    "pretrain_loss_first": round(history[0], 4),
-                    "pretrain_loss_last": round(history[-1], 4),
-                    "mean_abs_node_embedding": round(scale, 4),
-                    "pretrain_s": round(time.perf_counter() - t0, 1),
-                }
-            )
-            ctx.log.info(f"{data.name} {strategy}: pre-trained, loss {history[0]:.3f} -> {history[-1]:.3f}")
-            chosen: dict[tuple[str, str], list[TuneResult]] = {}
-            for prompt in cfg.prompts:
-                for init in cfg.inits if prompt != "none" else cfg.inits[:1]:
-                    by_lr: dict[float, list[TuneResult]] = {}
-                    for lr in cfg.lrs:
-                        by_lr[lr] = []
-                        for seed in range(cfg.seed, cfg.seed + cfg.seeds):
-                            res = tune_once(
-                                data,
-                                backbone,
-                                prompt,
-                                shots=shots,
-                                seed=seed,
-                                settings=settings_for[lr],
-                                test_fraction=cfg.test_fraction,
-                                val_fraction=cfg.val_fraction,
-                                num_anchors=cfg.num_anchors,
-                                init=init,
-                                callback=_check,
-                            )
-                            by_lr[lr].append(res)
-                            runs.append(
-                                {"dataset": data.name, "strategy": strategy, **dataclasses.asdict(res)}
-                            )
-                            next(ticks, None)
-                        grid_rows.append(
-                            {
-                                "dataset": data.name,
-                                "strategy": strategy,
-                                "prompt": prompt,
-                                "init": init if prompt != "none" else "-",
-                                "lr": lr,
-                                "val_acc_%": round(
-                                    100 * statistics.fmean(r.val_accuracy for r in by_lr[lr]), 2
-                                ),
-                                "test_acc_%": round(100 * statistics.fmean(r.accuracy for r in by_lr[lr]), 2),
-                                "train_loss": round(statistics.fmean(r.final_loss for r in by_lr[lr]), 4),
-                            }
-                        )
-                    # the best mean validation accuracy; ties go to the smaller learning rate
-                    best_lr = max(
-                        cfg.lrs, key=lambda lr: (statistics.fmean(r.val_accuracy for r in by_lr[lr]), -lr)
-                    )
-                    best = by_lr[best_lr]
-                    chosen[(prompt, init)] = best
-                    accs = [r.accuracy for r in best]
-                    rows.append(
-                        {
-                            "dataset": data.name,
-                            "strategy": strategy,
-                            "prompt": prompt,
-                            "init": init if prompt != "none" else "-",
-                            "lr": best_lr,
-                            "accuracy": f"{100 * statistics.fmean(accs):.1f} ± "
-                            f"{100 * (statistics.stdev(accs) if len(accs) > 1 else 0.0):.1f}",
-                            "mean": statistics.fmean(accs),
-                            "train_loss": round(statistics.fmean(r.final_loss for r in best), 4),
-                            "seeds": len(accs),
-                            "train/val/test": f"{best[0].num_train}/{best[0].num_val}/{best[0].num_test}",
-                            "params": best[0].trainable_params,
-                            "tune_s": round(statistics.fmean(r.seconds for r in best), 2),
-                        }
-                    )
-                    ctx.log.info(
-                        f"{data.name} {strategy} {prompt} {init} lr={best_lr}: {rows[-1]['accuracy']}"
-                    )
-            for init in cfg.inits:
-                for a, b in _COMPARISONS:
-                    ra = chosen.get((a, init)) if a != "none" else chosen.get(("none", cfg.inits[0]))
-                    rb = chosen.get((b, init)) if b != "none" else chosen.get(("none", cfg.inits[0]))
-                    if ra is None or rb is None:
-                        continue
-                    d = [100 * (x.accuracy - y.accuracy) for x, y in zip(ra, rb, strict=True)]
-                    mean, low, high = paired_interval(d)
-                    diffs_rows.append(
-                        {
-                            "dataset": data.name,
-                            "strategy": strategy,
-                            "init": init,
-                            "comparison": f"{a} - {b}",
-                            "mean_diff_pts": round(mean, 2),
-                            "ci95": f"[{low:.1f}, {high:.1f}]",
-                            "seeds": len(d),
-                            "paper's claim holds": _verdict(low, high),
-                        }
-                    )
-    elapsed = time.perf_counter() - start
-    ctx.log.info(
-        markdown_table(rows, ["dataset", "strategy", "prompt", "init", "lr", "accuracy", "train_loss"])
-    )
-    return Result(
-        metrics={"wall_seconds": elapsed},
-        tables={
-            "accuracy (test %, mean ± SD over seeds, at each method's validation-chosen lr)": rows,
-            "paired differences (percentage points, 95% t-interval)": diffs_rows,
-            "diagnostics (backbone and data)": diag_rows,
-            "learning-rate grid (means over seeds)": grid_rows,
-            "runs": runs,
-        },
-        timings={"total": elapsed},
-        notes=[
-            "Paper (arXiv:2503.00750 Table 3, 5-layer GIN, 50-shot, full pre-training): EdgePrompt+ >= EdgePrompt "
-            ">= classifier-only and both above GPF/GPF-plus under every pre-training strategy.",
-            f"Equal budget: every method {cfg.epochs} epochs of batch {cfg.batch_size} over the same training graphs; "
-            f"learning rate chosen per method from {list(cfg.lrs)} on the validation split.",
-        ],
     )
 
 
