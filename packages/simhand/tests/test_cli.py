@@ -37,7 +37,9 @@ def test_reproduce_tiny_runs(tmp_path):
     assert main(["reproduce", "--size", "tiny", "--seeds", "2", "--fractions", "1.0", "--quiet",
                  "--out", str(out)]) == 0  # fmt: skip
     res = json.loads((out / "results.json").read_text())
-    assert {r["method"] for r in res["tables"]["summary"]} == {"scratch", "simclr", "peclr", "sim", "simw"}
+    assert {r["method"] for r in res["tables"]["summary"]} == {"scratch", "SimCLR", "PeCLR", "SiM", "SiM-W"}
+    assert res["tables"]["comparisons"][0]["role"] == "primary" and res["metrics"]["verdict"]
+    assert all(r["pretrain_loss"] is None for r in res["tables"]["per_seed"] if r["method"] == "scratch")
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
         EvaluateConfig,
         FinetuneConfig,
         PretrainConfig,
-        ReproduceConfig,
     )
 
 METHODS = ("scratch", "simclr", "peclr", "sim", "simw")
@@ -392,110 +391,6 @@ def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
     test = render_hands(cfg.test, size=cfg.size, seed=cfg.seed * 3 + 2, backgrounds=load_backgrounds(),
                         background_ids=np.arange(k - _TEST_BACKGROUNDS, k))  # fmt: skip
     return Result(metrics=evaluate_encoder(model, test, device))
-
-
-_SIZES = {
-    # pool, labelled, test, pretrain steps, batch, finetune steps
-    "tiny": (256, 128, 64, 4, 32, 4),
-    "quick": (1200, 600, 300, 120, 64, 200),
-    "full": (20000, 5000, 2000, 2000, 256, 1000),
-    # about a minute or two on one H200 (never run on a GPU; estimate in the README), ~25x quick
-    "gpu": (4000, 2000, 1000, 500, 128, 400),
-}
-
-PAPER = {  # arXiv:2502.15251, Table 1 (FreiHand, PA-MPJPE-style error, lower is better) -- see README
-    "note": "SiM-W beats PeCLR by ~15% on FreiHand, 10% on DexYCB, 4% on AssemblyHands (abstract)",
-}
-
-
-def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
-    """scratch / SimCLR / PeCLR / SiM / SiM-W: pre-train (equal steps and batch), fine-tune at label fractions,
-    3-D error on held-out photos; paired differences across seeds with t-intervals."""
-    from iclr25_shared.metrics import paired_t_interval
-
-    device = ctx.torch_device()
-    pool_n, train_n, test_n, p_steps, bs, f_steps = _SIZES[cfg.size]
-    seeds = [cfg.seed + s for s in range(cfg.seeds)]
-    rows: list[dict[str, Any]] = []
-    diag_rows = []
-    t_start = time.perf_counter()
-    timing: dict[str, float] = {m: 0.0 for m in METHODS}
-    for seed in seeds:
-        t0 = time.perf_counter()
-        data = make_data(pool=pool_n, train=train_n, test=test_n, size=cfg.size_px, seed=seed)
-        timing["render"] = timing.get("render", 0.0) + time.perf_counter() - t0
-        diag_rows.append(_mining_diagnostic(data.pool, seed) | _mean_pose_baseline(data))
-        for method in METHODS:
-            t0 = time.perf_counter()
-            model, losses = pretrain_encoder(
-                method, data.pool, steps=p_steps, batch_size=min(bs, pool_n), lr=cfg.lr, temperature=cfg.temperature,
-                width=cfg.width, seed=seed, device=device,
-            )  # fmt: skip
-            state = {k: v.clone() for k, v in model.state_dict().items()}
-            for frac in cfg.fractions:
-                model.load_state_dict(state)
-                finetune_encoder(model, data.train, fraction=frac, steps=f_steps, batch_size=64, lr=cfg.finetune_lr,
-                                 seed=seed, device=device)  # fmt: skip
-                ev = evaluate_encoder(model, data.test, device)
-                rows.append({"seed": seed, "method": method, "fraction": frac, **ev,
-                             "pretrain_loss": float(np.mean(losses[-10:])) if losses else float("nan")})  # fmt: skip
-            timing[method] += time.perf_counter() - t0
-            ctx.log.info("seed %d %s done (%.0f s so far)", seed, method, time.perf_counter() - t_start)
-    summary = []
-    for frac in cfg.fractions:
-        for method in METHODS:
-            sel = [r for r in rows if r["method"] == method and r["fraction"] == frac]
-            row = {"fraction": frac, "method": method,
-                   "mpjpe_mm": float(np.mean([r["mpjpe_mm"] for r in sel])),
-                   "pa_mpjpe_mm": float(np.mean([r["pa_mpjpe_mm"] for r in sel]))}  # fmt: skip
-            for base in ("scratch", "peclr"):
-                if method == base:
-                    continue
-                base_rows = {r["seed"]: r for r in rows if r["method"] == base and r["fraction"] == frac}
-                diffs = [r["pa_mpjpe_mm"] - base_rows[r["seed"]]["pa_mpjpe_mm"] for r in sel]
-                est = paired_t_interval(diffs)
-                row[f"pa_vs_{base}"] = f"{est.value:+.2f} [{est.low:+.2f}, {est.high:+.2f}]"
-            summary.append(row)
-    diag = {k: float(np.mean([d[k] for d in diag_rows])) for k in diag_rows[0]}
-    notes = [
-        "Lower is better. pa_vs_X: paired PA-MPJPE difference (method - X, mm) over seeds, 95% t-interval.",
-        "Equal budget: same pre-training steps, batch size and optimiser for every method; same fine-tuning steps.",
-        f"Mining diagnostic: mined positive's 3-D PA-MPJPE to its anchor {diag['mined_pair_pa_mpjpe_mm']:.1f} mm vs "
-        f"random pair {diag['random_pair_pa_mpjpe_mm']:.1f} mm (mined positives do share 3-D pose).",
-        f"No-learning reference (predict the mean training pose): MPJPE {diag['mean_pose_mpjpe_mm']:.1f} mm, "
-        f"PA-MPJPE {diag['mean_pose_pa_mpjpe_mm']:.1f} mm.",
-    ]
-    return Result(
-        metrics={"size": cfg.size, "seeds": seeds, "diagnostic": diag, "paper": PAPER["note"]},
-        tables={"summary": summary, "runs": rows},
-        timings={**timing, "total": time.perf_counter() - t_start},
-        notes=notes,
-    )
-
-
-def _mean_pose_baseline(data: Data) -> dict[str, float]:
-    """3-D error of always predicting the training set's mean pose (what "no learning" scores)."""
-    from iclr25_simhand._pose import mpjpe, pa_mpjpe
-
-    gt = _targets(data.test).astype(np.float64) * _TARGET_SCALE
-    mean = _targets(data.train).astype(np.float64).mean(axis=0) * _TARGET_SCALE
-    pred = np.broadcast_to(mean, gt.shape)
-    return {"mean_pose_mpjpe_mm": mpjpe(pred, gt), "mean_pose_pa_mpjpe_mm": pa_mpjpe(pred, gt)}
-
-
-def _mining_diagnostic(pool: Any, seed: int) -> dict[str, float]:
-    """3-D similarity of mined pairs against random pairs (can the mining show the effect at all?)."""
-    from iclr25_simhand._pose import mine_similar_hands, pa_mpjpe
-
-    idx, _ = mine_similar_hands(pool.keypoints2d, seed=seed)
-    rng = np.random.default_rng(seed)
-    rand = (np.arange(len(idx)) + rng.integers(1, len(idx), len(idx))) % len(idx)
-    k3 = pool.keypoints3d.astype(np.float64)
-    k3 = k3 - k3[:, :1]
-    return {
-        "mined_pair_pa_mpjpe_mm": pa_mpjpe(k3[idx], k3),
-        "random_pair_pa_mpjpe_mm": pa_mpjpe(k3[rand], k3),
-    }
 
 
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
