@@ -31,6 +31,9 @@ def test_reproduce_tiny_runs_and_reruns_from_the_cache(tmp_path):
         assert 0.0 <= r["auroc_present_absent"] <= 1.0
         assert 0.0 <= r["localisation_acc"] <= 1.0
     assert len(first["tables"]["auroc_per_layer"]) == 3  # 2 kept layers -> hidden states 0..2
+    from iclr25_vl_interp._repro import PRIMARY
+
+    assert first["tables"]["comparisons"][0]["name"] == PRIMARY and "verdict" in first["metrics"]
     assert (tmp_path / "a" / "maps.png").is_file() and (tmp_path / "a" / "auroc_per_layer.png").is_file()
     assert sorted(p.name.split("-")[0] for p in cache.iterdir()) == ["features"] * 4 + ["projector"]
 

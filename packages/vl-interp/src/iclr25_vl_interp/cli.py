@@ -1,5 +1,5 @@
 """``iclr25-vl-interp``: logit lens, internal confidence, localisation maps and the ProjectAway edit for LLaVA-family
-VLMs (arXiv:2410.02762). Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
+VLMs (arXiv:2410.02762). Config dataclasses and ``main`` only; the work is in ``_experiment.py`` and ``_reproduce.py``."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ class ReproduceConfig(CommonOptions):
     size: Literal["tiny", "quick", "full", "gpu"] = "quick"
     """tiny (a smoke run, ~1 min), quick (minutes on 2 CPU cores), full, or gpu (40x quick's training samples, 2x
     its evaluation composites: about a minute on one GPU, with --device cuda)."""
-    seeds: int = 3
+    seeds: int = 5
     """Held-out composite sets (seeds of the composites; the projector is trained once, --train-seed), >= 1."""
     train_seed: int = 0
     """Seed of the training composites and of the projector initialisation."""
@@ -141,7 +141,7 @@ class BenchConfig(CommonOptions):
 COMMANDS = {
     "lens": (LensConfig, "iclr25_vl_interp._experiment:lens"),
     "edit": (EditConfig, "iclr25_vl_interp._experiment:edit"),
-    "reproduce": (ReproduceConfig, "iclr25_vl_interp._experiment:reproduce"),
+    "reproduce": (ReproduceConfig, "iclr25_vl_interp._reproduce:reproduce"),
     "bench": (BenchConfig, "iclr25_vl_interp._experiment:bench"),
 }
 
