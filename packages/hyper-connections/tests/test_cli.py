@@ -76,7 +76,7 @@ def test_reproduce_end_to_end_writes_table_and_plots(
     assert "| DHCx2 |" in table
     assert (out / "loss_curves.png").stat().st_size > 1000
     assert (out / "layer_similarity.png").stat().st_size > 1000
-    runs = json.loads((out / "results.json").read_text())["tables"]["per run"]
+    runs = json.loads((out / "results.json").read_text())["tables"]["per_seed"]
     assert sorted((r["variant"], r["seed"]) for r in runs) == [
         ("DHCx2", 0),
         ("DHCx2", 1),
@@ -220,7 +220,7 @@ def test_saved_activation_bytes_counts_what_autograd_keeps() -> None:
 
 
 def test_gpu_size_is_quick_at_15x_the_tokens_per_run() -> None:
-    from iclr25_hyper_connections._experiment import _setting
+    from iclr25_hyper_connections._reproduce import _setting
     from iclr25_hyper_connections.cli import ReproduceConfig
 
     quick, gpu = _setting(ReproduceConfig(size="quick")), _setting(ReproduceConfig(size="gpu"))

@@ -16,36 +16,12 @@ from iclr25_hyper_connections._experiment import (
     build_model,
     consecutive_layer_similarity,
     consecutive_sublayer_similarity,
-    paired_interval,
 )
 from iclr25_hyper_connections._variants import Variant
 from iclr25_hyper_connections.cli import main
 
 TINY = ["--dim", "16", "--num-layers", "2", "--num-heads", "2", "--context", "16", "--batch-size", "4"]
 TINY += ["--max-docs", "40", "--eval-batches", "1", "--eval-every", "2", "--quiet"]
-
-
-def test_paired_interval_has_95_percent_coverage() -> None:
-    # brute force: normal differences, n = 5 seeds; the t-interval must cover the true mean ~95 % of the time
-    rng = np.random.default_rng(0)
-    samples = rng.normal(0.03, 0.02, size=(4000, 5))
-    covered = 0
-    for row in samples:
-        _, low, high = paired_interval(row)
-        covered += low <= 0.03 <= high
-    assert abs(covered / len(samples) - 0.95) < 0.012
-    # the normal-quantile interval (1.96) would under-cover badly at n = 5: the t quantile matters
-    mean, low, high = paired_interval([1.0, 2.0, 3.0])
-    assert mean == 2.0
-    assert high - mean == pytest.approx(4.302652729911275 * 1.0 / math.sqrt(3), rel=1e-6)
-
-
-def test_paired_interval_bad_input() -> None:
-    with pytest.raises(ValueError, match="at least 2 values"):
-        paired_interval([0.1])
-    with pytest.raises(ValueError, match="must be finite"):
-        paired_interval([0.1, float("nan")])
-    assert paired_interval([0.5, 0.5, 0.5]) == (0.5, 0.5, 0.5)  # zero spread: a point interval
 
 
 def test_sublayer_probe_at_init_is_the_same_for_residual_and_hc() -> None:
@@ -82,9 +58,19 @@ def test_reproduce_tunes_each_variant_and_resumes_from_the_cache(
     assert [r["variant"] for r in grid] == ["residual", "SHCx2"]
     for row in grid:  # the chosen rate is the grid's best for that variant
         assert row["chosen"] == min((1e-3, 3e-2), key=lambda lr: row[f"lr {lr:g}"])
-    diffs = first["tables"]["paired differences at token counts"]
-    assert [(r["variant"], r["step"], r["tokens"]) for r in diffs] == [("SHCx2", 1, 64), ("SHCx2", 2, 128)]
-    assert all(r["95 % CI low"] <= r["Δ loss vs residual"] <= r["95 % CI high"] for r in diffs)
+    comp = first["tables"]["comparisons"]
+    # no DHCx4 here: the second variant is the primary; its loss at the first token count is secondary
+    assert [(r["name"], r["role"]) for r in comp] == [
+        ("SHCx2 - residual, final validation loss (nats/token)", "primary"),
+        ("SHCx2 - residual, validation loss at 64 tokens", "secondary"),
+        ("SHCx2 - residual, mean consecutive sub-layer cos", "exploratory"),
+    ]
+    table = {(r["variant"], r["seed"]): r for r in first["tables"]["per_seed"]}
+    diffs = [table["SHCx2", s]["final_val_loss"] - table["residual", s]["final_val_loss"] for s in (0, 1)]
+    assert comp[0]["mean_difference"] == pytest.approx(sum(diffs) / 2)
+    assert all(
+        table[k]["val_loss@128"] == table[k]["final_val_loss"] for k in table
+    )  # the end is the last count
     assert len(list((tmp_path / "cache").glob("run-*.json"))) == 2 * 2 + 2 * 2  # tuning + reported runs
 
     def fail(*_a: object, **_k: object) -> None:
@@ -159,7 +145,8 @@ def test_a_cache_that_is_a_file_exits_2_before_any_training(
     "content", ["{not json", '{"key": 1, "result": []}', "[]", '{"key": KEY, "result": {}}']
 )
 def test_a_corrupt_cache_entry_is_trained_again_not_a_crash(tmp_path: Path, content: str) -> None:
-    from iclr25_hyper_connections._experiment import TrainResult, _cached
+    from iclr25_hyper_connections._experiment import TrainResult
+    from iclr25_hyper_connections._reproduce import _cached
 
     key = {"variant": "residual", "seed": 0}
     fresh = TrainResult(variant="residual", seed=0, num_params=3, final_val_loss=1.5, lr=1e-3)
@@ -184,3 +171,45 @@ def test_a_context_longer_than_the_corpus_exits_2_naming_the_options(
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--context" in err and "--max-docs 2" in err, err
     assert not out.exists()
+
+
+def test_ngram_cross_entropy_matches_hand_counts() -> None:
+    from types import SimpleNamespace
+
+    from iclr25_hyper_connections._reproduce import ngram_cross_entropy
+
+    n = 50
+    alternating = torch.tensor([0, 1] * n)  # 0 -> 1 n times, 1 -> 0 n - 1 times
+    corpus = SimpleNamespace(train=alternating, val=torch.tensor([0, 1, 0]), vocab_size=2)
+    out = ngram_cross_entropy(corpus)
+    assert out["unigram_cross_entropy"] == pytest.approx(math.log(2))  # n + 1 of each token
+    p01 = (n + 1) / (n + 2)  # add-one: (n + 1) / (n + 0 + 2)
+    p10 = n / (n - 1 + 2)
+    assert out["bigram_cross_entropy"] == pytest.approx(-(math.log(p01) + math.log(p10)) / 2)
+
+
+def test_comparisons_primary_is_dhc4_and_nulls_drop_seeds() -> None:
+    from iclr25_hyper_connections._reproduce import comparisons
+
+    rng = np.random.default_rng(0)
+    table = []
+    for seed in (2, 0, 1, 3):
+        for variant in ("residual", "SHCx4", "DHCx4"):
+            row = {"variant": variant, "seed": seed, "sublayer_cos": float(rng.uniform(0.5, 1))}
+            row |= {f"val_loss@{t}": float(rng.uniform(2, 3)) for t in (10, 20)}
+            row["final_val_loss"] = row["val_loss@20"]
+            table.append(row)
+    table[0]["final_val_loss"] = None  # residual, seed 2 diverged
+    rows, main = comparisons(table, ["residual", "SHCx4", "DHCx4"], [1, 2], 10)
+    assert main == "DHCx4"
+    assert rows[0].role == "primary" and rows[0].name.startswith("DHCx4 - residual, final")
+    by = {(r["variant"], r["seed"]): r["final_val_loss"] for r in table}
+    diffs = [by["DHCx4", s] - by["residual", s] for s in (0, 1, 3)]
+    assert rows[0].estimate.n == 3 and rows[0].estimate.value == pytest.approx(sum(diffs) / 3)
+    assert [r.name for r in rows if r.role == "secondary"] == [
+        "DHCx4 - residual, validation loss at 10 tokens",
+        "SHCx4 - residual, validation loss at 10 tokens",
+        "SHCx4 - residual, final validation loss (nats/token)",
+    ]
+    assert sum(r.role == "exploratory" for r in rows) == 2
+    assert comparisons(table, ["residual"], [1, 2], 10) == ([], "residual")
