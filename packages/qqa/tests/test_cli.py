@@ -117,6 +117,11 @@ def test_bad_graph_files_exit_2(tmp_path, capsys, name, text, message):
 
 def test_bad_reproduce_and_bench_options(tmp_path, capsys):
     assert run_cli(capsys, "reproduce", "--sa-reads", "0")[0] == 2
+    assert run_cli(capsys, "reproduce", "--seeds", "0")[0] == 2
+    assert run_cli(capsys, "reproduce", "--budget", "0")[0] == 2
+    code, _, err = run_cli(capsys, "reproduce", "--gset-dir", str(tmp_path / "none"), "--quiet")
+    assert code == 2
+    assert "--gset-dir" in err
     code, _, err = run_cli(capsys, "bench", "--instances", "G999", "--gset-dir", str(tmp_path), "--quiet")
     assert code == 2
     assert "G999" in err
@@ -175,7 +180,7 @@ def test_an_executable_official_python_passes_the_check(monkeypatch, capsys):
 
 def test_reproduce_size_gpu_is_the_papers_mis_scale():
     """--size gpu (issue 40): MIS up to N = 10^5 (quick stops at 10^3), tori at S = 256; quick is unchanged."""
-    from iclr25_qqa._experiment import _instances
+    from iclr25_qqa._reproduce import _instances
     from iclr25_qqa.cli import ReproduceConfig
 
     assert ReproduceConfig(size="gpu").size == "gpu"
@@ -188,3 +193,36 @@ def test_reproduce_size_gpu_is_the_papers_mis_scale():
 
 def parse_n(graph: str) -> int:
     return int(graph.split("n=")[1].split(",")[0]) if "n=" in graph else 0
+
+
+@pytest.mark.slow
+def test_reproduce_writes_one_primary_the_per_seed_values_and_a_verdict(tmp_path, capsys):
+    """The reproduction's wiring on four tiny rudy files named as the quick size's G-set instances: the primary
+    row first (the only one), one per-seed row per seed and arm whose means the primary differences, a verdict."""
+    import json
+
+    import networkx as nx
+
+    from iclr25_qqa._reproduce import GSET_INSTANCES
+
+    for i, name in enumerate(GSET_INSTANCES["quick"]):
+        g = nx.convert_node_labels_to_integers(nx.random_regular_graph(3, 20 + 2 * i, seed=i))
+        lines = [f"{g.number_of_nodes()} {g.number_of_edges()}"] + [
+            f"{u + 1} {v + 1} 1" for u, v in g.edges()
+        ]
+        (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    code, _, err = run_cli(capsys, "reproduce", "--gset-dir", str(tmp_path), "--seeds", "2", "--budget", "0.1",
+                           "--qqa-replicas", "4", "--sa-reads", "1", "--quiet", "--out", str(out))  # fmt: skip
+    assert code == 0, err
+    data = json.loads((out / "results.json").read_text())
+    comps = data["tables"]["comparisons"]
+    assert comps[0]["role"] == "primary"
+    assert [c["role"] for c in comps].count("primary") == 1
+    table = data["tables"]["per_seed"]
+    assert len(table) == 2 * 3
+    mean = {(r["seed"], r["arm"]): r["mean % of best known"] for r in table}
+    diffs = [mean[s, "QQA"] - mean[s, "SA"] for s in (0, 1)]
+    assert comps[0]["mean_difference"] == pytest.approx(sum(diffs) / 2)
+    assert isinstance(data["metrics"]["verdict"], str) and data["metrics"]["verdict"]
+    assert len(data["tables"]["runs"]) == 4 * 2

@@ -1,9 +1,10 @@
-"""The G-set benchmark helpers: instance loading from --gset-dir, best-known values, paired intervals (against
-scipy's one-sample t interval), times to a target; the real G-set files when the data folder is present."""
+"""The G-set benchmark helpers: instance loading from --gset-dir, best-known values, the bench's and the
+reproduction's comparisons (iclr25_shared.stats at the call site), the official peer's runs scored here, times to a
+target; the real G-set files when the data folder is present."""
 
 from __future__ import annotations
 
-import math
+import json
 
 import networkx as nx
 import numpy as np
@@ -15,7 +16,7 @@ from iclr25_qqa._gset import (
     default_gset_dir,
     first_time,
     load_instance,
-    paired_interval,
+    parse_official,
 )
 from iclr25_qqa.cli import main
 
@@ -63,13 +64,102 @@ def test_torus_spec_carries_its_proven_optimum(tmp_path):
     assert inst.kind == "optimal (torus)"
 
 
-def test_paired_interval_equals_scipy_t_interval():
-    d = [3.0, -1.0, 4.0, 1.5, 0.0]
-    mean, lo, hi = paired_interval(d)
+def _t_interval(d):
     ci = stats.ttest_1samp(d, 0.0).confidence_interval(0.95)
-    assert mean == pytest.approx(np.mean(d))
-    assert (lo, hi) == pytest.approx((ci.low, ci.high))
-    assert all(math.isnan(v) for v in paired_interval([1.0])[1:])
+    return float(np.mean(d)), ci.low, ci.high
+
+
+def test_reproduce_primary_is_qqa_minus_sa_of_the_mean_over_instances():
+    """The primary pairs seed i of QQA with seed i of SA on the mean % of the best known over the instances; the
+    per-instance rows are secondary (Holm-adjusted), the polish's gain exploratory."""
+    from iclr25_qqa._reproduce import comparisons, per_seed
+
+    runs = []
+    qqa = {("A", 0): 98.0, ("B", 0): 99.0, ("A", 1): 97.0, ("B", 1): 99.5, ("A", 2): 98.5, ("B", 2): 98.0}
+    for (inst, seed), q in qqa.items():
+        runs.append({"instance": inst, "seed": seed, "QQA %": q, "QQA+polish %": q + 0.25, "SA %": 100.0})
+    table = per_seed(runs, ["A", "B"])
+    assert [(r["seed"], r["arm"]) for r in table[:3]] == [(0, "QQA"), (0, "QQA+polish"), (0, "SA")]
+    rows = comparisons(table, ["A", "B"])
+    # per-seed means 98.5, 98.25, 98.25 against SA's 100: differences -1.5, -1.75, -1.75
+    mean, low, high = _t_interval([-1.5, -1.75, -1.75])
+    assert rows[0].role == "primary"
+    assert rows[0].estimate.value == pytest.approx(mean)
+    assert (rows[0].estimate.low, rows[0].estimate.high) == pytest.approx((low, high))
+    assert [r.role for r in rows].count("primary") == 1
+    by_name = {r.name: r for r in rows}
+    on_a = by_name["QQA − SA, % of best known on A"]
+    assert on_a.role == "secondary" and on_a.estimate.value == pytest.approx(-(2.0 + 3.0 + 1.5) / 3)
+    assert on_a.p_adjusted >= on_a.p_value
+    polish = by_name["QQA+polish − QQA (the 1-flip polish)"]
+    assert polish.role == "exploratory" and polish.estimate.value == pytest.approx(0.25)
+
+
+def _bench_row(budget, inst, seed, qqa, official=None):
+    row = {"budget s": budget, "instance": inst, "seed": seed, "QQA %": qqa, "QQA+polish %": qqa + 0.5,
+           "SA %": 100.0, "QQA cut": 1.0}  # fmt: skip
+    if official is not None:
+        row.update({"official cut": 1.0, "official %": official, "official+polish %": official + 0.5})
+    return row
+
+
+def test_bench_has_one_primary_qqa_minus_official_pooled_at_the_first_budget():
+    runs = [
+        _bench_row(10.0, "G1", 0, 99.0, 98.0), _bench_row(10.0, "G1", 1, 99.5, 98.0),
+        _bench_row(10.0, "G22", 0, 98.0, 98.5), _bench_row(10.0, "G22", 1, 98.5, 97.5),
+        _bench_row(30.0, "G22", 0, 90.0, 99.0), _bench_row(30.0, "G22", 1, 90.0, 99.0),
+    ]  # fmt: skip
+    from iclr25_qqa._bench import comparisons
+
+    rows = comparisons(runs, 10.0)
+    assert [r.role for r in rows].count("primary") == 1
+    # seed 0: (99 + 98)/2 - (98 + 98.5)/2 = 0.25; seed 1: (99.5 + 98.5)/2 - (98 + 97.5)/2 = 1.25 (30 s left out)
+    assert rows[0].name.startswith("QQA − official")
+    assert rows[0].estimate.value == pytest.approx(0.75)
+    assert rows[0].estimate.n == 2
+    names = {r.name: r.role for r in rows}
+    assert names["QQA − official, % of best known, G22 at 30 s"] == "secondary"
+    assert names["official − SA, % of best known, G1 at 10 s"] == "exploratory"
+    without_peer = comparisons(
+        [{k: v for k, v in r.items() if not k.startswith("official")} for r in runs], 10.0
+    )
+    assert without_peer[0].name.startswith("QQA − SA")
+    assert without_peer[0].estimate.value == pytest.approx(((98.5 - 100) + (99.0 - 100)) / 2)
+
+
+def test_official_answers_are_scored_here_from_their_assignment():
+    """The peer's cut is recomputed from the assignment it returns (a 5-cycle: alternating 0/1 on nodes 0-3 and 0 on
+    node 4 cuts 4 of the 5 edges), its own reported value only kept; a wrong-length or non-binary answer is refused."""
+    from iclr25_qqa import MaxCut
+
+    problem = MaxCut(nx.cycle_graph(5))
+    run = {"budget": 1.0, "seed": 0, "seconds": 1.0, "epochs": 10, "reported_energy": -3.0,
+           "solution": [0, 1, 0, 1, 0]}  # fmt: skip
+    (scored,) = parse_official(problem, [run])
+    assert scored["cut"] == 4
+    assert scored["reported_cut"] == 3.0  # what it said, not what is used
+    assert scored["polished_cut"] == 4  # C5's maximum cut is 4
+    with pytest.raises(ValueError, match="expected 5 values"):
+        parse_official(problem, [dict(run, solution=[0, 1, 0, 1])])
+    with pytest.raises(ValueError, match="expected 5 values"):
+        parse_official(problem, [dict(run, solution=[0, 1, 2, 1, 0])])
+
+
+@pytest.mark.slow
+def test_the_official_package_runs_on_our_instance_and_agrees_on_its_cut():
+    """The official qqa (the peer extra / test group), in its subprocess, on a torus: every profile returns a binary
+    assignment of our node order, whose cut computed here equals the cut it reports."""
+    pytest.importorskip("qqa")
+    from iclr25_qqa import _gset
+
+    inst = load_instance("torus:4x6")
+    profiles = {k: _gset.OFFICIAL_PROFILES[k] for k in ("fast", "anneal-defaults")}
+    version, runs = _gset.official_runs(inst.problem, _gset.official_python(), [0.3], [0, 1], profiles, 5)
+    assert version.startswith("0.")
+    assert {(r["profile"], r["seed"]) for r in runs} == {(p, s) for p in profiles for s in (0, 1)}
+    for r in runs:
+        assert r["cut"] == r["reported_cut"]
+        assert 0 < r["cut"] <= 48
 
 
 def test_first_time_is_the_first_point_at_or_above_target():
@@ -101,11 +191,13 @@ def test_bench_end_to_end_on_a_small_rudy_file(tmp_path, capsys):
     out = tmp_path / "out"
     code = main(["bench", "--instances", "G11", "torus:4x6", "--gset-dir", str(tmp_path), "--budget", "0.3",
                  "--seeds", "2", "--tune-on", "torus:4x6", "--qqa-replicas", "8", "--qqa-lr", "1.0",
-                 "--sa-reads", "1", "2", "--quiet", "--out", str(out)])  # fmt: skip
+                 "--sa-reads", "1", "2", "--long-instances", "torus:4x6", "--tune-budget", "0.3",
+                 "--official-profiles", "fast", "--quiet", "--out", str(out)])  # fmt: skip
     assert code == 0, capsys.readouterr().err
-    text = (out / "results.md").read_text()
-    assert "step time vs floor" in text
-    assert "QQA − SA (95% CI)" in text
+    data = json.loads((out / "results.json").read_text())
+    assert [r["role"] for r in data["tables"]["comparisons"]].count("primary") == 1
+    assert {r["instance"] for r in data["tables"]["step time"]} == {"G11", "torus:4x6"}
+    assert len(data["tables"]["runs"]) == 2 * 2  # instances x seeds at the one budget
 
 
 # s1 = 100 sweeps in t1; s2 = max(int(1/4 / (t1/100)), 200) sweeps in t2; sweeps = (1 - a) / b with b the slope,

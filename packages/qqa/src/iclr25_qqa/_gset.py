@@ -8,7 +8,6 @@ recomputed here.
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass
@@ -25,10 +24,12 @@ from iclr25_qqa._problems import MaxCut
 __all__ = [
     "DATA_ENV",
     "GSET_BEST_KNOWN",
+    "OFFICIAL_PROFILES",
     "Instance",
     "default_gset_dir",
     "load_instance",
-    "paired_interval",
+    "official_runs",
+    "parse_official",
     "step_arms",
 ]
 
@@ -238,15 +239,18 @@ def calibrate_sa(problem: MaxCut, seed: int, reads: int, budget: float) -> float
     return max((budget - a) / b, 1.0)
 
 
-def paired_interval(diffs: list[float], level: float = 0.95) -> tuple[float, float, float]:
-    """Mean of paired differences and its two-sided Student-t interval ``(mean, low, high)`` (NaN for n < 2)."""
-    from iclr25_shared.metrics import paired_t_interval
-
-    if len(diffs) == 0:
-        return math.nan, math.nan, math.nan
-    est = paired_t_interval(diffs, level)
-    return (est.value, est.low, est.high) if est.n >= 2 else (est.value, math.nan, math.nan)
-
+OFFICIAL_PROFILES: dict[str, dict[str, Any]] = {
+    "balanced": {"api": "solve", "profile": "balanced"},
+    "fast": {"api": "solve", "profile": "fast"},
+    "anneal-defaults": {"api": "anneal"},
+}
+"""The official package's own settings the bench can run (and tune over): ``balanced`` and ``fast`` are profiles of
+its stable API ``qqa.solve`` (``qqa.config``: ``balanced``, the default, S = 128, lr 0.05, diversity 0.01, restarts
+after 250 stale epochs; ``fast``, S = 32, lr 0.1, no diversity; both a cosine γ schedule −2 → 0.1, gradient
+clipping at 100, heterogeneous replicas with replica exchange every 100 epochs, robust objective scaling);
+``anneal-defaults`` is its legacy ``qqa.anneal`` with every default (S = 100, lr 1, linear γ −2 → 0.1, no
+diversity), the setting issue 43 measured. Every profile runs with its own polish off (``polish=False``): the bench
+applies the same 1-flip polish (the official's own ``greedy_one_flip`` is that rule too) to every method's answer."""
 
 _OFFICIAL_DRIVER = r"""
 import json, sys, time
@@ -257,27 +261,40 @@ g = nx.Graph()
 g.add_nodes_from(range(job["n"]))
 g.add_weighted_edges_from(zip(job["u"], job["v"], job["w"]))
 problem = qqa.MaxCut(g)
-# the package's own profile: every hyper-parameter at its default (sol_size 100, lr 1, temp 0, gamma -2 -> 0.1,
-# curve_rate 2, div_param 0, robust scaling of the objective, penalty / N, ...), except its polish, which the bench
-# applies to every method alike
-kw = dict(verbose=False, polish=False, record_history=False, **job["overrides"])
-torch.manual_seed(0)
-qqa.anneal(problem, num_epochs=5, **kw)  # warm-up (lazy initialisation)
-t0 = time.perf_counter()
-qqa.anneal(problem, num_epochs=40, **kw)
-epoch_s = (time.perf_counter() - t0) / 40
-out = []
-for budget in job["budgets"]:
-    for seed in job["seeds"]:
+
+def run(spec, epochs, seed, limit):
+    if spec["api"] == "solve":  # the stable API with one of its profiles, on the CPU
+        r = qqa.solve(problem, profile=spec["profile"], device="cpu", seed=seed, epochs=epochs, budget=limit,
+                      polish=False)
+        sol, energy = r.raw_solution, r.internal_energy
+        done = r.diagnostics.get("completed_epochs")
+    else:  # the legacy qqa.anneal, every default
         torch.manual_seed(seed)
-        epochs = max(int(budget / epoch_s), 2)
-        t0 = time.perf_counter()
-        r = qqa.anneal(problem, num_epochs=epochs, time_limit=1.5 * budget, **kw)
-        seconds = time.perf_counter() - t0
-        sol = r.best_sol.detach().cpu().numpy().reshape(-1)
-        out.append({"budget": budget, "seed": seed, "solution": [int(round(float(v))) for v in sol],
-                    "seconds": seconds, "epochs": epochs})
-print("RESULT" + json.dumps({"version": qqa.__version__, "epoch_s": epoch_s, "runs": out}))
+        r = qqa.anneal(problem, num_epochs=epochs, time_limit=limit, verbose=False, polish=False,
+                       record_history=False)
+        sol, energy = r.best_sol, r.best_obj
+        done = getattr(r, "diagnostics", {}).get("completed_epochs")
+    sol = [int(round(float(v))) for v in sol.detach().cpu().numpy().reshape(-1)]
+    return sol, (None if energy is None else float(energy)), done
+
+out = []
+for spec in job["profiles"]:
+    run(spec, 5, 0, None)  # warm-up (lazy initialisation, first-call costs)
+    t0 = time.perf_counter(); run(spec, 5, 0, None); ta = time.perf_counter() - t0
+    n = 5 + job["timing_epochs"]
+    t0 = time.perf_counter(); run(spec, n, 0, None); tb = time.perf_counter() - t0
+    epoch_s = max((tb - ta) / job["timing_epochs"], 1e-6)  # t = a + b * epochs: a = the per-call cost
+    fixed_s = max(ta - 5 * epoch_s, 0.0)
+    for budget in job["budgets"]:
+        for seed in job["seeds"]:
+            epochs = max(int((budget - fixed_s) / epoch_s), 2)
+            t0 = time.perf_counter()
+            sol, energy, done = run(spec, epochs, seed, 1.5 * budget)
+            seconds = time.perf_counter() - t0
+            out.append({"profile": spec["name"], "budget": budget, "seed": seed, "epochs": epochs,
+                        "completed_epochs": done, "epoch_s": epoch_s, "fixed_s": fixed_s, "seconds": seconds,
+                        "reported_energy": energy, "solution": sol})
+print("RESULT" + json.dumps({"version": qqa.__version__, "runs": out}))
 """
 
 
@@ -294,16 +311,18 @@ def official_runs(
     python: Path,
     budgets: list[float],
     seeds: list[int],
-    overrides: dict[str, Any] | None = None,
+    profiles: dict[str, dict[str, Any]] | None = None,
+    timing_epochs: int = 40,
 ) -> tuple[str, list[dict[str, Any]]]:
     """The official implementation (PyPI ``qqa``, torch) on the same instance, budgets and seeds, in a subprocess
-    of the interpreter ``python``: ``qqa.anneal`` with the package's own defaults (its tuned profile; ``overrides``
-    changes named ones), ``polish=False`` (the bench polishes every method's answer the same way), epochs =
-    budget / a 40-epoch timing after a warm-up, one torch thread.
+    of the interpreter ``python``, one torch thread: each named profile of :data:`OFFICIAL_PROFILES` (default: its
+    ``qqa.solve`` default, ``balanced``) with ``polish=False`` (the bench polishes every method's answer the same
+    way). Equal wall time: after a warm-up call, two timed calls of 5 and ``5 + timing_epochs`` epochs fit
+    ``t = a + b·epochs`` (``a``: its per-call cost), and each run gets ``(budget − a) / b`` epochs, with a time
+    limit of 1.5 × budget as a guard.
 
     Returns:
-        (qqa version, one dict per (budget, seed): ``budget``, ``seed``, ``cut``, ``polished_cut``,
-        ``seconds``, ``epochs``).
+        (qqa version, :func:`parse_official` of its runs).
 
     Raises:
         RuntimeError: the subprocess failed (its last stderr lines are in the message).
@@ -311,36 +330,61 @@ def official_runs(
     import json
     import subprocess
 
+    profiles = {"balanced": OFFICIAL_PROFILES["balanced"]} if profiles is None else profiles
     job = {
         "n": problem.num_nodes,
         "u": problem.edge_u.tolist(),
         "v": problem.edge_v.tolist(),
         "w": problem.edge_w.tolist(),
         "budgets": list(budgets),
-        "seeds": seeds,
-        "overrides": dict(overrides or {}),
+        "seeds": list(seeds),
+        "profiles": [{"name": k, **v} for k, v in profiles.items()],
+        "timing_epochs": timing_epochs,
     }
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     proc = subprocess.run(
         [str(python), "-c", _OFFICIAL_DRIVER], input=json.dumps(job), capture_output=True, text=True, env=env,
-        timeout=120 + 3 * sum(budgets) * len(seeds),
+        timeout=120 + len(profiles) * (60 + 3 * sum(budgets) * len(seeds)),
     )  # fmt: skip
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT")), None)
     if proc.returncode != 0 or line is None:
         tail = " | ".join(proc.stderr.strip().splitlines()[-3:])
         raise RuntimeError(f"official qqa run failed (exit {proc.returncode}): {tail}")
     data = json.loads(line[len("RESULT") :])
-    runs = []
-    for r in data["runs"]:
-        solution = np.asarray(r["solution"])
-        runs.append(
+    return data["version"], parse_official(problem, data["runs"])
+
+
+def parse_official(problem: MaxCut, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The official runs as the bench scores them: ``cut`` recomputed here from the returned assignment
+    (``problem.objective``; the peer's own reported energy is kept as ``reported_cut`` = −energy, for the record,
+    never used), ``polished_cut`` after the bench's 1-flip polish, plus ``profile``, ``budget``, ``seed``,
+    ``epochs``, ``epoch_s`` and ``seconds``.
+
+    Raises:
+        ValueError: an assignment of the wrong length or with values other than 0 and 1.
+    """
+    out = []
+    for r in runs:
+        solution = np.asarray(r["solution"], dtype=np.int64)
+        if solution.shape != (problem.num_nodes,) or not np.isin(solution, (0, 1)).all():
+            raise ValueError(
+                f"official qqa returned an assignment of shape {solution.shape} with values "
+                f"{sorted(set(solution.ravel().tolist()))[:5]}; expected {problem.num_nodes} values in {{0, 1}}"
+            )
+        reported = r.get("reported_energy")
+        out.append(
             {
+                "profile": r.get("profile", "balanced"),
                 "budget": r["budget"],
                 "seed": r["seed"],
                 "cut": problem.objective(solution),
+                "reported_cut": None if reported is None else -float(reported),
                 "polished_cut": problem.objective(problem.local_search(solution)),
                 "seconds": r["seconds"],
                 "epochs": r["epochs"],
+                "completed_epochs": r.get("completed_epochs"),
+                "epoch_s": r.get("epoch_s"),
+                "fixed_s": r.get("fixed_s"),
             }
         )
-    return data["version"], runs
+    return out

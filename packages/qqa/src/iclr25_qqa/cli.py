@@ -146,42 +146,61 @@ class SolveConfig(_AnnealOptions):
 
 @dataclass(frozen=True, kw_only=True)
 class ReproduceConfig(CommonOptions):
-    """The paper's benchmark at small scale, QQA beside SA, greedy and exact references.
+    """The declared primary comparison: G-set max-cut, QQA vs simulated annealing at equal wall time, the cut as %
+    of the best-known cut, paired over seeds; on request the paper's other problems at small scale.
 
-    Max-cut on the Gset-size tori, MIS on random regular graphs (with S=1 and λ=0 ablations), colouring of
-    myciel3-5 at k = χ, max-clique on real networks; writes a table and a quality-vs-time plot."""
+    ``gset`` (the default ``--tasks``): every instance of the size (quick: G1, G15, G22, G43) at ``--budget`` seconds
+    per run and method, ``--seeds`` paired seeds. ``tori``, ``mis``, ``coloring``, ``clique``: the Gset-size tori, MIS
+    on random regular graphs (with S=1 and λ=0 ablations), colouring of myciel3-5 at k = χ, max-clique on real
+    networks, one seed each (exploratory tables and a quality-vs-time plot)."""
+
+    INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
+        "gset_dir": inputs.folder(expected="a folder of G-set files (G<k>.txt)"),
+    }
 
     size: Literal["quick", "full", "gpu"] = "quick"
-    """quick (about 5-10 min on 2 CPU cores), full (adds n = 10^4 MIS and S = 100 on the tori) or gpu (for one GPU,
-    about a minute on an H200 by estimate, never run: MIS at N = 10^4 and 10^5, the tori at S = 256; README)."""
+    """quick (G1, G15, G22, G43: about 5 min on one CPU thread), full (adds G2, G11, G55; with --tasks, n = 10^4 MIS
+    and S = 100 on the tori) or gpu (adds G55 and G70; with --tasks, MIS at N = 10^4 and 10^5, the tori at S = 256)."""
+    seeds: int = 5
+    """Seeds of the G-set comparison (paired: seed i of QQA beside seed i of SA)."""
+    budget: float = 5.0
+    """Wall-time seconds per G-set run, the same for both methods (QQA: compilation excluded; SA: model building
+    excluded)."""
+    gset_dir: Path | None = None
+    """Folder holding the G-set files G<k>.txt. Default: $ICLR25_DATA/gset, else the kit's shared/data/gset found
+    in a folder above this package."""
+    qqa_replicas: int = 32
+    """QQA replicas on the G-set (the bench's tuned profile)."""
+    qqa_gamma_start: float = 0.4
+    """QQA γ start on the G-set in units of the mean weighted degree d̄ (γ runs from -c·d̄ to 0.1)."""
     exact_time_limit: float = 120.0
-    """Seconds for each exact MILP (HiGHS) reference."""
+    """Seconds for each exact MILP (HiGHS) reference (--tasks mis)."""
     sa_reads: int = 4
-    """Simulated-annealing reads; the sweeps per read fill QQA's wall time on each instance (equal time)."""
-    tasks: tuple[Literal["maxcut", "mis", "coloring", "clique"], ...] = (
-        "maxcut",
-        "mis",
-        "coloring",
-        "clique",
-    )
-    """Which parts of the benchmark to run."""
+    """Simulated-annealing reads; the sweeps per read fill the budget (G-set) or QQA's wall time (other tasks)."""
+    tasks: tuple[Literal["gset", "tori", "mis", "coloring", "clique"], ...] = ("gset",)
+    """Which parts to run: gset (the primary comparison), tori, mis, coloring, clique (exploratory)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.tasks:
-            raise ValueError("tasks must name at least one of maxcut, mis, coloring, clique")
+            raise ValueError("tasks must name at least one of gset, tori, mis, coloring, clique")
+        check_int("seeds", self.seeds, low=1)
+        check_float("budget", self.budget, low=0.0, low_inclusive=False)
+        check_int("qqa_replicas", self.qqa_replicas, low=1)
+        check_float("qqa_gamma_start", self.qqa_gamma_start, low=0.0, low_inclusive=False)
         check_float("exact_time_limit", self.exact_time_limit, low=0.0, low_inclusive=False)
         check_int("sa_reads", self.sa_reads, low=1)
 
 
 @dataclass(frozen=True, kw_only=True)
 class BenchConfig(CommonOptions):
-    """G-set max-cut: QQA beside simulated annealing at equal wall time, and QQA's step time against the floor.
+    """G-set max-cut at equal wall time: QQA beside the official qqa (when installed) and simulated annealing, and
+    QQA's step time against the energy-gradient floor.
 
-    Both methods are first tuned on one instance (QQA: replicas x learning rate x γ start; SA: reads, sweeps filling the
-    budget), then run on every instance for several seeds at the same wall-time budget. Reports cut / best known,
-    the time to reach 99 % and 99.5 % of it, paired differences with 95 % intervals, and the milliseconds of one
-    QQA step beside one edge-list (and one dense) energy gradient."""
+    Each method runs its own tuned profile, chosen on one instance that is not scored (QQA: replicas x learning rate
+    x γ start; SA: reads; the official: --official-profiles), then every instance for several seeds at the same
+    wall-time budget. Reports cut / best known, time to 99 %, paired differences with 95 % intervals (one primary:
+    QQA − official, or QQA − SA without the peer), and the milliseconds of one QQA step beside the energy gradient."""
 
     INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
         "instances": _GRAPH,
@@ -205,7 +224,9 @@ class BenchConfig(CommonOptions):
     seeds: int = 3
     """Seeds per instance and budget (>= 2 for an interval; paired: seed i of QQA beside seed i of SA)."""
     tune_on: str = "G2"
-    """Instance the grids are tuned on (not scored; at the first budget); empty, or one point per grid: no tuning."""
+    """Instance the grids are tuned on (not scored; one tuning seed); empty, or one point per grid: no tuning."""
+    tune_budget: float = 5.0
+    """Wall-time seconds per tuning run."""
     qqa_replicas: tuple[int, ...] = (32,)
     """QQA replica grid (tuned profile: 32, see the README)."""
     qqa_lr: tuple[float, ...] = (1.0,)
@@ -221,10 +242,17 @@ class BenchConfig(CommonOptions):
     """Steps per timed call in the step-time comparison."""
     step_repeats: int = 5
     """Interleaved rounds of the step-time comparison."""
+    official_profiles: tuple[Literal["balanced", "fast", "anneal-defaults"], ...] = (
+        "balanced",
+        "fast",
+        "anneal-defaults",
+    )
+    """The official's own settings to tune over on --tune-on (balanced and fast: profiles of its qqa.solve API,
+    balanced its default; anneal-defaults: its legacy qqa.anneal with every default); one name: no tuning."""
     official_python: Path | None = None
     """Python interpreter of an environment with the official implementation (``pip install qqa``, torch); default:
     this interpreter when ``qqa`` is importable here. It runs beside ours on every instance, same budgets and seeds,
-    with its own default profile (in a subprocess)."""
+    with its own profile (the best of --official-profiles on --tune-on; in a subprocess)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -235,6 +263,9 @@ class BenchConfig(CommonOptions):
         for b in self.budget:
             check_float("budget", b, low=0.0, low_inclusive=False)
         check_int("seeds", self.seeds, low=1)
+        check_float("tune_budget", self.tune_budget, low=0.0, low_inclusive=False)
+        if not self.official_profiles:
+            raise ValueError("official_profiles must name at least one profile")
         check_int("step_chunk", self.step_chunk, low=1)
         check_int("step_repeats", self.step_repeats, low=1)
         for name in ("qqa_replicas", "sa_reads"):
@@ -251,8 +282,8 @@ class BenchConfig(CommonOptions):
 
 COMMANDS = {
     "solve": (SolveConfig, "iclr25_qqa._experiment:solve"),
-    "reproduce": (ReproduceConfig, "iclr25_qqa._experiment:reproduce"),
-    "bench": (BenchConfig, "iclr25_qqa._experiment:bench"),
+    "reproduce": (ReproduceConfig, "iclr25_qqa._reproduce:reproduce"),
+    "bench": (BenchConfig, "iclr25_qqa._bench:bench"),
 }
 
 
