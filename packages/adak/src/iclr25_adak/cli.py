@@ -151,7 +151,7 @@ class ReproduceConfig(CommonOptions, _PPOOptions):
 
     size: Literal["quick", "gpu", "full"] = "quick"
     """quick (minutes on 2 CPU cores), gpu (the quick host MoE with 8 seeds, 50 PPO rollouts of 32 blocks and
-    256 validation blocks for options left at their defaults: ~20x the quick run's rollout tokens; about 1.5
+    256 validation blocks for options left at their defaults: ~13x the quick run's rollout tokens; about 1.5
     minutes on one H200, an estimate) or full (a larger MoE; hours on CPU)."""
     steps: int = 25
     """PPO rollouts per (lambda, seed) run (>= 1)."""
