@@ -9,6 +9,13 @@ import pytest
 
 from iclr25_lozo.cli import main
 
+COMMAND_MODULES = (
+    "iclr25_lozo._experiment",
+    "iclr25_lozo._finetune",
+    "iclr25_lozo._reproduce",
+    "iclr25_lozo._bench",
+)
+
 
 @pytest.fixture
 def no_model(monkeypatch):
@@ -70,12 +77,13 @@ def test_a_default_config_reads_no_data_and_the_run_names_the_fetch_command(
     ],
 )
 def test_a_bad_model_path_exits_2_before_the_command_is_imported(tmp_path, capsys, monkeypatch, make, needle):
-    monkeypatch.delitem(sys.modules, "iclr25_lozo._experiment", raising=False)
+    for module in COMMAND_MODULES:
+        monkeypatch.delitem(sys.modules, module, raising=False)
     make(tmp_path / "model")
     path = next(tmp_path.iterdir())
     for command in ("finetune", "reproduce", "bench"):
         _exit_2(capsys, [command, "--model", str(path)], "--model: ", needle)
-    assert "iclr25_lozo._experiment" not in sys.modules
+    assert not any(module in sys.modules for module in COMMAND_MODULES)
 
 
 @pytest.mark.parametrize(
@@ -85,11 +93,12 @@ def test_a_bad_model_path_exits_2_before_the_command_is_imported(tmp_path, capsy
 def test_a_bad_data_path_exits_2_before_the_command_is_imported(
     tmp_path, capsys, monkeypatch, content, needle
 ):
-    monkeypatch.delitem(sys.modules, "iclr25_lozo._experiment", raising=False)
+    for module in COMMAND_MODULES:
+        monkeypatch.delitem(sys.modules, module, raising=False)
     bad = tmp_path / "vaderSentiment-3.3.2.tar.gz"
     bad.write_bytes(content)
     _exit_2(capsys, ["finetune", "--task", "sentiment", "--data-path", str(bad)], "--data-path: ", needle)
-    assert "iclr25_lozo._experiment" not in sys.modules
+    assert not any(module in sys.modules for module in COMMAND_MODULES)
 
 
 @pytest.mark.parametrize(

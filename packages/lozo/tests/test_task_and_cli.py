@@ -200,7 +200,7 @@ def test_reproduce_bad_input_exits_2_with_one_line(argv, message, capsys, tmp_pa
 def test_reproduce_optimizers_take_eps_rank_interval_and_beta_from_the_config():
     from torch import nn
 
-    from iclr25_lozo._experiment import _reproduce_optimizer
+    from iclr25_lozo._reproduce import _reproduce_optimizer
     from iclr25_lozo.cli import ReproduceConfig
 
     cfg = ReproduceConfig(lm_task="wiki", eps=2e-3, rank=3, interval=7)

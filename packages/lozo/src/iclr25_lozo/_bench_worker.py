@@ -3,7 +3,7 @@
 import json
 import sys
 
-from iclr25_lozo._experiment import _bench_worker
+from iclr25_lozo._bench import _bench_worker
 
 if __name__ == "__main__":
     print(json.dumps(_bench_worker(json.loads(sys.argv[1]))))

@@ -2,7 +2,7 @@
 forward passes only. Default: SmolLM2-135M-Instruct fine-tuned on Wikipedia topic classification; ``--task
 sentiment`` uses the human-rated movie-review sentences (the SST-2 setting of the paper).
 
-Config dataclasses and ``main`` only; the work is in ``_experiment.py``.
+Config dataclasses and ``main`` only; the work is in ``_finetune.py``, ``_reproduce.py`` and ``_bench.py``.
 """
 
 from __future__ import annotations
@@ -267,9 +267,9 @@ class BenchConfig(CommonOptions):
 
 
 COMMANDS = {
-    "finetune": (FinetuneConfig, "iclr25_lozo._experiment:finetune"),
-    "reproduce": (ReproduceConfig, "iclr25_lozo._experiment:reproduce"),
-    "bench": (BenchConfig, "iclr25_lozo._experiment:bench"),
+    "finetune": (FinetuneConfig, "iclr25_lozo._finetune:finetune"),
+    "reproduce": (ReproduceConfig, "iclr25_lozo._reproduce:reproduce"),
+    "bench": (BenchConfig, "iclr25_lozo._bench:bench"),
 }
 
 
