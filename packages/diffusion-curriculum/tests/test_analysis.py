@@ -1,9 +1,12 @@
 """Difficulty analysis: per-cluster loss curves and convergence steps on hand-checkable inputs."""
 
+import math
+
 import numpy as np
 import pytest
 
 from iclr25_diffusion_curriculum import TimestepClusters, cluster_loss_curves, convergence_steps
+from iclr25_diffusion_curriculum._analysis import required_seeds, steps_to_reach
 
 
 def test_curves_are_per_window_per_cluster_means():
@@ -67,3 +70,32 @@ def test_bad_bins_and_fraction():
         convergence_steps(np.arange(2), np.ones((2, 2)), fraction=0.0)
     with pytest.raises(ValueError, match="timesteps must lie"):
         cluster_loss_curves(np.zeros(1), np.array([10]), np.zeros(1), c)
+
+
+def test_required_seeds_is_the_first_n_whose_half_width_is_below_the_effect():
+    n = required_seeds(2.0, 1.0)
+    from scipy.stats import t
+
+    half = lambda k: t.ppf(0.975, k - 1) * 2.0 / math.sqrt(k)  # noqa: E731
+    assert half(n) < 1.0 <= half(n - 1)
+    assert required_seeds(1.0, 0.0) is None
+    assert required_seeds(0.0, 0.1) == 2
+
+
+def test_steps_to_reach_interpolates_the_first_crossing():
+    steps, values = [100, 200, 300, 400], [10.0, 6.0, 2.0, 1.0]
+    assert steps_to_reach(steps, values, 4.0) == pytest.approx(250.0)
+    assert steps_to_reach(steps, values, 10.0) == 100.0  # the first checkpoint already reaches it
+    assert steps_to_reach(steps, values, 1.0) == 400.0
+    assert steps_to_reach(steps, values, 0.5) is None
+    # a noisy curve: the first crossing counts, even if it rises again later
+    assert steps_to_reach([1, 2, 3], [5.0, 1.0, 7.0], 3.0) == pytest.approx(1.5)
+
+
+def test_steps_to_reach_rejects_bad_curves():
+    with pytest.raises(ValueError, match="increasing"):
+        steps_to_reach([2, 1], [1.0, 0.0], 0.5)
+    with pytest.raises(ValueError, match="equal"):
+        steps_to_reach([1, 2], [1.0], 0.5)
+    with pytest.raises(ValueError, match="finite"):
+        steps_to_reach([1, 2], [1.0, math.inf], 0.5)

@@ -145,6 +145,7 @@ def test_train_on_fashion_mnist_uniform_writes_the_difficulty_analysis(tmp_path,
         (["reproduce", "--num-seeds", "0"], "num_seeds"),
         (["reproduce", "--methods", "curriculum"], "methods must list uniform"),
         (["reproduce", "--methods", "uniform", "uniform"], "no duplicates"),
+        (["reproduce", "--methods", "uniform"], "at least one of curriculum, reverse"),
         (["reproduce", "--weight-ema", "1.0"], "weight_ema"),
         (["reproduce", "--sync-every", "0"], "sync_every"),
         (["reproduce", "--combine", "/nonexistent/run"], "--combine: '/nonexistent/run' does not exist"),
@@ -257,11 +258,21 @@ def test_reproduce_tiny_end_to_end(tmp_path):
         "samples_reverse.png",
     ):
         assert (tmp_path / name).is_file()
-    rows = res["tables"]["Final results (EMA weights)"]
-    assert [r["method"] for r in rows] == ["uniform", "curriculum", "reverse"]
+    per_seed = res["tables"]["per_seed"]
+    assert [(r["seed"], r["method"]) for r in per_seed] == [
+        (s, m) for s in (0, 1) for m in ("uniform", "curriculum", "reverse")
+    ]
     assert len(res["tables"]["Held-out ε-MSE per timestep cluster at the end (mean over seeds)"]) == 3
-    # one row per (method, metric, checkpoint): 2 methods × 2 metrics × 2 checkpoints
-    assert len(res["tables"]["Paired difference to uniform per checkpoint"]) == 8
+    comparisons = res["tables"]["comparisons"]
+    assert [c["role"] for c in comparisons].count("primary") == 1
+    assert comparisons[0]["name"] == "final FID, curriculum / uniform - 1"
+    fid = {(r["seed"], r["method"]): r["final FID"] for r in per_seed}
+    ratio = [fid[s, "curriculum"] / fid[s, "uniform"] - 1 for s in (0, 1)]
+    assert comparisons[0]["mean_difference"] == pytest.approx(sum(ratio) / 2)
+    assert comparisons[0]["n"] == 2
+    # every checkpoint's paired difference is exploratory: 2 methods × 2 metrics × 2 checkpoints
+    assert sum(" at step " in c["name"] and c["role"] == "exploratory" for c in comparisons) == 8
+    assert res["metrics"]["verdict"]
     assert res["metrics"]["heldout_paired_delta_eval_noise_sd"] >= 0
     # the per-seed runs of two one-seed runs, combined, give exactly the summary of the two-seed run
     singles = []
@@ -275,11 +286,10 @@ def test_reproduce_tiny_end_to_end(tmp_path):
     combined = tmp_path / "combined"
     assert main(["reproduce", *argv[argv.index("--steps") : -1], str(combined), "--combine", *singles]) == 0
     got = json.loads((combined / "results.json").read_text())
-    assert (
-        got["tables"]["Paired difference to uniform per checkpoint"]
-        == res["tables"]["Paired difference to uniform per checkpoint"]
-    )
-    assert got["metrics"]["verdicts"] == res["metrics"]["verdicts"]
+    assert got["tables"]["comparisons"] == res["tables"]["comparisons"]
+    timeless = lambda rows: [{k: v for k, v in r.items() if k != "train s"} for r in rows]  # noqa: E731
+    assert timeless(got["tables"]["per_seed"]) == timeless(res["tables"]["per_seed"])  # wall times differ
+    assert got["metrics"]["verdict"] == res["metrics"]["verdict"]
     # runs with other settings are refused
     other = tmp_path / "other"
     args = [a for a in argv if a != str(tmp_path)]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from iclr25_diffusion_curriculum._experiment import (
+from iclr25_diffusion_curriculum._fid import (
     FeatureNet,
     classifier_fid,
     feature_net_accuracy,

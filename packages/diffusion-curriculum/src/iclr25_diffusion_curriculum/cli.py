@@ -1,7 +1,7 @@
 """``iclr25-diffusion-curriculum``: easy-to-hard timestep curriculum for diffusion training (Kim et al., ICLR 2025,
 arXiv:2403.10348): train a small diffusers UNet with uniform / curriculum / reverse timestep sampling, reproduce the
 comparison on Fashion-MNIST, and measure the sampler's overhead. Config dataclasses and ``main`` only; the work is
-in ``_experiment.py``."""
+in ``_train.py``, ``_reproduce.py`` and ``_bench.py``."""
 
 from __future__ import annotations
 
@@ -122,9 +122,9 @@ class ReproduceConfig(_CurriculumOptions):
     """Uniform vs curriculum (vs reverse) on Fashion-MNIST at equal steps, paired over seeds, EMA weights evaluated.
 
     Every method of a seed shares the UNet initialisation, images, noise and evaluation inputs. At each checkpoint:
-    FID (classifier features) and held-out ε-MSE of the EMA weights; reported as paired differences to uniform with
-    95 % t-intervals, plus "steps to reach uniform's final value" and the measured evaluation noise of both
-    metrics. --full is the long setting; --combine summarises earlier runs (e.g. one seed each) without training."""
+    FID (classifier features) and held-out ε-MSE of the EMA weights; compared with uniform through
+    iclr25_shared.stats (primary: final FID, curriculum / uniform - 1; secondary and exploratory comparisons), plus
+    "steps to reach uniform's final value" and the measured evaluation noise of both metrics. --full is the long setting; --combine summarises earlier runs (e.g. one seed each) without training."""
 
     INPUTS: ClassVar[Mapping[str, inputs.Input]] = {
         "combine": inputs.folder(
@@ -138,7 +138,7 @@ class ReproduceConfig(_CurriculumOptions):
     """τ: consecutive non-improving loss updates before the next stage."""
     max_steps_per_stage: int | None = 10
     """Cap on training steps per stage (None: no cap); N−1 stages × cap bounds the curriculum phase."""
-    num_seeds: int = 3
+    num_seeds: int = 5
     """Seeds per method (seed, seed+1, …); the pairs give the intervals."""
     methods: tuple[Literal["uniform", "curriculum", "reverse"], ...] = ("uniform", "curriculum")
     """Timestep samplers to compare (uniform, the baseline, is required; reverse = hard-first control)."""
@@ -207,6 +207,10 @@ class ReproduceConfig(_CurriculumOptions):
         check_int("num_seeds", self.num_seeds, low=1)
         if not self.methods or "uniform" not in self.methods or len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods must list uniform and no duplicates, got {list(self.methods)}")
+        if len(self.methods) < 2:
+            raise ValueError(
+                "methods must list uniform and at least one of curriculum, reverse to compare with it"
+            )
         for m in self.methods:
             check_choice("methods", m, ("uniform", "curriculum", "reverse"))
         check_int("batch_size", self.batch_size, low=1)
@@ -266,9 +270,9 @@ class BenchConfig(_CurriculumOptions):
 
 
 COMMANDS = {
-    "train": (TrainConfig, "iclr25_diffusion_curriculum._experiment:train"),
-    "reproduce": (ReproduceConfig, "iclr25_diffusion_curriculum._experiment:reproduce"),
-    "bench": (BenchConfig, "iclr25_diffusion_curriculum._experiment:bench"),
+    "train": (TrainConfig, "iclr25_diffusion_curriculum._train:train"),
+    "reproduce": (ReproduceConfig, "iclr25_diffusion_curriculum._reproduce:reproduce"),
+    "bench": (BenchConfig, "iclr25_diffusion_curriculum._bench:bench"),
 }
 
 
