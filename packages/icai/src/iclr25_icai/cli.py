@@ -140,10 +140,10 @@ class ReproduceConfig(CommonOptions):
     the annotator's agreement with the labels (orthogonal, aligned, unaligned settings; >= 3 seeds)."""
 
     size: Literal["quick", "full", "gpu"] = "quick"
-    """quick: 30/30 pairs for the scripted oracle; 4/4 pairs and the orthogonal and unaligned settings for SmolLM2
-    (minutes on 2 CPU cores); full: 30/30 pairs and every setting for both; gpu: full with --seeds left at 3 raised
-    to 5, for --device cuda (7.5x quick's SmolLM2 pairs, 1.5x its settings, 1.7x its seeds: about a minute and a half
-    on one GPU, an estimate: README "GPU")."""
+    """quick: 30/30 pairs for the scripted oracle; 4/4 pairs and the orthogonal setting (the primary comparison) for
+    SmolLM2 (minutes per seed on 2 CPU cores); full: 30/30 pairs and every setting for both; gpu: full with --seeds
+    left at 3 raised to 5, for --device cuda (7.5x quick's SmolLM2 pairs, 3x its settings: an estimate of a few
+    minutes on one GPU, README "GPU")."""
     seeds: int = 3
     """Independent seeds (>= 3 for an interval)."""
     backends: tuple[Literal["oracle", "local"], ...] = ("oracle", "local")
