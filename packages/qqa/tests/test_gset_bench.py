@@ -215,6 +215,23 @@ def test_sa_calibration_survives_timing_noise(monkeypatch, t1, t2, expected):
     assert _gset.calibrate_sa(object(), 0, 1, 1.0) == pytest.approx(expected)
 
 
+def test_pace_learns_the_runs_own_rate():
+    """The first run uses the calibration; later ones the mean rate the runs actually had, after the fixed cost
+    (calibration 2 ms per unit, 0.5 s fixed: 10 s -> 4750 units; a run of 4750 units in 5.25 s -> 1 ms per unit
+    -> 9500; another of 9500 in 19.5 s -> 2 ms; mean 1.5 ms -> 6333)."""
+    from iclr25_qqa._gset import Pace
+
+    pace = Pace(2e-3, fixed=0.5)
+    assert pace.units(10.0) == 4750
+    pace.observe(4750, 5.25)
+    assert pace.units(10.0) == 9500
+    pace.observe(9500, 19.5)
+    assert pace.units(10.0) == 6333
+    pace.observe(100, 0.4)  # not above the fixed cost: ignored
+    assert pace.units(10.0) == 6333
+    assert Pace(1.0).units(0.5) == 2  # at least two steps
+
+
 def test_qqa_run_reports_the_polish_separately():
     """The bench's QQA+polish: the 1-flip polish of the best replica never lowers the cut; the steps follow the
     budget and the measured step time."""

@@ -127,19 +127,19 @@ def _step_profile(cfg: BenchConfig, inst: Instance, prof: Profiles, devices: Any
 
 def _cell_runs(
     cfg: BenchConfig, inst: Instance, budget: float, prof: Profiles, official: dict[Any, dict[str, Any]],
-    step_s: float, qqa_kw: dict[str, Any], ctx: RunContext,
+    paces: dict[str, Any], qqa_kw: dict[str, Any], ctx: RunContext,
 ) -> list[dict[str, Any]]:  # fmt: skip
-    """Every seed of one (instance, budget) cell: QQA, SA and the official at the same wall time."""
+    """Every seed of one (instance, budget) cell: QQA, SA and the official at the same wall time (``paces``: the
+    instance's :class:`~iclr25_qqa._gset.Pace` of QQA and SA, which learn from every run)."""
     from iclr25_qqa import _gset
 
     prob, best = inst.problem, inst.best_known
     gamma = gamma_for(prob, prof.gamma_c)
-    sa_sweeps = _gset.calibrate_sa(prob, cfg.seed, prof.sa_reads, budget)
     rows = []
     for seed in range(cfg.seed, cfg.seed + cfg.seeds):
         check_interrupted()
-        q = _gset.qqa_run(prob, budget, seed, prof.replicas, step_s, lr=prof.lr, gamma=gamma, **qqa_kw)
-        a = _gset.sa_run(prob, budget, seed, prof.sa_reads, sa_sweeps)
+        q = _gset.qqa_run(prob, budget, seed, prof.replicas, paces["QQA"], lr=prof.lr, gamma=gamma, **qqa_kw)
+        a = _gset.sa_run(prob, budget, seed, prof.sa_reads, paces["SA"])
         row: dict[str, Any] = {"budget s": budget, "instance": inst.label, "seed": seed, "best known": best,
                                "QQA steps": q["steps"], "QQA s": round(q["seconds"], 2),
                                "polish ms": round(1e3 * q["polish_s"], 1), "SA sweeps": a["sweeps"],
@@ -173,6 +173,9 @@ def _cell_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         vals = [r[f"{m} %"] for r in rows if r.get(f"{m} %") is not None]
         if f"{m} cut" in first:
             summary[f"{m} %"] = round(float(np.mean(vals)), 2) if vals else None
+    for m in ("QQA", "SA", "official"):
+        if f"{m} s" in first:
+            summary[f"{m} s"] = round(float(np.mean([r[f"{m} s"] for r in rows])), 2)
     summary["QQA reached 99%"] = sum(r.get("QQA t99% s") is not None for r in rows)
     summary["SA reached 99%"] = sum(r.get("SA t99% s") is not None for r in rows)
     return summary
@@ -277,16 +280,19 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         ]
         for key, part in _step_profile(cfg, inst, prof, devices).items():
             steps[key] += part
-        gamma = gamma_for(inst.problem, prof.gamma_c)
-        step_s = _gset.calibrate_qqa(inst.problem, prof.replicas, cfg.seed, lr=prof.lr, gamma=gamma, **qqa_kw)
         official: dict[Any, dict[str, Any]] = {}
         if official_py is not None and prof.official is not None:
             seeds = list(range(cfg.seed, cfg.seed + cfg.seeds))
             profile = {prof.official: _gset.OFFICIAL_PROFILES[prof.official]}
             version, off = _gset.official_runs(inst.problem, official_py, budgets, seeds, profile)
             official = {(r["budget"], r["seed"]): r for r in off}
+        # calibrated right before the runs (after the official's subprocess), then learning from every run
+        gamma = gamma_for(inst.problem, prof.gamma_c)
+        step_s = _gset.calibrate_qqa(inst.problem, prof.replicas, cfg.seed, lr=prof.lr, gamma=gamma, **qqa_kw)
+        paces = {"QQA": _gset.Pace(step_s),
+                 "SA": _gset.Pace(*reversed(_gset.calibrate_sa_fit(inst.problem, cfg.seed, prof.sa_reads, budgets[0])))}  # fmt: skip
         for budget in budgets:
-            rows = _cell_runs(cfg, inst, budget, prof, official, step_s, qqa_kw, ctx)
+            rows = _cell_runs(cfg, inst, budget, prof, official, paces, qqa_kw, ctx)
             runs += rows
             summaries.append(_cell_summary(rows))
     comps = comparisons(runs, cfg.budget[0])
@@ -314,11 +320,13 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
 
 
 _NOTES = [
-    "Equal wall time: each run gets the budget; QQA steps = budget / its step time measured on the instance "
-    "(compilation excluded), SA sweeps per read fitted to fill the budget (t = a + b·sweeps from two timed calls; "
-    "model building excluded); the official qqa (a subprocess, one torch thread, after a warm-up call) gets "
-    "(budget − a) / b epochs from t = a + b·epochs fitted on two timed calls, so its per-call cost is inside the "
-    "budget, with a time limit of 1.5 × budget as a guard; its 'official s' is the whole call.",
+    "Equal wall time: each run gets the budget. QQA: steps = budget / its step time (compilation excluded); SA: "
+    "sweeps per read from t = a + b·sweeps (two timed calls; model building excluded); the official qqa (a "
+    "subprocess, one torch thread, after a warm-up call): epochs from t = a + b·epochs (two timed calls), so its "
+    "per-call cost is inside the budget, with a time limit of 1.5 × budget as a guard; its 'official s' is the "
+    "whole call. Each method's first run on an instance uses its calibration, every later run the mean pace its "
+    "runs on the instance so far actually had (the shared machine's load changes between calibration and runs). "
+    "The seconds each run took are in 'runs' and their means in 'equal time'.",
     "Tuning: each method on its own grid on --tune-on at --tune-budget seconds per run, one tuning seed (seed + "
     "10000) that is not scored; the best cut wins (a one-point grid is taken as is). QQA's one-point profile comes "
     "from the earlier grid on G2 (README). The official's grid is its own settings: the balanced (its default) and "

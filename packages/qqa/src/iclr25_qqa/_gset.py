@@ -26,6 +26,7 @@ __all__ = [
     "GSET_BEST_KNOWN",
     "OFFICIAL_PROFILES",
     "Instance",
+    "Pace",
     "default_gset_dir",
     "load_instance",
     "official_runs",
@@ -133,13 +134,16 @@ def first_time(trace: list[tuple[float, float]], target: float) -> float | None:
 
 
 def qqa_run(
-    problem: MaxCut, budget: float, seed: int, replicas: int, step_s: float, **kw: Any
+    problem: MaxCut, budget: float, seed: int, replicas: int, step_s: float | Pace, **kw: Any
 ) -> dict[str, Any]:
-    """QQA with as many steps as ``budget`` seconds allow at ``step_s`` seconds per step (measured before), then a
-    1-flip polish of the best replica (:meth:`MaxCut.local_search`), timed and reported separately: ``cut`` is the
-    annealer's own answer, ``polished_cut`` the polished one, ``polish_s`` the polish's seconds (outside the budget)."""
-    steps = max(int(budget / step_s), 2)
+    """QQA with as many steps as ``budget`` seconds allow at ``step_s`` seconds per step (measured before; or a
+    :class:`Pace`, which learns from this run's time), then a 1-flip polish of the best replica
+    (:meth:`MaxCut.local_search`), timed and reported separately: ``cut`` is the annealer's own answer,
+    ``polished_cut`` the polished one, ``polish_s`` the polish's seconds (outside the budget)."""
+    pace = step_s if isinstance(step_s, Pace) else Pace(step_s)
+    steps = pace.units(budget)
     res = anneal(problem, key=seed, replicas=replicas, steps=steps, chunk=min(100, steps), **kw)
+    pace.observe(steps, res.wall_time)
     trace = [(p["seconds"], p["best_objective"]) for p in res.trace]
     t0 = time.perf_counter()
     polished = problem.local_search(res.best_solution)
@@ -207,25 +211,29 @@ def calibrate_qqa(problem: MaxCut, replicas: int, seed: int, **kw: Any) -> float
     return (res.trace[-1]["seconds"] - res.trace[0]["seconds"]) / 300
 
 
-def sa_run(problem: MaxCut, budget: float, seed: int, reads: int, sweeps: float) -> dict[str, Any]:
-    """Simulated annealing with ``reads`` reads of ``sweeps`` sweeps (from :func:`calibrate_sa`).
+def sa_run(problem: MaxCut, budget: float, seed: int, reads: int, sweeps: float | Pace) -> dict[str, Any]:
+    """Simulated annealing with ``reads`` reads of ``sweeps`` sweeps (from :func:`calibrate_sa`; or a :class:`Pace`
+    for ``budget``, which learns from this run's time).
 
     Reads run one after another, so the best of the first ``j`` reads was known at ``j/reads`` of the run: that
     gives the anytime trace used for the time to reach a target.
     """
-    sweeps = max(int(sweeps), 1)
+    pace = sweeps if isinstance(sweeps, Pace) else None
+    sweeps = pace.units(budget, low=1) if pace is not None else max(int(sweeps), 1)
     res = simulated_annealing(problem, num_reads=reads, num_sweeps=sweeps, seed=seed)
+    if pace is not None:
+        pace.observe(sweeps, res.seconds)
     best_so_far = np.maximum.accumulate(res.per_read)
     trace = [((j + 1) / reads * res.seconds, float(v)) for j, v in enumerate(best_so_far)]
     return {"cut": res.objective, "seconds": res.seconds, "sweeps": sweeps, "trace": trace}
 
 
-def calibrate_sa(problem: MaxCut, seed: int, reads: int, budget: float) -> float:
-    """Sweeps per read that fill ``budget`` seconds with ``reads`` reads.
+def calibrate_sa_fit(problem: MaxCut, seed: int, reads: int, budget: float) -> tuple[float, float]:
+    """``(a, b)`` of ``t = a + b·sweeps`` for ``reads`` reads, from two timed calls.
 
-    Two timed calls fit ``t = a + b·sweeps`` (``a``: per-call costs such as the β range and the model
-    conversion): a 100-sweep probe and a call sized to a quarter of the budget. The slope is kept at least a
-    quarter of the average cost per sweep, so timing noise cannot make the estimate explode.
+    A 100-sweep probe and a call sized to a quarter of the budget (``a``: per-call costs such as the β range and
+    the model conversion). The slope is kept at least a quarter of the average cost per sweep, so timing noise
+    cannot make the estimate explode.
     """
     s1 = 100
     t1 = simulated_annealing(problem, num_reads=reads, num_sweeps=s1, seed=seed).seconds
@@ -235,8 +243,35 @@ def calibrate_sa(problem: MaxCut, seed: int, reads: int, budget: float) -> float
     b = (t2 - t1) / (s2 - s1)
     if not b >= 0.25 * average:  # timing noise (t2 <= t1 under load): fall back to the plain average
         b = average
-    a = max(t1 - b * s1, 0.0)
+    return max(t1 - b * s1, 0.0), b
+
+
+def calibrate_sa(problem: MaxCut, seed: int, reads: int, budget: float) -> float:
+    """Sweeps per read that fill ``budget`` seconds with ``reads`` reads (:func:`calibrate_sa_fit`)."""
+    a, b = calibrate_sa_fit(problem, seed, reads, budget)
     return max((budget - a) / b, 1.0)
+
+
+class Pace:
+    """How many steps (sweeps, epochs) fill a budget for one method on one instance, learned as the runs go.
+
+    The first run uses the calibration's seconds per unit; every later one the mean of the rates the runs so far
+    actually had (``(seconds − fixed) / units``). The shared machine's load changes between the calibration and
+    the runs (a 400-step calibration measured twice the per-step time the runs then had, issue 43's bench), so the
+    measured pace of the runs themselves holds the budget better than any calibration made before them.
+    """
+
+    def __init__(self, per_unit: float, fixed: float = 0.0) -> None:
+        self.per_unit, self.fixed = float(per_unit), float(fixed)
+        self.observed: list[float] = []
+
+    def units(self, budget: float, low: int = 2) -> int:
+        rate = float(np.mean(self.observed)) if self.observed else self.per_unit
+        return max(int((budget - self.fixed) / rate), low)
+
+    def observe(self, units: int, seconds: float) -> None:
+        if units > 0 and seconds > self.fixed:
+            self.observed.append((seconds - self.fixed) / units)
 
 
 OFFICIAL_PROFILES: dict[str, dict[str, Any]] = {
@@ -285,12 +320,16 @@ for spec in job["profiles"]:
     t0 = time.perf_counter(); run(spec, n, 0, None); tb = time.perf_counter() - t0
     epoch_s = max((tb - ta) / job["timing_epochs"], 1e-6)  # t = a + b * epochs: a = the per-call cost
     fixed_s = max(ta - 5 * epoch_s, 0.0)
+    observed = []  # the runs' own pace: (seconds - a) / epochs, as the bench's Pace does for QQA and SA
     for budget in job["budgets"]:
         for seed in job["seeds"]:
-            epochs = max(int((budget - fixed_s) / epoch_s), 2)
+            rate = sum(observed) / len(observed) if observed else epoch_s
+            epochs = max(int((budget - fixed_s) / rate), 2)
             t0 = time.perf_counter()
             sol, energy, done = run(spec, epochs, seed, 1.5 * budget)
             seconds = time.perf_counter() - t0
+            if seconds > fixed_s and done:
+                observed.append((seconds - fixed_s) / done)
             out.append({"profile": spec["name"], "budget": budget, "seed": seed, "epochs": epochs,
                         "completed_epochs": done, "epoch_s": epoch_s, "fixed_s": fixed_s, "seconds": seconds,
                         "reported_energy": energy, "solution": sol})
@@ -318,8 +357,9 @@ def official_runs(
     of the interpreter ``python``, one torch thread: each named profile of :data:`OFFICIAL_PROFILES` (default: its
     ``qqa.solve`` default, ``balanced``) with ``polish=False`` (the bench polishes every method's answer the same
     way). Equal wall time: after a warm-up call, two timed calls of 5 and ``5 + timing_epochs`` epochs fit
-    ``t = a + b·epochs`` (``a``: its per-call cost), and each run gets ``(budget − a) / b`` epochs, with a time
-    limit of 1.5 × budget as a guard.
+    ``t = a + b·epochs`` (``a``: its per-call cost); the first run gets ``(budget − a) / b`` epochs, every later one
+    ``(budget − a) / b'`` with ``b'`` the mean pace of the runs so far (as :class:`Pace`), with a time limit of
+    1.5 × budget as a guard.
 
     Returns:
         (qqa version, :func:`parse_official` of its runs).
