@@ -146,6 +146,9 @@ def test_reproduce_tiny_and_bench_run_on_the_real_clips(tmp_path):
     diffs = [by[(s, "trajectory features")] - by[(s, "frame-difference baseline")] for s in (0, 1)]
     assert comp[0]["mean_difference"] == pytest.approx(sum(diffs) / 2)
     assert m["paper_effect"] == 0.10 and isinstance(m["verdict"], str)
+    agg = rec["tables"]["A_aggregate_by_source"]  # SA is not scored: null with a reason, never "nan"
+    assert all(r["sa"] is None and r["joint"] is None and r["null_reason"] for r in agg)
+    assert all(isinstance(r["pc"], float) for r in agg)
     assert (
         main(["bench", "--repeats", "1", "--num-frames", "4", "--out", str(tmp_path / "b"), "--quiet"]) == 0
     )

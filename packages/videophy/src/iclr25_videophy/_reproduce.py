@@ -85,7 +85,14 @@ def _part_a(
         from iclr25_videophy._io import write_labels
 
         write_labels(ctx.path("real_clips_labels.csv"), judgements)
-    agg = aggregate(judgements, by=("source",))
+    # SA is not scored, so SA and joint are nan: JSON null with the reason in a column (never the string "nan")
+    agg = [
+        {
+            **{k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()},
+            "null_reason": "SA not scored (no offline SA model), so SA and joint are undefined",
+        }
+        for r in aggregate(judgements, by=("source",))
+    ]
     metrics = {
         "A_clips": len(clips),
         "A_auc_shuffled_vs_original": auc["shuffled"],
