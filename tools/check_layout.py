@@ -19,7 +19,7 @@ Rules:
   the argv after the console script; ``committed``: the folder that command wrote, committed under ``results/``);
   that folder's ``results.json`` has exactly one comparison row with ``role: primary``, and the README declares it
   in a paragraph starting ``**Primary comparison (declared before the run):**`` whose numbers are value blocks read
-  from that file. Every method declares one (``PENDING_VERIFY`` lists those still being converted);
+  from that file. Every method declares one;
 - no "brief §" references (a document users cannot open).
 """
 
@@ -43,26 +43,6 @@ NEEDS_EXTRA = {
     "cluster_accuracy": ("metrics", "scipy"),
 }
 PRIMARY_HEADING = "**Primary comparison (declared before the run):**"
-PENDING_VERIFY: set[str] = {
-    "adak",
-    "cald",
-    "debgcd",
-    "diffusion-curriculum",
-    "diffusion-shapley",
-    "edgeprompt",
-    "hyper-connections",
-    "icai",
-    "infomax",
-    "levattention",
-    "lozo",
-    "prdp",
-    "qqa",
-    "semiclip",
-    "simhand",
-    "videophy",
-    "vl-interp",
-}
-"""Methods whose primary reproduction is not declared yet (issue 41); the set only shrinks."""
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9_.-]+)\s*(?:\[([^\]]*)\])?")
 
 
@@ -258,7 +238,7 @@ def check(root: Path = ROOT) -> list[str]:
     for pyproject in sorted(root.glob("packages/*/pyproject.toml")):
         problems += member_problems(pyproject.parent)
         declared = "verify" in tomllib.loads(pyproject.read_text()).get("tool", {}).get("iclr25", {})
-        if not declared and pyproject.parent.name not in PENDING_VERIFY:
+        if not declared:
             problems.append(
                 f"iclr25-{pyproject.parent.name}: no [tool.iclr25.verify] (its primary reproduction; issue 41)"
             )
