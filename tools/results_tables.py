@@ -89,11 +89,16 @@ def render(spec: str, base: Path) -> str:
         rows = [row for row in rows if _cell(row.get(column)) == value]
     if not rows:
         raise ValueError(f"results block {spec!r}: no row of {path} matches {wheres}")
-    columns = options["columns"].split(",") if "columns" in options else list(rows[0])
+    # a comma inside a column name is written "\," in a double-quoted word (shlex keeps the backslash there)
+    columns = (
+        [c.replace("\\,", ",") for c in re.split(r"(?<!\\),", options["columns"])]
+        if "columns" in options
+        else list(rows[0])
+    )
     missing = sorted({c for row in rows for c in columns if c not in row})
     if missing:
         raise ValueError(f"results block {spec!r}: rows of {path} lack column(s) {', '.join(missing)}")
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines = ["| " + " | ".join(_cell(c) for c in columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_cell(row[c]) for c in columns) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 

@@ -120,3 +120,10 @@ def test_nested_metrics_and_wall_time_are_values(tmp_path: Path):
     assert results_tables.render_value("r.json wall_s fmt=.0f", tmp_path) == "78"
     with pytest.raises(ValueError, match="no metric"):
         results_tables.render_value("r.json metrics.diagnostics.missing", tmp_path)
+
+
+def test_column_names_with_commas_and_pipes(tmp_path: Path):
+    data = {"tables": {"t": [{"spearman(phi, exact) mean": 0.5, "|U|": 3, "k": 1}]}}
+    (tmp_path / "r.json").write_text(json.dumps(data))
+    table = results_tables.render(r'r.json tables.t "columns=k,spearman(phi\, exact) mean,|U|"', tmp_path)
+    assert table == "| k | spearman(phi, exact) mean | \\|U\\| |\n|---|---|---|\n| 1 | 0.5 | 3 |\n"
