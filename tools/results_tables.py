@@ -21,6 +21,14 @@ A single number in a sentence (a headline) is tied to its file the same way, inl
 The path is ``wall_s``, ``metrics.<key>[.<sub>...]`` (nested records) or ``tables.<name>[<i> | <col>=<value>].<column>``; ``fmt=`` is a Python format spec
 (default ``.4g``).
 
+A table outside a results block whose rows hold numbers (decimals, percentages, ratios, numbers of three or more
+digits; code in backticks and ``value`` spans excepted) fails the check unless the line above its header says why it is not a result::
+
+    <!-- static table: test tolerances -->
+    | test | tolerance |
+
+(for tolerances, presets, API references, a paper's reported numbers).
+
     python tools/results_tables.py --write [FILE ...]   # re-render the tables from their files
     python tools/results_tables.py --check [FILE ...]   # exit 1 naming every table that differs or has no source
 
@@ -163,6 +171,38 @@ def render_value(spec: str, base: Path) -> str:
     return _cell(value)
 
 
+NUMBER = re.compile(r"\d+\.\d+|\d+\s?%|\d\s?×|\d{3}")
+STATIC = re.compile(r"^<!-- static table: \S.*-->$")
+
+
+def unsourced_tables(text: str) -> list[tuple[int, str]]:
+    """(line number, row) of the first numeric row of each table outside a results block with no static marker."""
+    lines = text.splitlines()
+    found: list[tuple[int, str]] = []
+    inside = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("<!-- results:"):
+            inside = True
+        elif line.startswith("<!-- /results"):
+            inside = False
+        is_header = line.startswith("|") and i + 1 < len(lines) and re.match(r"^\|\s*:?-", lines[i + 1])
+        if inside or not is_header:
+            i += 1
+            continue
+        marked = i > 0 and STATIC.match(lines[i - 1].strip()) is not None
+        j = i + 2
+        while j < len(lines) and lines[j].startswith("|"):
+            row = re.sub(r"`[^`]*`", "", VALUE.sub("", lines[j]))  # code and rendered values are not at issue
+            cells = row.split("|")[2:]  # the first column names the row
+            if not marked and any(NUMBER.search(c) for c in cells) and all(f[0] != i + 1 for f in found):
+                found.append((i + 1, lines[j]))
+            j += 1
+        i = j
+    return found
+
+
 def process(path: Path, *, write: bool) -> list[str]:
     """Re-render (``write``) or check every results block of one Markdown file; returns the problems found."""
     text = path.read_text()
@@ -195,6 +235,12 @@ def process(path: Path, *, write: bool) -> list[str]:
         return match.group(1) + value + match.group(4)
 
     new = VALUE.sub(replace_value, BLOCK.sub(replace, text))
+    where = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    for line, row in unsourced_tables(new):
+        problems.append(
+            f"{where}:{line}: a table with numbers and no source ({row[:60].strip()}...): render it from a "
+            "results file, or mark it '<!-- static table: <why> -->' above its header"
+        )
     if write and new != text:
         path.write_text(new)
     return problems

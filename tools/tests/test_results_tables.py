@@ -127,3 +127,40 @@ def test_column_names_with_commas_and_pipes(tmp_path: Path):
     (tmp_path / "r.json").write_text(json.dumps(data))
     table = results_tables.render(r'r.json tables.t "columns=k,spearman(phi\, exact) mean,|U|"', tmp_path)
     assert table == "| k | spearman(phi, exact) mean | \\|U\\| |\n|---|---|---|\n| 1 | 0.5 | 3 |\n"
+
+
+def test_a_table_of_numbers_needs_a_source_or_a_static_marker(tmp_path: Path):
+    (tmp_path / "r.json").write_text(json.dumps(RESULTS))
+    readme = tmp_path / "README.md"
+    hand = "| arm | s |\n|---|---|\n| lozo | 2.80 |\n"
+    readme.write_text(f"Intro\n\n{hand}")
+    [problem] = results_tables.process(readme, write=False)
+    assert "README.md:3: a table with numbers and no source (| lozo | 2.80 |" in problem
+    readme.write_text(f"Intro\n<!-- static table: test tolerances -->\n{hand}")
+    assert results_tables.process(readme, write=False) == []
+    # a marker two lines above does not count; an empty reason does not either
+    readme.write_text(f"<!-- static table: tolerances -->\n\n{hand}<!-- static table: -->\n{hand}")
+    assert len(results_tables.process(readme, write=False)) == 2
+
+
+@pytest.mark.parametrize(
+    "row",
+    [
+        "| the first column names the row: 2.80 | none |",
+        "| arm | `--lr 1e-3 --steps 300` |",
+        "| arm | 2 seeds |",
+        '| arm | <!-- value: r.json "tables.bench[arm=c].median_s" -->2<!-- /value --> s |',
+    ],
+)
+def test_names_code_small_counts_and_rendered_values_are_not_unsourced_numbers(tmp_path: Path, row):
+    (tmp_path / "r.json").write_text(json.dumps(RESULTS))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"| arm | value |\n|---|---|\n{row}\n")
+    assert results_tables.process(readme, write=False) == []
+
+
+@pytest.mark.parametrize("cell", ["2.80", "41 %", "1.3×", "1024"])
+def test_decimals_percentages_ratios_and_large_numbers_are_caught(tmp_path: Path, cell):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"| arm | value |\n|---|---|\n| a | {cell} |\n")
+    assert len(results_tables.process(readme, write=False)) == 1
