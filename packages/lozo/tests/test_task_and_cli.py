@@ -170,6 +170,30 @@ def test_cli_reproduce_on_the_wiki_task(tmp_path):
     assert "A. digits MLP, chosen setting per method" not in tables  # digits only with --digits
 
 
+@pytest.mark.slow  # two fresh worker processes
+def test_cli_bench_low_rank_add_times_both_paths_natively_and_on_avx2(tmp_path):
+    argv = [
+        "bench",
+        "--model",
+        "tiny",
+        "--methods",
+        "--low-rank-add",
+        "--repeats",
+        "1",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(argv) == 0
+    result = json.loads((tmp_path / "results.json").read_text())
+    rows = result["tables"]["low-precision low-rank add, one pass over the model's matrices (CPU)"]
+    assert [(r["instruction set"][:6], r["dtype"]) for r in rows] == [
+        ("native", "bfloat16"), ("native", "float16"), ("AVX2 (", "bfloat16"), ("AVX2 (", "float16")
+    ]  # fmt: skip
+    assert {r["cpu_capability"] for r in rows[2:]} == {"AVX2"}  # the environment reached the worker
+    assert all(r["addmm_ms"] > 0 and r["blocked_ms"] > 0 and r["elements"] > 0 for r in rows)
+    assert "ratios to one inference forward pass" in result["tables"]  # no methods: an empty table, no timing
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [

@@ -130,6 +130,10 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             row["time_vs_inference_95ci"] = by[row["method"]]["95 % CI"]
             row["step_seconds"] = by[row["method"]]["step_seconds"]
             row["inference_seconds"] = by["inference"]["step_seconds"]
+    if cfg.low_rank_add:
+        tables["low-precision low-rank add, one pass over the model's matrices (CPU)"] = _bench_low_rank_add(
+            cfg
+        )
     if cfg.distributed:
         tables["data parallel: LOZO (2 scalars per step) vs DDP + Adam (the gradient)"] = _bench_distributed(
             cfg
@@ -189,6 +193,74 @@ def _bench_interleaved(cfg: BenchConfig, ctx: RunContext) -> tuple[list[dict[str
             }
         )
     return rows, run.as_dict()
+
+
+# oneDNN and ATen limited to AVX2: a CPU without bfloat16/float16 matrix units (no AVX-512 BF16, no AMX)
+AVX2_ENV = {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2"}
+
+
+def _low_rank_add_worker(args: dict[str, Any]) -> dict[str, Any]:
+    """Time X <- X + U V^T (r = 2) over every matrix of the model in this (fresh) process, per dtype: ``addmm_``
+    in the matrix's dtype against :meth:`LOZO._add_low_rank` (float32 row blocks, rounded once), interleaved."""
+    from iclr25_lozo._models import bench_model_and_batch
+    from iclr25_lozo._optimizer import LOZO
+    from iclr25_shared.bench import interleaved
+
+    torch.set_num_threads(max(1, int(args["threads"])))
+    rows = []
+    for dtype in ("bfloat16", "float16"):
+        model, _ = bench_model_and_batch(
+            args["model"], device=torch.device("cpu"), dtype=dtype, batch_size=1, seq_len=2
+        )
+        matrices = [p.detach().view(p.shape[0], -1) for p in model.parameters() if p.ndim >= 2]
+        gen = torch.Generator().manual_seed(0)
+        factors = [(1e-3 * torch.randn(m.shape[0], 2, generator=gen), torch.randn(m.shape[1], 2, generator=gen))
+                   for m in matrices]  # fmt: skip
+
+        def fused(matrices: list[torch.Tensor] = matrices, factors: list[Any] = factors) -> None:
+            for x, (u, v) in zip(matrices, factors, strict=True):
+                x.addmm_(u.to(x.dtype), v.T.to(x.dtype))
+
+        def blocked(matrices: list[torch.Tensor] = matrices, factors: list[Any] = factors) -> None:
+            for x, (u, v) in zip(matrices, factors, strict=True):
+                LOZO._add_low_rank(x, u, v)
+
+        run = interleaved({"addmm_": fused, "blocked": blocked}, repeats=int(args["repeats"]), warmup=1)
+        est = run.ratio("addmm_", "blocked")
+        rows.append(
+            {
+                "dtype": dtype,
+                "addmm_ms": 1e3 * run.median("addmm_"),
+                "blocked_ms": 1e3 * run.median("blocked"),
+                "addmm_ / blocked": est.value,
+                "95 % CI": f"[{est.low:.2f}, {est.high:.2f}]",
+                "matrices": len(matrices),
+                "elements": sum(x.numel() for x in matrices),
+                "rounds": int(args["repeats"]),
+            }
+        )
+    return {"rows": rows, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+
+
+def _bench_low_rank_add(cfg: BenchConfig) -> list[dict[str, Any]]:
+    """The low-rank add timed natively and with oneDNN limited to AVX2, each in a fresh process."""
+    import os
+
+    rows = []
+    for isa, extra in (("native", {}), ("AVX2 (ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2)", AVX2_ENV)):
+        args = {"kind": "low_rank_add", "model": cfg.model, "repeats": cfg.repeats, "threads": cfg.threads}
+        proc = subprocess.run(
+            [sys.executable, "-m", "iclr25_lozo._bench_worker", json.dumps(args)],
+            capture_output=True,
+            text=True,
+            check=False,
+            env={**os.environ, **extra},
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"low-rank add worker ({isa}) failed: {proc.stderr.strip().splitlines()[-1:]}")
+        r = json.loads(proc.stdout.strip().splitlines()[-1])
+        rows += [{"instruction set": isa, "cpu_capability": r["cpu_capability"], **row} for row in r["rows"]]
+    return rows
 
 
 def _bench_distributed(cfg: BenchConfig) -> list[dict[str, Any]]:

@@ -687,8 +687,8 @@ class LOZO(ZerothOrderOptimizer):
         float32/float64, and any dtype on an accelerator: one fused ``addmm_``. float16/bfloat16 on CPU: a block
         of rows at a time (at most ``_LOW_PRECISION_BLOCK`` elements, 4 MiB) is widened to float32, gets the
         float32 product added, and is rounded back once; so X becomes round(X + left v^T) exactly, on every CPU.
-        On a CPU without bfloat16 matrix units (oneDNN limited to AVX2) a low-precision ``addmm_`` is ~30x slower:
-        5.7 s vs 0.18 s for one pass over SmolLM2-135M's matrices (2.3x faster with AMX; package README).
+        On a CPU without matrix units for the dtype (e.g. oneDNN limited to AVX2) a low-precision ``addmm_`` is
+        tens of times slower than these blocks (``iclr25-lozo bench --low-rank-add``; package README).
         """
         matrix = p.view(p.shape[0], -1) if p.is_contiguous() else None
         if matrix is None:  # pragma: no cover - parameters are contiguous in practice

@@ -248,6 +248,10 @@ class BenchConfig(CommonOptions):
     bytes each all-reduces per step, at every process count in --processes (same global batch)."""
     processes: tuple[int, ...] = (1, 2)
     """Process counts for --distributed (each must divide --batch-size)."""
+    low_rank_add: bool = False
+    """Also time the float16/bfloat16 low-rank add on the CPU: one pass of X + U V^T (r = 2) over every matrix of
+    the model, as one ``addmm_`` in the matrix's dtype against the float32-widened row blocks LOZO uses, with the
+    CPU's own instruction set and with oneDNN limited to AVX2 (each in a fresh process, interleaved)."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -260,7 +264,7 @@ class BenchConfig(CommonOptions):
                 raise ValueError(f"processes: {n} does not divide batch_size={self.batch_size}")
         if self.distributed and not self.processes:
             raise ValueError("processes must hold at least one process count with --distributed")
-        if not self.methods and not self.distributed:
+        if not self.methods and not self.distributed and not self.low_rank_add:
             raise ValueError(f"methods must name at least one of {', '.join(OPTIMIZERS)}")
         for m in self.methods:
             check_choice("methods", m, OPTIMIZERS)
