@@ -9,8 +9,10 @@ Rules:
 - ``cli.py`` holds configs and ``main`` only: top level may have a docstring, imports, assignments (``PROG``,
   ``DEFAULT``, ``COMMANDS``, ``__all__``, type aliases), dataclass definitions and ``def main`` whose body is at
   most 3 statements; no other functions, no loops / with / try / calls at top level, and no module-level import of
-  ``_experiment`` (commands are named as ``"module:function"`` strings; light private modules holding constants a
+  a command's module (commands are named as ``"module:function"`` strings; light private modules holding constants a
   config validates against may be imported — the contract tests check that importing cli.py loads nothing heavy);
+- one module per command (issue 41): the ``COMMANDS`` modules are distinct, ``reproduce`` lives in ``_reproduce``
+  and ``bench`` in ``_bench``;
 - a member that calls a shared function needing an optional stack declares it: ``iclr25-shared[<extra>]`` (or
   the stack itself) in its dependencies or one of its extras (``paired_t_interval`` and ``cluster_accuracy`` need ``metrics``, i.e.
   scipy; the function imports it lazily, so a missing declaration fails only at run time, after a user's
@@ -123,6 +125,9 @@ def _cli_problems(path: Path, import_name: str) -> list[str]:
         for n in ast.walk(top)
         if isinstance(n, ast.Name)
     }
+    commands = _commands(tree)
+    command_modules = {target.partition(":")[0] for target in commands.values()}
+    problems += _command_module_problems(path, import_name, commands)
     for node in tree.body:
         where = f"{path}:{node.lineno}"
         if (
@@ -133,7 +138,7 @@ def _cli_problems(path: Path, import_name: str) -> list[str]:
             continue
         if isinstance(node, ast.Import | ast.ImportFrom):
             module = node.module if isinstance(node, ast.ImportFrom) else node.names[0].name
-            if module == f"{import_name}._experiment":
+            if module in command_modules or module == f"{import_name}._experiment":
                 problems.append(
                     f"{where}: cli.py imports {module} at module level; name commands as "
                     f"'{module}:function' strings in COMMANDS so --help stays light"
@@ -151,7 +156,7 @@ def _cli_problems(path: Path, import_name: str) -> list[str]:
             if len(body) > MAX_MAIN_STATEMENTS:
                 problems.append(
                     f"{where}: main() has {len(body)} statements; it only calls iclr25_shared.cli.run "
-                    "(run logic belongs in _experiment.py)"
+                    "(run logic belongs in the command's module)"
                 )
             continue
         if isinstance(node, ast.If) and _is_main_guard(node):
@@ -167,10 +172,54 @@ def _cli_problems(path: Path, import_name: str) -> list[str]:
         name = getattr(node, "name", "")
         problems.append(
             f"{where}: cli.py holds config dataclasses and main only; found {kind} {name}".rstrip()
-            + " (run logic belongs in _experiment.py)"
+            + " (run logic belongs in the command's module)"
         )
     if not has_main:
         problems.append(f"{path}: no main() function")
+    return problems
+
+
+def _commands(tree: ast.Module) -> dict[str, str]:
+    """``COMMANDS`` of a cli.py as {command: "module:function"} (entries that are not literal are skipped)."""
+    for node in tree.body:
+        targets = (
+            node.targets
+            if isinstance(node, ast.Assign)
+            else [node.target]
+            if isinstance(node, ast.AnnAssign)
+            else []
+        )
+        if any(isinstance(t, ast.Name) and t.id == "COMMANDS" for t in targets) and isinstance(
+            node.value, ast.Dict
+        ):
+            return {
+                key.value: value.elts[1].value
+                for key, value in zip(node.value.keys, node.value.values, strict=True)
+                if isinstance(key, ast.Constant)
+                and isinstance(value, ast.Tuple)
+                and len(value.elts) == 2
+                and isinstance(value.elts[1], ast.Constant)
+                and isinstance(value.elts[1].value, str)
+            }
+    return {}
+
+
+def _command_module_problems(path: Path, import_name: str, commands: dict[str, str]) -> list[str]:
+    """One module per command: distinct modules, ``reproduce`` in ``_reproduce``, ``bench`` in ``_bench``."""
+    problems = []
+    by_module: dict[str, list[str]] = {}
+    for command, target in commands.items():
+        by_module.setdefault(target.partition(":")[0], []).append(command)
+    for module, names in sorted(by_module.items()):
+        if len(names) > 1:
+            problems.append(
+                f"{path}: commands {', '.join(names)} share {module}; give each command its own module "
+                "(_<verb>.py, _reproduce.py, _bench.py)"
+            )
+    for command in ("reproduce", "bench"):
+        module = commands.get(command, "").partition(":")[0]
+        if module and module != f"{import_name}._{command}":
+            problems.append(f"{path}: '{command}' runs from {module}; it belongs in {import_name}._{command}")
     return problems
 
 

@@ -148,3 +148,25 @@ def test_every_method_must_declare_its_primary(tmp_path: Path):
     assert check_layout.check(tmp_path) == [
         "iclr25-demo-method: no [tool.iclr25.verify] (its primary reproduction; issue 41)"
     ]
+
+
+def test_commands_sharing_a_module_or_a_misplaced_bench_are_rejected(package: Path):
+    cli = package / "src" / "iclr25_demo_method" / "cli.py"
+    cli.write_text(
+        cli.read_text()
+        .replace('"iclr25_demo_method._solve:solve"', '"iclr25_demo_method._experiment:solve"')
+        .replace('"iclr25_demo_method._bench:bench"', '"iclr25_demo_method._experiment:bench"')
+    )
+    problems = check_layout.member_problems(package)
+    assert any("commands solve, bench share iclr25_demo_method._experiment" in p for p in problems), problems
+    assert any("'bench' runs from iclr25_demo_method._experiment" in p for p in problems), problems
+
+
+def test_a_module_level_import_of_any_command_module_is_rejected(package: Path):
+    cli = package / "src" / "iclr25_demo_method" / "cli.py"
+    text = cli.read_text().replace(
+        "from pathlib import Path",
+        "from pathlib import Path\n\nfrom iclr25_demo_method._reproduce import reproduce",
+    )
+    cli.write_text(text)
+    assert any("imports iclr25_demo_method._reproduce" in p for p in check_layout.member_problems(package))

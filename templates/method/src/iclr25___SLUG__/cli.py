@@ -1,4 +1,4 @@
-"""``iclr25-__DIST__``: __ONE_LINE__. Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
+"""``iclr25-__DIST__``: __ONE_LINE__. Config dataclasses and ``main`` only; the work is in one module per command."""
 
 from __future__ import annotations
 
@@ -68,9 +68,9 @@ class BenchConfig(CommonOptions):
 
 
 COMMANDS = {
-    "__VERB__": (__VERB_CLASS__Config, "iclr25___SLUG__._experiment:__VERB__"),
-    "reproduce": (ReproduceConfig, "iclr25___SLUG__._experiment:reproduce"),
-    "bench": (BenchConfig, "iclr25___SLUG__._experiment:bench"),
+    "__VERB__": (__VERB_CLASS__Config, "iclr25___SLUG__.___VERB__:__VERB__"),
+    "reproduce": (ReproduceConfig, "iclr25___SLUG__._reproduce:reproduce"),
+    "bench": (BenchConfig, "iclr25___SLUG__._bench:bench"),
 }
 
 
