@@ -116,7 +116,7 @@ def test_cuda_peak_memory_follows_the_readme_rows(make_graph):
     widest layer (it is never built: the nodes are projected first and gathered per edge). Every peak is at least
     the bytes autograd saves for backward (the measurement is real). GIN 5 x 128 as in the bench, 32 graphs of 76
     nodes."""
-    from iclr25_edgeprompt._experiment import _saved_bytes, _step
+    from iclr25_edgeprompt._bench import _saved_bytes, _step
     from iclr25_shared.device import PeakMemory
 
     graphs = _graphs(make_graph, 32, nodes=76, edges=300, dim=16)

@@ -128,12 +128,15 @@ def test_a_bad_data_file_exits_2_before_the_command_is_imported(
 
     from iclr25_fl_causal import cli
 
-    monkeypatch.delitem(sys.modules, "iclr25_fl_causal._experiment", raising=False)
+    for name in ("iclr25_fl_causal._estimate", "iclr25_fl_causal._experiment"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
     bad = tmp_path / "data.csv"
     bad.write_bytes(content)
     err = _bad(capsys, ["estimate", "--data", str(bad), *sim_args])
     assert needle in err and repr(str(bad)) in err, err
-    assert "iclr25_fl_causal._experiment" not in sys.modules
+    assert (
+        "iclr25_fl_causal._estimate" not in sys.modules and "iclr25_fl_causal._experiment" not in sys.modules
+    )
     assert cli.EstimateConfig.INPUTS["data"].kind == "csv"
 
 
@@ -167,7 +170,7 @@ def test_the_library_keeps_raising_value_error_outside_the_cli(sim_small):
 def test_bench_interleaves_the_arms_and_reports_intervals(tmp_path, capsys):
     import json
 
-    from iclr25_fl_causal._experiment import _zepid_ice_class
+    from iclr25_fl_causal._bench import _zepid_ice_class
 
     argv = [
         "bench",

@@ -494,7 +494,7 @@ def test_ice_matches_zepid_itself(zepid_ice):
 
 # ---------------------------------------------------------------- pluggable models, options, errors
 def test_ice_matches_statsmodels_per_interval_baseline(sim_small):
-    from iclr25_fl_causal._experiment import ice_statsmodels
+    from iclr25_fl_causal._bench import ice_statsmodels
 
     for width in (0.5, 0.1):
         dd = sim_small.discretise(width)
@@ -662,7 +662,7 @@ def test_endpoint_risk_is_the_last_point_of_the_direct_recursion_with_k_regressi
 
 def test_ice_risk_matches_zepid_on_simulated_data_with_death(zepid_ice):
     """The bench's peer comparison: same data, same estimand (risk at τ), same per-interval models."""
-    from iclr25_fl_causal._experiment import wide_for_zepid
+    from iclr25_fl_causal._bench import wide_for_zepid
 
     dd = simulate(400, SimulationParams(eta0=-1.0), n_fine=10, seed=5).discretise(0.2)
     wide = wide_for_zepid(dd)

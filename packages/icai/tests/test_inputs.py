@@ -45,11 +45,11 @@ def _exit_2(capsys, argv, *needles):
 def test_a_bad_data_file_exits_2_before_the_command_is_imported(
     tmp_path, capsys, monkeypatch, name, content, needle
 ):
-    monkeypatch.delitem(sys.modules, "iclr25_icai._experiment", raising=False)
+    monkeypatch.delitem(sys.modules, "iclr25_icai._run", raising=False)
     bad = tmp_path / name
     bad.write_bytes(content)
     _exit_2(capsys, ["run", "--data", str(bad)], needle, repr(str(bad)))
-    assert "iclr25_icai._experiment" not in sys.modules
+    assert "iclr25_icai._run" not in sys.modules
 
 
 def test_the_format_is_checked_before_the_model_loads(tmp_path, capsys, no_model):

@@ -14,7 +14,7 @@ import torch
 
 from iclr25_semiclip import Features, SemiCLIPHead, Settings, SurrogateCaptions, store_concept_logits
 from iclr25_semiclip._model import tiny_towers
-from iclr25_semiclip._train import Stage1, Stage2
+from iclr25_semiclip._stages import Stage1, Stage2
 from iclr25_shared.device import count_memcpy, no_host_sync, require_cuda
 
 pytestmark = pytest.mark.gpu

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from iclr25_semiclip import SemiCLIPHead, Settings, SurrogateCaptions, strong_view, train_stage2
-from iclr25_semiclip._train import Features
+from iclr25_semiclip._stages import Features
 
 
 def test_strong_view_is_deterministic_in_range_and_changes_the_image():

@@ -159,7 +159,7 @@ def test_zero_shot_accuracy_is_the_argmax_over_class_prompts():
 @pytest.mark.parametrize(("u", "ratio"), [(9, 0.5), (10, 0.3), (7, 0.0), (5, 1.0)])
 def test_stage2_selection_by_indices_keeps_the_rows_of_select_top_fraction_in_order(u, ratio):
     from iclr25_semiclip import select_top_fraction
-    from iclr25_semiclip._train import _top_rows
+    from iclr25_semiclip._stages import _top_rows
 
     scores = torch.randn(u, generator=torch.Generator().manual_seed(u))
     want = torch.nonzero(select_top_fraction(scores, ratio)).flatten()

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from iclr25_shared.testing import RankFailed, run_ranks
-from iclr25_simhand._experiment import finetune_encoder, pretrain_encoder
 from iclr25_simhand._render import HandBatch
+from iclr25_simhand._training import finetune_encoder, pretrain_encoder
 
 
 def _pool(n: int = 24, size: int = 16) -> HandBatch:

@@ -15,9 +15,9 @@ import torch
 
 from iclr25_shared.device import count_memcpy, require_cuda
 from iclr25_simhand import HandEncoder, pair_weights, weighted_ntxent
-from iclr25_simhand._experiment import _norm2d, _pretrain_step
 from iclr25_simhand._model import SmallConvNet
 from iclr25_simhand._pose import undo_latent_transform
+from iclr25_simhand._training import _norm2d, _pretrain_step
 
 pytestmark = pytest.mark.gpu
 

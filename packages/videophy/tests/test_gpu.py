@@ -25,7 +25,7 @@ def _no_tf32():
 
 
 def _frames(device, dtype=torch.float32):
-    from iclr25_videophy._generate import DiffusersGenerator
+    from iclr25_videophy._generation import DiffusersGenerator
     from iclr25_videophy._tiny import tiny_text_to_video_pipeline
 
     pipe = tiny_text_to_video_pipeline(0, device).to(dtype=dtype)

@@ -141,7 +141,7 @@ def bf16_model(local_model, tmp_path_factory):
 
 
 def test_a_model_loads_in_the_checkpoints_dtype_unless_dtype_is_given(bf16_model, tmp_path):
-    from iclr25_vl_interp._experiment import load_local_vlm
+    from iclr25_vl_interp._loading import load_local_vlm
 
     folder, img = bf16_model
     model, _, inputs = load_local_vlm(folder, img, "a cat", torch.device("cpu"))
@@ -207,7 +207,7 @@ def test_a_model_loads_directly_on_cuda(bf16_model, tmp_path, monkeypatch):
 
 def test_lens_on_a_local_model_folder_matches_the_library(local_model, tmp_path):
     from iclr25_vl_interp import internal_confidence
-    from iclr25_vl_interp._experiment import load_local_vlm
+    from iclr25_vl_interp._loading import load_local_vlm
 
     folder, img = local_model
     out = tmp_path / "lens"

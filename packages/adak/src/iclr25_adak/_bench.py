@@ -35,12 +35,9 @@ def _fmt(lam: float) -> str:
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     """Tokens/s of Ada-K against the host's static top-K (every expert kernel), interleaved, same model and tokens."""
     import torch
-    from torch.utils.flop_counter import FlopCounterMode
 
-    from iclr25_adak._eval import evaluate_lm
     from iclr25_adak._routing import apply_adak
     from iclr25_adak._zoo import wiki_moe
-    from iclr25_shared.bench import interleaved
 
     device = ctx.torch_device()
     model, tokens = wiki_moe(
@@ -49,17 +46,68 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     default_kernel = model.config._experts_implementation
     patch = apply_adak(model, seed=cfg.seed)
     k_big = patch.host_top_k
-    states: dict[float, dict[str, torch.Tensor]] = {}
     t0 = time.perf_counter()
-    for lam in cfg.lams:
-        _reset_allocators(patch)
-        _train_once(patch, tokens.train, cfg, lam, cfg.seed, device, ctx)
-        states[lam] = {k: v.detach().clone() for k, v in patch.allocator_state_dict().items()}
+    states = _train_states(cfg, patch, tokens.train, device, ctx)
     t_train = time.perf_counter() - t0
     dtype = getattr(torch, cfg.dtype)
     model.to(dtype)  # the allocators follow (and compute in at least float32)
     for lam, state in states.items():
         states[lam] = {k: v.to(dtype) for k, v in state.items()}
+    use = _switch(model, patch, states)
+    # quality and mean k on the validation blocks (not timed)
+    val = tokens.val[: cfg.eval_blocks]
+    quality = _quality(cfg, patch, use, val, default_kernel, device)
+    ids = torch.as_tensor(tokens.val[: cfg.batch], device=device)
+    n_tok = ids.numel()
+    host_forward, adak_forward = _forwards(model, patch, ids)
+    flops, topk_expert_flops, k_hist, mean_k_timed = _flops_and_k(
+        cfg, model, patch, use, host_forward, adak_forward, ids
+    )
+    expert_share = topk_expert_flops / flops["top"]
+    arms, run, profile = _timed(cfg, ctx, patch, model, use, host_forward, adak_forward, device)
+    host_arms = [f"top-{k_big} host {k}" for k in cfg.host_kernels]
+    baseline = min(host_arms, key=run.median)
+    held = f"the same {n_tok} tokens (batch {cfg.batch} x 64), model, weights and dtype {cfg.dtype}"
+    rows = run.rows(baseline, units=dict.fromkeys(arms, n_tok), unit="tokens", held_equal=held)
+    _add_quality(rows, cfg, quality, mean_k_timed, flops, k_big)
+    goals = _goals(run, cfg, baseline, flops, mean_k_timed, k_big)
+    tables: dict[str, Any] = {"end_to_end": rows, "goals": goals, "profile": profile}
+    metrics: dict[str, Any] = {
+        "baseline": baseline,
+        "expert_share_of_forward_flops": expert_share,
+        "forward_flops_topK": flops["top"],
+        "device": str(device),
+        "dtype": cfg.dtype,
+        "end_to_end_bench": run.as_dict(),
+    }
+    notes = _notes(cfg, baseline, val.size, k_big, expert_share)
+    if cfg.width:
+        block_rows, block_goals, block_run = _block_bench(cfg, k_hist, patch, device, dtype)
+        tables["moe_block"] = block_rows
+        tables["goals"] = goals + block_goals
+        metrics["block_bench"] = block_run.as_dict()
+        notes.append(_block_note(cfg, patch))
+    if cfg.ddp_steps:
+        tables["ddp_ppo_step"] = _ddp_rows(cfg, device)
+        notes.append(_DDP_NOTE)
+    return Result(metrics=metrics, tables=tables, timings={"ppo": t_train}, notes=notes)
+
+
+def _train_states(
+    cfg: BenchConfig, patch: Any, train: np.ndarray, device: Any, ctx: RunContext
+) -> dict[float, Any]:
+    """The allocator weights PPO trains for each lambda, each run from the same reset allocators."""
+    states: dict[float, Any] = {}
+    for lam in cfg.lams:
+        _reset_allocators(patch)
+        _train_once(patch, train, cfg, lam, cfg.seed, device, ctx)
+        states[lam] = {k: v.detach().clone() for k, v in patch.allocator_state_dict().items()}
+    return states
+
+
+def _switch(model: Any, patch: Any, states: dict[float, Any]) -> Any:
+    """``use(lam, kernel, dispatch)``: load lambda's allocators (``None``: keep them), set the host's expert kernel
+    and Ada-K's dispatch."""
 
     def use(lam: float | None, kernel: str, dispatch: str = "grouped") -> None:
         if lam is not None:
@@ -67,16 +115,28 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         model.set_experts_implementation(kernel)
         patch.dispatch = dispatch
 
-    # quality and mean k on the validation blocks (not timed)
-    val = tokens.val[: cfg.eval_blocks]
-    use(None, default_kernel)
-    quality = {"top": evaluate_lm(patch, val, mode="fixed", k=k_big, batch=cfg.batch, device=device)}
-    for lam in cfg.lams:
-        use(lam, default_kernel)
-        quality[lam] = evaluate_lm(patch, val, mode="argmax", batch=cfg.batch, device=device)
+    return use
 
-    ids = torch.as_tensor(tokens.val[: cfg.batch], device=device)
-    n_tok = ids.numel()
+
+def _quality(
+    cfg: BenchConfig, patch: Any, use: Any, val: np.ndarray, kernel: str, device: Any
+) -> dict[Any, dict[str, Any]]:
+    """Validation loss and mean k of static top-K (key ``"top"``) and of each lambda's allocators (argmax)."""
+    from iclr25_adak._eval import evaluate_lm
+
+    use(None, kernel)
+    quality = {
+        "top": evaluate_lm(patch, val, mode="fixed", k=patch.host_top_k, batch=cfg.batch, device=device)
+    }
+    for lam in cfg.lams:
+        use(lam, kernel)
+        quality[lam] = evaluate_lm(patch, val, mode="argmax", batch=cfg.batch, device=device)
+    return quality
+
+
+def _forwards(model: Any, patch: Any, ids: Any) -> tuple[Any, Any]:
+    """One no-grad forward of ``ids`` with the host's own routers, and one with Ada-K's."""
+    import torch
 
     def host_forward() -> None:
         with torch.no_grad(), patch._host_routers():
@@ -86,7 +146,18 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         with torch.no_grad():
             model(input_ids=ids)
 
-    # FLOPs of one pass and the per-token k each allocator chose on the timed tokens
+    return host_forward, adak_forward
+
+
+def _flops_and_k(
+    cfg: BenchConfig, model: Any, patch: Any, use: Any, host_forward: Any, adak_forward: Any, ids: Any
+) -> tuple[dict[Any, int], int, dict[float, np.ndarray], dict[float, float]]:
+    """FLOPs of one pass (top-K and each lambda), top-K's expert FLOPs, and the per-token k distribution and mean k
+    each allocator chose on the timed tokens."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    k_big = patch.host_top_k
     old_impl = patch.dispatch_impl
     patch.dispatch_impl = "loop"  # torch's FLOP counter sees the per-expert GEMMs, not grouped_mm
     use(None, "eager")
@@ -117,9 +188,24 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 hist += np.bincount((a + rt.allocator.k_min).cpu().numpy(), minlength=patch.num_experts + 1)
         k_hist[lam] = hist / hist.sum()
     patch.dispatch_impl = old_impl
-    expert_share = topk_expert_flops / flops["top"]
+    return flops, topk_expert_flops, k_hist, mean_k_timed
 
-    # the timed arms
+
+def _timed(
+    cfg: BenchConfig,
+    ctx: RunContext,
+    patch: Any,
+    model: Any,
+    use: Any,
+    host_forward: Any,
+    adak_forward: Any,
+    device: Any,
+) -> tuple[dict[str, Any], Any, list[dict[str, Any]]]:
+    """The timed arms (top-K with each host kernel, Ada-K grouped per lambda, Ada-K at the largest lambda with the
+    old dispatch), their interleaved run and the per-component profile of one forward."""
+    from iclr25_shared.bench import interleaved
+
+    k_big = patch.host_top_k
     patch.count = False  # counters read k on the host; inference needs none
     arms: dict[str, Any] = {}
     setups: dict[str, Any] = {}
@@ -149,10 +235,18 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         )
         profile = _profile(patch, model, host_forward, adak_forward, use, cfg, device, k_big)
     patch.count = True
-    host_arms = [f"top-{k_big} host {k}" for k in cfg.host_kernels]
-    baseline = min(host_arms, key=run.median)
-    held = f"the same {n_tok} tokens (batch {cfg.batch} x 64), model, weights and dtype {cfg.dtype}"
-    rows = run.rows(baseline, units=dict.fromkeys(arms, n_tok), unit="tokens", held_equal=held)
+    return arms, run, profile
+
+
+def _add_quality(
+    rows: list[dict[str, Any]],
+    cfg: BenchConfig,
+    quality: dict[Any, dict[str, Any]],
+    mean_k_timed: dict[float, float],
+    flops: dict[Any, int],
+    k_big: int,
+) -> None:
+    """Add each end-to-end row's validation loss and mean k, its mean k on the timed tokens and its FLOPs ratio."""
     for row in rows:
         arm = row["arm"]
         lam = next((lam for lam in cfg.lams if arm.startswith(f"Ada-K lam={_fmt(lam)} ")), None)
@@ -161,49 +255,40 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         row["val_mean_k"] = q["mean_k"]
         row["timed_mean_k"] = float(k_big) if lam is None else mean_k_timed[lam]
         row["forward_flops_vs_topK"] = 1.0 if lam is None else flops[lam] / flops["top"]
-    goals = _goals(run, cfg, baseline, flops, mean_k_timed, k_big)
 
-    tables: dict[str, Any] = {"end_to_end": rows, "goals": goals, "profile": profile}
-    metrics: dict[str, Any] = {
-        "baseline": baseline,
-        "expert_share_of_forward_flops": expert_share,
-        "forward_flops_topK": flops["top"],
-        "device": str(device),
-        "dtype": cfg.dtype,
-        "end_to_end_bench": run.as_dict(),
-    }
-    notes = [
+
+def _notes(cfg: BenchConfig, baseline: str, val_tokens: int, k_big: int, expert_share: float) -> list[str]:
+    """The protocol, what is not held equal, the experts' FLOP share and the profile's columns."""
+    return [
         f"interleaved protocol (iclr25_shared.bench): {cfg.repeats} rounds after 1 warm-up call per arm, order "
         f"rotated each round; speed-ups are medians of per-round ratios against {baseline!r} (the fastest host "
         "kernel here) with 95 % bootstrap intervals over rounds",
         "not held equal: the Ada-K arms activate their allocators' k (timed_mean_k); quality columns are "
-        f"validation NLL on {val.size} tokens",
+        f"validation NLL on {val_tokens} tokens",
         f"experts' share of forward FLOPs at top-{k_big}: {expert_share:.3f} (torch.utils.flop_counter, one pass)",
         "profile: wall time per component of one forward (module hooks, median over rounds, arms interleaved); "
         "routing = the host router (top-K) or allocator + variable-k routing (Ada-K); rest = embeddings, norms, "
         "residuals, the auxiliary router-logit outputs and Python overhead",
     ]
-    if cfg.width:
-        block_rows, block_goals, block_run = _block_bench(cfg, k_hist, patch, device, dtype)
-        tables["moe_block"] = block_rows
-        tables["goals"] = goals + block_goals
-        metrics["block_bench"] = block_run.as_dict()
-        notes.append(
-            f"moe_block: one MixtralSparseMoeBlock, d={cfg.width}, ffn={int(cfg.width * 3.5)}, "
-            f"{patch.num_experts} experts, top-{k_big}, {cfg.block_tokens} tokens; Ada-K arms route each token "
-            "with k drawn from that allocator's k distribution on the timed tokens (routing included, allocator "
-            "not); batched_mm is left out (it gathers one weight matrix per token-slot: tens of GB here)"
-        )
-    if cfg.ddp_steps:
-        tables["ddp_ppo_step"] = _ddp_rows(cfg, device)
-        notes.append(
-            "ddp_ppo_step: PPO steps (rollout of the global batch split over the ranks + 2 epochs of DDP updates) "
-            "in fresh gloo process groups of 1 and 2 CPU processes (iclr25_shared run_ranks, as torchrun would "
-            "start them), one after the other (not interleaved: a process group cannot change size); bytes are "
-            "the allocator gradients DDP all-reduced (ByteCounter), not counting the few float64 metric "
-            "reductions; on this 2-core machine shared by other jobs no speed-up is expected"
-        )
-    return Result(metrics=metrics, tables=tables, timings={"ppo": t_train}, notes=notes)
+
+
+def _block_note(cfg: BenchConfig, patch: Any) -> str:
+    """What the single-block rows measure."""
+    return (
+        f"moe_block: one MixtralSparseMoeBlock, d={cfg.width}, ffn={int(cfg.width * 3.5)}, "
+        f"{patch.num_experts} experts, top-{patch.host_top_k}, {cfg.block_tokens} tokens; Ada-K arms route each "
+        "token with k drawn from that allocator's k distribution on the timed tokens (routing included, allocator "
+        "not); batched_mm is left out (it gathers one weight matrix per token-slot: tens of GB here)"
+    )
+
+
+_DDP_NOTE = (
+    "ddp_ppo_step: PPO steps (rollout of the global batch split over the ranks + 2 epochs of DDP updates) "
+    "in fresh gloo process groups of 1 and 2 CPU processes (iclr25_shared run_ranks, as torchrun would "
+    "start them), one after the other (not interleaved: a process group cannot change size); bytes are "
+    "the allocator gradients DDP all-reduced (ByteCounter), not counting the few float64 metric "
+    "reductions; on this 2-core machine shared by other jobs no speed-up is expected"
+)
 
 
 def _ddp_worker(cfg_items: dict[str, Any], steps: int, batch: int) -> dict[str, Any]:
@@ -380,15 +465,38 @@ def _goals(
 def _block_bench(
     cfg: BenchConfig, k_hist: dict[float, np.ndarray], patch: Any, device: Any, dtype: Any
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], Any]:
+    """One Mixtral MoE block at ``cfg.width``: static top-K with the host kernels against the grouped dispatch fed
+    the k distribution each allocator chose; the rows, the goals and the interleaved run."""
+    from iclr25_shared.bench import interleaved
+
+    n_exp, k_big = patch.num_experts, patch.host_top_k
+    block, x, ks = _block_inputs(cfg, k_hist, n_exp, k_big, device, dtype)
+    kernels = [k for k in cfg.host_kernels if k != "batched_mm"] or ["eager"]
+    arms = _block_arms(block, x, ks, kernels, n_exp, k_big, cfg.block_tokens, device)
+    run = interleaved(arms, repeats=cfg.repeats, warmup=1, device=device, threads=None)
+    baseline = min((f"block top-{k_big} host {kern}" for kern in kernels), key=run.median)
+    rows = run.rows(
+        baseline,
+        units=dict.fromkeys(arms, cfg.block_tokens),
+        unit="tokens",
+        held_equal=f"the same {cfg.block_tokens} token vectors, block weights and dtype",
+    )
+    for row in rows:
+        lam = next((lam for lam in ks if row["arm"].startswith(f"block Ada-K lam={_fmt(lam)} ")), None)
+        row["mean_k"] = float(k_big) if lam is None else float(ks[lam].float().mean())
+        row["expert_flops_vs_topK"] = row["mean_k"] / k_big
+    return rows, _block_goals(run, ks, k_big, baseline), run
+
+
+def _block_inputs(
+    cfg: BenchConfig, k_hist: dict[float, np.ndarray], n_exp: int, k_big: int, device: Any, dtype: Any
+) -> tuple[Any, Any, dict[float, Any]]:
+    """The block (seeded, weights drawn from N(0, 0.02)), its token vectors and each allocator's per-token k drawn
+    from its k distribution."""
     import torch
     from transformers import MixtralConfig
     from transformers.models.mixtral.modeling_mixtral import MixtralSparseMoeBlock
 
-    from iclr25_adak._dispatch import grouped_experts_forward
-    from iclr25_adak._routing import variable_k_route
-    from iclr25_shared.bench import interleaved
-
-    n_exp, k_big = patch.num_experts, patch.host_top_k
     conf = MixtralConfig(
         hidden_size=cfg.width,
         intermediate_size=int(cfg.width * 3.5),
@@ -410,7 +518,27 @@ def _block_bench(
         ).to(device)
         for lam, p in k_hist.items()
     }
-    k_top = torch.full((cfg.block_tokens,), k_big, device=device)
+    return block, x, ks
+
+
+def _block_arms(
+    block: Any,
+    x: Any,
+    ks: dict[float, Any],
+    kernels: list[str],
+    n_exp: int,
+    k_big: int,
+    block_tokens: int,
+    device: Any,
+) -> dict[str, Any]:
+    """Static top-K per host kernel, Ada-K's k distributions with the grouped dispatch, and the largest lambda's
+    with the old dispatch (the host kernels)."""
+    import torch
+
+    from iclr25_adak._dispatch import grouped_experts_forward
+    from iclr25_adak._routing import variable_k_route
+
+    k_top = torch.full((block_tokens,), k_big, device=device)
 
     def host(kernel: str, k: torch.Tensor) -> Any:
         def call() -> None:
@@ -429,25 +557,17 @@ def _block_bench(
 
         return call
 
-    kernels = [k for k in cfg.host_kernels if k != "batched_mm"] or ["eager"]
     arms: dict[str, Any] = {f"block top-{k_big} host {kern}": host(kern, k_top) for kern in kernels}
     for lam, k in ks.items():
         arms[f"block Ada-K lam={_fmt(lam)} k-dist grouped"] = grouped(k)
     lam_hi = max(ks)
     for kern in kernels:
         arms[f"block Ada-K lam={_fmt(lam_hi)} k-dist old dispatch (host {kern})"] = host(kern, ks[lam_hi])
-    run = interleaved(arms, repeats=cfg.repeats, warmup=1, device=device, threads=None)
-    baseline = min((f"block top-{k_big} host {kern}" for kern in kernels), key=run.median)
-    rows = run.rows(
-        baseline,
-        units=dict.fromkeys(arms, cfg.block_tokens),
-        unit="tokens",
-        held_equal=f"the same {cfg.block_tokens} token vectors, block weights and dtype",
-    )
-    for row in rows:
-        lam = next((lam for lam in ks if row["arm"].startswith(f"block Ada-K lam={_fmt(lam)} ")), None)
-        row["mean_k"] = float(k_big) if lam is None else float(ks[lam].float().mean())
-        row["expert_flops_vs_topK"] = row["mean_k"] / k_big
+    return arms
+
+
+def _block_goals(run: Any, ks: dict[float, Any], k_big: int, baseline: str) -> list[dict[str, Any]]:
+    """Issue 43's single-block goal per allocator: at least max(1, the expert-FLOP-proportional speed-up)."""
     goals = []
     for lam, k in ks.items():
         target = k_big / float(k.float().mean())
@@ -463,4 +583,4 @@ def _block_bench(
                 "met": bool(est.value >= max(1.0, target)),
             }
         )
-    return rows, goals, run
+    return goals

@@ -1,21 +1,17 @@
-"""What the CLI runs: ``train`` and ``evaluate`` (allocators on a MoE and text), and the helpers ``reproduce``
-(``_reproduce.py``) and ``bench`` (``_bench.py``) share.
-
-Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Result`.
+"""What the commands share: the host MoE's spec and the ``--size gpu`` preset, the text blocks, joining the
+process group, loading the model and patching it, and one PPO training run (``train`` in ``_train.py``,
+``evaluate`` in ``_evaluate.py``, ``reproduce`` in ``_reproduce.py``, ``bench`` in ``_bench.py``). The commands
+reach these through the module (``ex._load``), so a test can replace one.
 """
 
 from __future__ import annotations
 
-import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from iclr25_adak.cli import WIKI_MOE
-from iclr25_shared.cli import Result, RunContext, UsageError
-
-if TYPE_CHECKING:
-    from iclr25_adak.cli import EvaluateConfig, TrainConfig
+from iclr25_shared.cli import RunContext, UsageError
 
 QUICK_SPEC = {"steps": 200, "batch": 8, "docs": 3000, "layers": 6}
 FULL_SPEC = {"steps": 1500, "batch": 16, "docs": 9033, "layers": 6, "hidden": 192, "ffn": 384}
@@ -188,129 +184,3 @@ def _reset_allocators(patch: Any) -> None:
             a.proj.weight.zero_()
             a.proj.bias.zero_()
             a.proj.bias[min(max(patch.host_top_k, a.k_min), a.k_max) - a.k_min] = 2.0
-
-
-def train(cfg: TrainConfig, ctx: RunContext) -> Result:
-    """Train Ada-K allocators with PPO on a frozen MoE; report validation loss and k against static top-K."""
-    import torch
-
-    from iclr25_adak._eval import evaluate_lm
-
-    model, train_blocks, val_blocks, _, device = _load(cfg, ctx)
-    patch = _patch(model, cfg)
-    t0 = time.perf_counter()
-    hist = _train_once(patch, train_blocks, cfg, cfg.lam, cfg.seed, device, ctx)
-    t_train = time.perf_counter() - t0
-    val = val_blocks[: cfg.eval_blocks]
-    ada = evaluate_lm(patch, val, mode="argmax", device=device)
-    top = evaluate_lm(patch, val, mode="fixed", k=patch.host_top_k, device=device)
-    if ctx.writes:
-        torch.save(patch.allocator_state_dict(), ctx.path("allocators.pt"))
-    rows = [
-        {
-            "step": i,
-            "reward": h.reward,
-            "log_likelihood": h.log_likelihood,
-            "mean_k": h.mean_k,
-            "ratio_max": max(h.ratio_max),
-            "clip_fraction": h.clip_fraction[-1],
-        }
-        for i, h in enumerate(hist)
-    ]
-    return Result(
-        metrics={
-            "lam": cfg.lam,
-            "adak_loss": ada["loss"],
-            "topk_loss": top["loss"],
-            "adak_mean_k": ada["mean_k"],
-            "top_k": patch.host_top_k,
-            "flops_reduction": ada["flops_reduction"],
-            "k_per_layer": ada["k_per_layer"],
-        },
-        tables={"ppo": rows[:: max(1, len(rows) // 20)]},
-        timings={"train": t_train},
-        notes=["allocators.pt holds the allocator weights (load with AdaKPatch.load_allocator_state_dict)"]
-        if ctx.writes
-        else [],
-    )
-
-
-def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
-    """Validation loss, mean k per layer, FLOPs reduction and tokens/s of Ada-K (trained allocators) and top-k."""
-
-    from iclr25_adak._eval import evaluate_lm
-    from iclr25_adak._inputs import load_allocators, read_allocators
-
-    state = read_allocators(cfg.allocators, label="--allocators") if cfg.allocators is not None else None
-    model, _, val_blocks, _, device = _load(cfg, ctx)
-    patch = _patch(model, cfg)
-    val = val_blocks[: cfg.eval_blocks]
-    rows = []
-    for k in range(1, min(patch.reachable_k, cfg.max_static_k) + 1):
-        r = evaluate_lm(patch, val, mode="fixed", k=k, device=device)
-        rows.append(
-            {
-                "routing": f"static top-{k}",
-                "loss": r["loss"],
-                "mean_k": r["mean_k"],
-                "flops_reduction": r["flops_reduction"],
-                "tokens_per_s": r["tokens_per_s"],
-            }
-        )
-    metrics: dict[str, Any] = {"top_k": patch.host_top_k}
-    if state is not None:
-        load_allocators(patch, state, cfg.allocators, label="--allocators")
-        r = evaluate_lm(patch, val, mode="argmax", device=device)
-        rows.append(
-            {
-                "routing": "Ada-K (argmax)",
-                "loss": r["loss"],
-                "mean_k": r["mean_k"],
-                "flops_reduction": r["flops_reduction"],
-                "tokens_per_s": r["tokens_per_s"],
-            }
-        )
-        metrics.update(
-            adak_loss=r["loss"],
-            adak_mean_k=r["mean_k"],
-            k_per_layer=r["k_per_layer"],
-            flops_reduction=r["flops_reduction"],
-        )
-    return Result(metrics=metrics, tables={"routing": rows})
-
-
-def _plot(
-    static: list[dict[str, Any]], ada: list[dict[str, Any]], layers: dict[float, list[float]], ctx: RunContext
-) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
-    ax.plot([r["k"] for r in static], [r["loss"] for r in static], "o-", color="gray", label="static top-k")
-    for r in ada:
-        ax.errorbar(
-            r["mean_k"],
-            r["loss"],
-            xerr=r["mean_k_sd"],
-            yerr=r["loss_sd"],
-            fmt="s",
-            capsize=3,
-            label=f"Ada-K lam={r['lam']:g}",
-        )
-    ax.set_xlabel("mean activated experts per token and layer")
-    ax.set_ylabel("validation NLL (nats/token)")
-    ax.legend(fontsize=8)
-    ax.set_title("loss vs experts")
-    width = 0.8 / max(len(layers), 1)
-    for i, (lam, ks) in enumerate(layers.items()):
-        bx.bar(np.arange(len(ks)) + i * width, ks, width=width, label=f"lam={lam:g}")
-    n_layers = len(next(iter(layers.values()))) if layers else 0
-    bx.set_xticks(np.arange(n_layers) + width * (len(layers) - 1) / 2, [str(i) for i in range(n_layers)])
-    bx.set_xlabel("MoE layer")
-    bx.set_ylabel("mean k (seed average)")
-    bx.legend(fontsize=8)
-    bx.set_title("k per layer")
-    fig.tight_layout()
-    ctx.save_figure("tradeoff.png", fig)

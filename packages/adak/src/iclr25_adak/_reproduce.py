@@ -217,6 +217,43 @@ def _result(cfg: Any, m: dict[str, Any], t_pre: float) -> Result:
     )
 
 
+def _plot(
+    static: list[dict[str, Any]], ada: list[dict[str, Any]], layers: dict[float, list[float]], ctx: RunContext
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
+    ax.plot([r["k"] for r in static], [r["loss"] for r in static], "o-", color="gray", label="static top-k")
+    for r in ada:
+        ax.errorbar(
+            r["mean_k"],
+            r["loss"],
+            xerr=r["mean_k_sd"],
+            yerr=r["loss_sd"],
+            fmt="s",
+            capsize=3,
+            label=f"Ada-K lam={r['lam']:g}",
+        )
+    ax.set_xlabel("mean activated experts per token and layer")
+    ax.set_ylabel("validation NLL (nats/token)")
+    ax.legend(fontsize=8)
+    ax.set_title("loss vs experts")
+    width = 0.8 / max(len(layers), 1)
+    for i, (lam, ks) in enumerate(layers.items()):
+        bx.bar(np.arange(len(ks)) + i * width, ks, width=width, label=f"lam={lam:g}")
+    n_layers = len(next(iter(layers.values()))) if layers else 0
+    bx.set_xticks(np.arange(n_layers) + width * (len(layers) - 1) / 2, [str(i) for i in range(n_layers)])
+    bx.set_xlabel("MoE layer")
+    bx.set_ylabel("mean k (seed average)")
+    bx.legend(fontsize=8)
+    bx.set_title("k per layer")
+    fig.tight_layout()
+    ctx.save_figure("tradeoff.png", fig)
+
+
 def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     """Ada-K vs static top-k on a frozen Wikipedia MoE: loss at equal mean k, λ grid against top-K, k by layer/type."""
     from iclr25_adak._experiment import _apply_preset, _join
@@ -226,7 +263,5 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
     model, tokens, t_pre = _host(cfg, ctx, device)
     m = measure(cfg, ctx, model, tokens, device)
     if ctx.writes:
-        from iclr25_adak._experiment import _plot
-
         _plot(m["static"], m["summary"], m["layers"], ctx)
     return _result(cfg, m, t_pre)

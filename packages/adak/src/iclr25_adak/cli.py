@@ -1,6 +1,6 @@
 """``iclr25-adak``: Ada-K routing (arXiv:2410.10456) — PPO-trained allocators that pick how many experts each token
-uses in a frozen Hugging Face MoE. Config dataclasses and ``main`` only; the work is in ``_experiment.py`` (train,
-evaluate), ``_reproduce.py`` and ``_bench.py``."""
+uses in a frozen Hugging Face MoE. Config dataclasses and ``main`` only; each command runs in its own module
+(``_train.py``, ``_evaluate.py``, ``_reproduce.py``, ``_bench.py``) on what ``_experiment.py`` shares."""
 
 from __future__ import annotations
 
@@ -241,8 +241,8 @@ class BenchConfig(CommonOptions, _PPOOptions):
 
 
 COMMANDS = {
-    "train": (TrainConfig, "iclr25_adak._experiment:train"),
-    "evaluate": (EvaluateConfig, "iclr25_adak._experiment:evaluate"),
+    "train": (TrainConfig, "iclr25_adak._train:train"),
+    "evaluate": (EvaluateConfig, "iclr25_adak._evaluate:evaluate"),
     "reproduce": (ReproduceConfig, "iclr25_adak._reproduce:reproduce"),
     "bench": (BenchConfig, "iclr25_adak._bench:bench"),
 }

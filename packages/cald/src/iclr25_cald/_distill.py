@@ -260,6 +260,52 @@ def distill(
             the processes.
         FloatingPointError: a non-finite loss (the step is not applied; names the step).
     """
+    _check_arguments(steps, lr, weight_decay, warmup_steps, grad_clip, guidance, teacher, waypoints)
+    rank, world = _data_parallel(distributed)
+    run = _Run(guidance=guidance, waypoints=waypoints, grad_clip=grad_clip, rank=rank, world=world)
+    _student_side(run, student, trainable, lr, weight_decay, warmup_steps, steps, comm_hook)
+    _teacher_side(run, teacher, trainable, weight_decay, warmup_steps, steps, comm_hook)
+    t_model = run.t_model
+    # the caller's own teacher (target/hybrid) is only read: its modules get their modes back whatever happens
+    with _modes_restored(teacher if t_model is not None and t_model is teacher else None):
+        history = _train(run, student, batches, steps, on_step)
+    student.eval()
+    if t_model is not None and t_model is not teacher:
+        t_model.eval()
+    return DistillResult(student=student, teacher=t_model, history=history)
+
+
+@dataclass
+class _Run:
+    """One :func:`distill` run's parts: the guidance, the process share, the student's and the teacher's sides."""
+
+    guidance: Guidance
+    waypoints: Sequence[Mapping[str, torch.Tensor]] | None
+    grad_clip: float | None
+    rank: int
+    world: int
+    params: list[nn.Parameter] = field(default_factory=list)
+    s_fwd: nn.Module | None = None
+    opt: Any = None
+    sched: Any = None
+    t_model: nn.Module | None = None
+    t_fwd: nn.Module | None = None
+    t_opt: Any = None
+    t_sched: Any = None
+    current_waypoint: int = -1
+
+
+def _check_arguments(
+    steps: int,
+    lr: float,
+    weight_decay: float,
+    warmup_steps: int,
+    grad_clip: float | None,
+    guidance: Guidance,
+    teacher: nn.Module | None,
+    waypoints: Sequence[Mapping[str, torch.Tensor]] | None,
+) -> None:
+    """:func:`distill`'s argument checks (``ValueError`` naming the argument)."""
     check_int("steps", steps, low=1)
     check_float("lr", lr, low=0.0, low_inclusive=False)
     check_float("weight_decay", weight_decay, low=0.0)
@@ -272,124 +318,196 @@ def distill(
     if strategy == "waypoint" and not waypoints:
         raise ValueError("strategy 'waypoint' needs at least one teacher checkpoint in waypoints")
 
-    rank, world = _data_parallel(distributed)
 
+def _student_side(
+    run: _Run,
+    student: nn.Module,
+    trainable: Callable[[str, nn.Parameter], bool] | None,
+    lr: float,
+    weight_decay: float,
+    warmup_steps: int,
+    steps: int,
+    comm_hook: Callable[..., Any] | None,
+) -> None:
+    """The student's trained parameters, its (DDP) forward module, AdamW and the linear schedule, into ``run``."""
     params = [p for n, p in student.named_parameters() if trainable is None or trainable(n, p)]
     if trainable is not None:
         chosen = {id(p) for p in params}
         for p in student.parameters():
             p.requires_grad_(id(p) in chosen)
     # DDP broadcasts rank 0's parameters, then all-reduces (averages) the gradients of the trainable ones
-    s_fwd = _ddp(student, comm_hook) if world > 1 else student
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    sched = _linear_schedule(opt, warmup_steps, steps)
+    run.s_fwd = _ddp(student, comm_hook) if run.world > 1 else student
+    run.opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    run.sched = _linear_schedule(run.opt, warmup_steps, steps)
+    run.params = params
 
-    t_model: nn.Module | None = None
-    t_opt = t_sched = None
+
+def _teacher_side(
+    run: _Run,
+    teacher: nn.Module | None,
+    trainable: Callable[[str, nn.Parameter], bool] | None,
+    weight_decay: float,
+    warmup_steps: int,
+    steps: int,
+    comm_hook: Callable[..., Any] | None,
+) -> None:
+    """The guiding model into ``run``: a co-trained copy with its optimiser (trajectory), a copy the checkpoints
+    load into (waypoint), the caller's teacher (target/hybrid) or none (unguided)."""
+    strategy = run.guidance.strategy
     if strategy == "trajectory":
         t_model = copy.deepcopy(teacher)
         t_params = [p for n, p in t_model.named_parameters() if trainable is None or trainable(n, p)]
         chosen = {id(p) for p in t_params}
         for p in t_model.parameters():
             p.requires_grad_(id(p) in chosen)
-        t_opt = torch.optim.AdamW(t_params, lr=max(guidance.teacher_lr, 1e-30), weight_decay=weight_decay)
-        t_sched = _linear_schedule(t_opt, warmup_steps, steps)
+        run.t_opt = torch.optim.AdamW(
+            t_params, lr=max(run.guidance.teacher_lr, 1e-30), weight_decay=weight_decay
+        )
+        run.t_sched = _linear_schedule(run.t_opt, warmup_steps, steps)
         t_model.train()
-        t_fwd = _ddp(t_model, comm_hook) if world > 1 and t_params else t_model
+        run.t_fwd = _ddp(t_model, comm_hook) if run.world > 1 and t_params else t_model
+        run.t_model = t_model
     elif strategy != "unguided":
-        t_model = copy.deepcopy(teacher) if strategy == "waypoint" else teacher
-    # the caller's own teacher (target/hybrid) is only read: its modules get their modes back whatever happens
-    with _modes_restored(teacher if t_model is not None and t_model is teacher else None):
-        if t_model is not None and strategy != "trajectory":
-            t_model.train(guidance.teacher_mode == "train")
-        current_waypoint = -1
-        student.train()
-        history: list[dict[str, float]] = []
-        it = _cycle(batches)
-        for step in range(steps):
-            batch = next(it)
-            w_task = w_tok = None  # one process: the HF losses as they are (bit-identical to before)
-            if world > 1:
-                batch, w_task, w_tok = _local_share(batch, rank, world, student)
-            mask = batch.get("attention_mask")
-            a_layer, a_logits = guidance.alphas(step)
-            record: dict[str, float] = {"alpha_layer": a_layer}
-            t_out = None
-            if strategy == "trajectory":
-                update = (step + 1) % guidance.teacher_update_cycle == 0 and guidance.teacher_lr > 0
-                # DDP only when the teacher steps: a DDP forward expects its backward
-                t_out = _forward(t_fwd if update else t_model, batch)
-                t_loss = t_out.loss if w_task is None else t_out.loss * w_task
-                t_rec = {"teacher_task": float(t_loss.detach())}
-                if world > 1:
-                    t_rec = _all_reduce_mean(t_rec)
-                record.update(t_rec)
-                if update:
-                    if not math.isfinite(record["teacher_task"]):
-                        raise FloatingPointError(f"non-finite teacher loss at step {step}; no update applied")
-                    t_opt.zero_grad(set_to_none=True)
-                    t_loss.backward()
-                    if grad_clip is not None:
-                        nn.utils.clip_grad_norm_(
-                            [p for p in t_model.parameters() if p.requires_grad], grad_clip
-                        )
-                    t_opt.step()
-                    t_sched.step()
-            elif a_layer > 0 or a_logits > 0:
-                if strategy == "waypoint":
-                    idx = min(step // guidance.waypoint_every, len(waypoints) - 1)
-                    if idx != current_waypoint:
-                        t_model.load_state_dict(waypoints[idx])
-                        current_waypoint = idx
-                with torch.no_grad():
-                    t_out = _forward(t_model, batch)
-            out = _forward(s_fwd, batch)
-            loss = out.loss if w_task is None else out.loss * w_task
-            terms = {"task": loss}
-            if t_out is not None and a_layer > 0:
-                lay = layerwise_loss(
-                    out.hidden_states,
-                    t_out.hidden_states,
-                    mask,
-                    layers=guidance.layers,
-                    reduction=guidance.reduction,
-                )
-                if w_tok is not None and mask is not None:
-                    lay = lay * w_tok
-                loss = loss + a_layer * lay
-                terms["layer"] = lay
-            if t_out is not None and a_logits > 0:
-                token_level = out.logits.dim() == 3
-                kl = logits_kl(out.logits, t_out.logits, guidance.temperature, mask if token_level else None)
-                if w_tok is not None and token_level and mask is not None:
-                    kl = kl * w_tok
-                loss = loss + a_logits * kl
-                terms["logits"] = kl
-            values = {k: float(v.detach()) for k, v in terms.items()}
-            if world > 1:  # the whole batch's values (each rank's share weighted as above), on every rank
-                values = _all_reduce_mean({**values, "loss": float(loss.detach())})
-                total = values.pop("loss")
-            else:
-                total = float(loss.detach())
-            record.update(values)
-            if not math.isfinite(total):
-                raise FloatingPointError(
-                    f"non-finite student loss at step {step} ({record}); no update applied"
-                )
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if grad_clip is not None:
-                nn.utils.clip_grad_norm_(params, grad_clip)
-            opt.step()
-            sched.step()
-            record["loss"] = total
-            history.append(record)
-            if on_step is not None:
-                on_step(step, record)
-    student.eval()
-    if t_model is not None and t_model is not teacher:
-        t_model.eval()
-    return DistillResult(student=student, teacher=t_model, history=history)
+        run.t_model = copy.deepcopy(teacher) if strategy == "waypoint" else teacher
+
+
+def _train(
+    run: _Run,
+    student: nn.Module,
+    batches: Iterable[Mapping[str, torch.Tensor]],
+    steps: int,
+    on_step: Callable[[int, dict[str, float]], None] | None,
+) -> list[dict[str, float]]:
+    """The training loop: ``steps`` optimiser steps on (this rank's share of) the cycled batches; the history."""
+    if run.t_model is not None and run.guidance.strategy != "trajectory":
+        run.t_model.train(run.guidance.teacher_mode == "train")
+    run.current_waypoint = -1
+    student.train()
+    history: list[dict[str, float]] = []
+    it = _cycle(batches)
+    for step in range(steps):
+        batch = next(it)
+        w_task = w_tok = None  # one process: the HF losses as they are (bit-identical to before)
+        if run.world > 1:
+            batch, w_task, w_tok = _local_share(batch, run.rank, run.world, student)
+        record = _train_step(run, step, batch, w_task, w_tok)
+        history.append(record)
+        if on_step is not None:
+            on_step(step, record)
+    return history
+
+
+def _train_step(
+    run: _Run, step: int, batch: Mapping[str, torch.Tensor], w_task: float | None, w_tok: float | None
+) -> dict[str, float]:
+    """One step: the teacher's forward (and its update, trajectory), the student's loss and update; its record."""
+    mask = batch.get("attention_mask")
+    a_layer, a_logits = run.guidance.alphas(step)
+    record: dict[str, float] = {"alpha_layer": a_layer}
+    t_out = _teacher_forward(run, step, batch, w_task, record, active=a_layer > 0 or a_logits > 0)
+    out = _forward(run.s_fwd, batch)
+    loss, terms = _student_loss(run, out, t_out, mask, w_task, w_tok, a_layer, a_logits)
+    values = {k: float(v.detach()) for k, v in terms.items()}
+    if run.world > 1:  # the whole batch's values (each rank's share weighted as above), on every rank
+        values = _all_reduce_mean({**values, "loss": float(loss.detach())})
+        total = values.pop("loss")
+    else:
+        total = float(loss.detach())
+    record.update(values)
+    if not math.isfinite(total):
+        raise FloatingPointError(f"non-finite student loss at step {step} ({record}); no update applied")
+    run.opt.zero_grad(set_to_none=True)
+    loss.backward()
+    if run.grad_clip is not None:
+        nn.utils.clip_grad_norm_(run.params, run.grad_clip)
+    run.opt.step()
+    run.sched.step()
+    record["loss"] = total
+    return record
+
+
+def _teacher_forward(
+    run: _Run,
+    step: int,
+    batch: Mapping[str, torch.Tensor],
+    w_task: float | None,
+    record: dict[str, float],
+    *,
+    active: bool,
+) -> Any:
+    """The teacher's output at ``step`` (``None`` when it does not guide): trajectory co-trains it (its task loss
+    into ``record``), waypoint loads the step's checkpoint, a guided step runs it without gradients."""
+    guidance = run.guidance
+    if guidance.strategy == "trajectory":
+        update = (step + 1) % guidance.teacher_update_cycle == 0 and guidance.teacher_lr > 0
+        # DDP only when the teacher steps: a DDP forward expects its backward
+        t_out = _forward(run.t_fwd if update else run.t_model, batch)
+        t_loss = t_out.loss if w_task is None else t_out.loss * w_task
+        t_rec = {"teacher_task": float(t_loss.detach())}
+        if run.world > 1:
+            t_rec = _all_reduce_mean(t_rec)
+        record.update(t_rec)
+        if update:
+            _teacher_update(run, step, t_loss, record["teacher_task"])
+        return t_out
+    if not active:
+        return None
+    if guidance.strategy == "waypoint":
+        idx = min(step // guidance.waypoint_every, len(run.waypoints) - 1)
+        if idx != run.current_waypoint:
+            run.t_model.load_state_dict(run.waypoints[idx])
+            run.current_waypoint = idx
+    with torch.no_grad():
+        return _forward(run.t_model, batch)
+
+
+def _teacher_update(run: _Run, step: int, t_loss: torch.Tensor, value: float) -> None:
+    """One optimiser step of the co-trained (trajectory) teacher on its task loss."""
+    if not math.isfinite(value):
+        raise FloatingPointError(f"non-finite teacher loss at step {step}; no update applied")
+    run.t_opt.zero_grad(set_to_none=True)
+    t_loss.backward()
+    if run.grad_clip is not None:
+        nn.utils.clip_grad_norm_([p for p in run.t_model.parameters() if p.requires_grad], run.grad_clip)
+    run.t_opt.step()
+    run.t_sched.step()
+
+
+def _student_loss(
+    run: _Run,
+    out: Any,
+    t_out: Any,
+    mask: torch.Tensor | None,
+    w_task: float | None,
+    w_tok: float | None,
+    a_layer: float,
+    a_logits: float,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The student's loss (task + α_layer · layerwise + α_logits · KL, weighted for this rank's share) and its
+    terms."""
+    guidance = run.guidance
+    loss = out.loss if w_task is None else out.loss * w_task
+    terms = {"task": loss}
+    if t_out is not None and a_layer > 0:
+        lay = layerwise_loss(
+            out.hidden_states,
+            t_out.hidden_states,
+            mask,
+            layers=guidance.layers,
+            reduction=guidance.reduction,
+        )
+        if w_tok is not None and mask is not None:
+            lay = lay * w_tok
+        loss = loss + a_layer * lay
+        terms["layer"] = lay
+    if t_out is not None and a_logits > 0:
+        token_level = out.logits.dim() == 3
+        kl = logits_kl(out.logits, t_out.logits, guidance.temperature, mask if token_level else None)
+        if w_tok is not None and token_level and mask is not None:
+            kl = kl * w_tok
+        loss = loss + a_logits * kl
+        terms["logits"] = kl
+    return loss, terms
 
 
 @contextlib.contextmanager

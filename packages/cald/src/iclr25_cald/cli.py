@@ -293,10 +293,10 @@ class BenchConfig(CommonOptions):
 
 
 COMMANDS = {
-    "convert": (ConvertConfig, "iclr25_cald._experiment:convert"),
-    "distill": (DistillConfig, "iclr25_cald._experiment:distill_cmd"),
+    "convert": (ConvertConfig, "iclr25_cald._convert_cmd:convert"),
+    "distill": (DistillConfig, "iclr25_cald._distill_cmd:distill_cmd"),
     "reproduce": (ReproduceConfig, "iclr25_cald._reproduce:reproduce"),
-    "bench": (BenchConfig, "iclr25_cald._experiment:bench"),
+    "bench": (BenchConfig, "iclr25_cald._bench:bench"),
 }
 
 

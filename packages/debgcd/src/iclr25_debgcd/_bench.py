@@ -30,26 +30,12 @@ def _saved_bytes(step: Any) -> int:
     return saved["bytes"]
 
 
-def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """Step time (shared interleaved protocol), memory (parameters, activations saved for backward, CUDA peak) and
-    bytes communicated per step (under torchrun) of DebGCD against SimGCD, same backbone and batch."""
+def _batch(cfg: BenchConfig, device: Any) -> tuple[Any, tuple[Any, Any, Any, Any]]:
+    """The split every arm is built for and one fixed batch ``(x, y, labelled, index)`` drawn from ``--seed``."""
     import torch
 
-    from iclr25_debgcd import _distributed
     from iclr25_debgcd._data import GCDSplit
-    from iclr25_debgcd._distributed import DataParallel, global_batchnorm
-    from iclr25_debgcd._losses import debgcd_loss, simgcd_loss
-    from iclr25_debgcd._train import _step, build_model
-    from iclr25_shared.bench import interleaved
-    from iclr25_shared.device import PeakMemory
-    from iclr25_shared.distributed import ByteCounter
 
-    device = _join_group(ctx, cfg.seed)
-    here = ctx.world
-    if "efficientnet-lite0" in cfg.backbones:  # timm and the weights, before the other backbones run
-        from iclr25_debgcd._model import efficientnet_lite0_weights
-
-        efficientnet_lite0_weights()
     b = cfg.batch_size
     split = GCDSplit(
         labels=np.zeros(1, np.int64), labelled=np.zeros(1, bool), num_old=5, num_classes=10, original=()
@@ -59,6 +45,22 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     y = torch.randint(0, 5, (b,), generator=g).to(device)
     lab = (torch.rand(b, generator=g) < 0.5).to(device)
     idx = torch.arange(b, device=device)
+    return split, (x, y, lab, idx)
+
+
+def _build_arms(
+    cfg: BenchConfig, here: Any, device: Any, split: Any, batch: tuple[Any, Any, Any, Any]
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """One training-step arm per (backbone, method), built outside the timed calls, and its bookkeeping."""
+    import torch
+
+    from iclr25_debgcd import _distributed
+    from iclr25_debgcd._distributed import DataParallel, global_batchnorm
+    from iclr25_debgcd._losses import debgcd_loss, simgcd_loss
+    from iclr25_debgcd._train import _step, build_model
+    from iclr25_shared.distributed import ByteCounter
+
+    x, y, lab, idx = batch
     arms, info = {}, {}
     for backbone in cfg.backbones:
         for method, fn in (("simgcd", simgcd_loss), ("debgcd", debgcd_loss)):
@@ -66,7 +68,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 method,
                 backbone=backbone,
                 epochs=1,
-                batch_size=b,
+                batch_size=cfg.batch_size,
                 lr=0.1,
                 hidden=cfg.hidden,
                 data="fashion-mnist",
@@ -99,6 +101,16 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 "sent": sent,
                 "params": sum(p.numel() for p in model.parameters()),
             }
+    return arms, info
+
+
+def _measure(
+    cfg: BenchConfig, ctx: RunContext, device: Any, arms: dict[str, Any], info: dict[str, dict[str, Any]]
+) -> Any:
+    """The interleaved step times, then (untimed) bytes communicated and memory of one more step per arm."""
+    from iclr25_shared.bench import interleaved
+    from iclr25_shared.device import PeakMemory
+
     for arm in info.values():
         arm["counter"].reset()
     run = interleaved(arms, repeats=cfg.repeats, warmup=2, device=device, progress=ctx.progress)
@@ -110,6 +122,13 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             with PeakMemory(device) as mem:
                 arms[name]()
             arm["peak_cuda_mb"] = mem.peak_bytes / 2**20
+    return run
+
+
+def _rows(
+    cfg: BenchConfig, run: Any, info: dict[str, dict[str, Any]], device: Any, here: Any
+) -> list[dict[str, Any]]:
+    """One row per backbone: SimGCD and DebGCD step time, memory and bytes, and their ratios."""
     rows = []
     for backbone in cfg.backbones:
         base, deb = f"{backbone}/simgcd", f"{backbone}/debgcd"
@@ -118,7 +137,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             "backbone": backbone,
             "device": str(device),
             "processes": here.world_size,
-            "batch": b,
+            "batch": cfg.batch_size,
         }
         row["simgcd step_ms"] = round(1000 * run.median(base), 2)
         row["debgcd step_ms"] = round(1000 * run.median(deb), 2)
@@ -134,6 +153,11 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             row[f"{method} ddp_bytes/step"] = info[arm]["ddp_bytes"]
             row[f"{method} gather_bytes/step"] = info[arm]["sent"]["bytes"]
         rows.append(row)
+    return rows
+
+
+def _notes(cfg: BenchConfig, here: Any) -> list[str]:
+    """What the step is, what the ratio holds equal, and the processes it ran in."""
     notes = [
         "step = augmentation of both views + forward + loss + backward + SGD step (the training loop's step); "
         f"iclr25_shared.bench.interleaved: 2 warm-up calls per arm, then {cfg.repeats} rounds running every arm "
@@ -142,7 +166,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         "terms (what the ratio measures). Models and optimizers are built before the timed calls.",
         "saved_activations_mb = bytes of the tensors autograd saves for backward (device-independent memory).",
         f"heads' MLP width {cfg.hidden} (paper: 2048); images {cfg.image_size}x{cfg.image_size}, 1 channel; "
-        f"global batch {b} over {here.world_size} process(es).",
+        f"global batch {cfg.batch_size} over {here.world_size} process(es).",
         "ddp_bytes/step: gradient bytes this rank all-reduced per step (ByteCounter); gather_bytes/step: payload "
         "of the differentiable all-gathers of the outputs and the BatchNorm all-reduces (forward and backward). "
         "Both 0 in one process.",
@@ -152,9 +176,25 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             f"{here.world_size} processes on this machine: each rank computes 1/{here.world_size} of the batch; on "
             "2 shared CPU cores no speed-up is expected (the ranks compete for the same cores)."
         )
+    return notes
+
+
+def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
+    """Step time (shared interleaved protocol), memory (parameters, activations saved for backward, CUDA peak) and
+    bytes communicated per step (under torchrun) of DebGCD against SimGCD, same backbone and batch."""
+    device = _join_group(ctx, cfg.seed)
+    here = ctx.world
+    if "efficientnet-lite0" in cfg.backbones:  # timm and the weights, before the other backbones run
+        from iclr25_debgcd._model import efficientnet_lite0_weights
+
+        efficientnet_lite0_weights()
+    split, batch = _batch(cfg, device)
+    arms, info = _build_arms(cfg, here, device, split, batch)
+    run = _measure(cfg, ctx, device, arms, info)
+    rows = _rows(cfg, run, info, device, here)
     return Result(
         metrics={f"{r['backbone']} step time ratio": r["ratio step_ms"] for r in rows}
         | {"processes": here.world_size, "bench_run": run.as_dict()},
         tables={"DebGCD / SimGCD, one training step (two views of the batch)": rows},
-        notes=notes,
+        notes=_notes(cfg, here),
     )

@@ -15,91 +15,95 @@ from iclr25_shared.device import seed_everything
 __all__ = ["bench"]
 
 
-def bench(cfg: Any, ctx: RunContext) -> Result:
-    """``bench``: time a training step and the curriculum sampler's per-step work (sample + update) in one run."""
-    from diffusers import DDPMScheduler
+class _Steps:
+    """One UNet, batch, optimiser and curriculum sampler; a training step with uniform or curriculum timesteps."""
 
-    from iclr25_shared.bench import interleaved
+    def __init__(self, cfg: Any, device: torch.device) -> None:
+        from diffusers import DDPMScheduler
 
-    device = ctx.torch_device()
-    seed_everything(cfg.seed)
-    log = ctx.log.info
+        self.cfg, self.device = cfg, device
+        x = torch.randn(
+            cfg.batch_size,
+            1,
+            cfg.image_size,
+            cfg.image_size,
+            generator=torch.Generator().manual_seed(cfg.seed),
+        )
+        torch.manual_seed(cfg.seed)
+        self.model = make_unet(cfg.image_size, cfg.channels).to(device)
+        self.scheduler = DDPMScheduler(num_train_timesteps=cfg.num_train_timesteps)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+        self.sampler = make_sampler(
+            "curriculum",
+            num_train_timesteps=cfg.num_train_timesteps,
+            num_clusters=cfg.num_clusters,
+            patience=cfg.patience,
+            max_steps_per_stage=None,
+            ema=0.99,
+        )
+        self.gen = torch.Generator().manual_seed(cfg.seed)
+        self.x = x.to(device)
 
-    x = torch.randn(
-        cfg.batch_size, 1, cfg.image_size, cfg.image_size, generator=torch.Generator().manual_seed(cfg.seed)
-    )
-    torch.manual_seed(cfg.seed)
-    model = make_unet(cfg.image_size, cfg.channels).to(device)
-    scheduler = DDPMScheduler(num_train_timesteps=cfg.num_train_timesteps)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    sampler = make_sampler(
-        "curriculum",
-        num_train_timesteps=cfg.num_train_timesteps,
-        num_clusters=cfg.num_clusters,
-        patience=cfg.patience,
-        max_steps_per_stage=None,
-        ema=0.99,
-    )
-    gen = torch.Generator().manual_seed(cfg.seed)
-    x = x.to(device)
-
-    def train_step(t: torch.Tensor) -> float:
-        noise = torch.randn(x.shape, generator=gen).to(device)
-        pred = model(scheduler.add_noise(x, noise, t), t).sample
+    def train_step(self, t: torch.Tensor) -> float:
+        """One step (noise, forward, ε-MSE, backward, Adam) at timesteps ``t``; the loss read back."""
+        noise = torch.randn(self.x.shape, generator=self.gen).to(self.device)
+        pred = self.model(self.scheduler.add_noise(self.x, noise, t), t).sample
         loss = (pred - noise).pow(2).mean()
-        opt.zero_grad(set_to_none=True)
+        self.opt.zero_grad(set_to_none=True)
         loss.backward()
-        opt.step()
+        self.opt.step()
         return float(loss.detach())
 
-    def uniform_step() -> None:
-        train_step(torch.randint(0, cfg.num_train_timesteps, (cfg.batch_size,), generator=gen).to(device))
+    def uniform_step(self) -> None:
+        """A step at timesteps drawn by ``torch.randint``."""
+        cfg = self.cfg
+        t = torch.randint(0, cfg.num_train_timesteps, (cfg.batch_size,), generator=self.gen).to(self.device)
+        self.train_step(t)
 
-    def curriculum_step() -> None:
-        sampler.update(train_step(sampler.sample(cfg.batch_size, gen, device=device)))
+    def curriculum_step(self) -> None:
+        """A step at timesteps drawn by the curriculum sampler, then its pacer update."""
+        self.sampler.update(
+            self.train_step(self.sampler.sample(self.cfg.batch_size, self.gen, device=self.device))
+        )
 
-    # Whole training steps, interleaved: the same model, batch, optimiser and loss read-back per step; only where
-    # the timesteps come from differs (and the pacer update).
-    steps_run = interleaved(
-        {"uniform": uniform_step, "curriculum": curriculum_step},
-        repeats=cfg.steps,
-        warmup=cfg.warmup,
-        device=device,
-        threads=ctx.threads or None,
-    )
-    # The sampler's own work apart from the step: blocks of sampler_calls calls, interleaved with torch.randint.
+
+def _time_calls(cfg: Any, ctx: RunContext, s: _Steps) -> Any:
+    """The sampler's own work apart from the step: blocks of sampler_calls calls, interleaved with torch.randint."""
+    from iclr25_shared.bench import interleaved
+
     reps = cfg.sampler_calls
     losses = np.random.default_rng(cfg.seed).uniform(0.5, 1.0, reps)
 
     def curriculum_calls() -> None:
         for i in range(reps):
-            sampler.sample(cfg.batch_size, gen, device=device)
-            sampler.update(float(losses[i]))
+            s.sampler.sample(cfg.batch_size, s.gen, device=s.device)
+            s.sampler.update(float(losses[i]))
 
     def uniform_calls() -> None:
         for _ in range(reps):
-            torch.randint(0, cfg.num_train_timesteps, (cfg.batch_size,), generator=gen).to(device)
+            torch.randint(0, cfg.num_train_timesteps, (cfg.batch_size,), generator=s.gen).to(s.device)
 
-    calls_run = interleaved(
+    return interleaved(
         {"randint": uniform_calls, "sample+update": curriculum_calls},
         repeats=cfg.repeats,
         warmup=1,
-        device=device,
+        device=s.device,
         threads=ctx.threads or None,
     )
-    step_s = steps_run.median("uniform")
-    cur_s, base_s = calls_run.median("sample+update") / reps, calls_run.median("randint") / reps
-    step_ratio = steps_run.ratio("curriculum", "uniform")
-    call_ratio = calls_run.ratio("sample+update", "randint")
-    log(
-        f"training step {step_s * 1e3:.2f} ms (curriculum/uniform {step_ratio.value:.3f}); curriculum "
-        f"sample+update {cur_s * 1e6:.1f} µs; torch.randint {base_s * 1e6:.1f} µs"
-    )
+
+
+def _rows(
+    cfg: Any, steps_run: Any, step_ratio: Any, call_ratio: Any, per_step: tuple
+) -> list[dict[str, Any]]:
+    """Median time per step of each arm and its ratio to the uniform one, with what each comparison holds equal;
+    ``per_step`` = seconds of a uniform step, of one sampler call and of one ``torch.randint``."""
+    reps = cfg.sampler_calls
+    step_s, cur_s, base_s = per_step
     held_steps = (
         "the same UNet, batch, optimiser and one loss read-back per step; not equal: the timesteps drawn"
     )
     held_calls = f"{reps} calls per round, batch {cfg.batch_size}; no training"
-    rows = [
+    return [
         {
             "what": "training step, uniform t (UNet fwd+bwd+Adam)",
             "median per step (µs)": step_s * 1e6,
@@ -133,6 +137,34 @@ def bench(cfg: Any, ctx: RunContext) -> Result:
             "held equal": held_calls,
         },
     ]
+
+
+def bench(cfg: Any, ctx: RunContext) -> Result:
+    """``bench``: time a training step and the curriculum sampler's per-step work (sample + update) in one run."""
+    from iclr25_shared.bench import interleaved
+
+    device = ctx.torch_device()
+    seed_everything(cfg.seed)
+    s = _Steps(cfg, device)
+    # Whole training steps, interleaved: the same model, batch, optimiser and loss read-back per step; only where
+    # the timesteps come from differs (and the pacer update).
+    steps_run = interleaved(
+        {"uniform": s.uniform_step, "curriculum": s.curriculum_step},
+        repeats=cfg.steps,
+        warmup=cfg.warmup,
+        device=device,
+        threads=ctx.threads or None,
+    )
+    calls_run = _time_calls(cfg, ctx, s)
+    reps = cfg.sampler_calls
+    step_s = steps_run.median("uniform")
+    cur_s, base_s = calls_run.median("sample+update") / reps, calls_run.median("randint") / reps
+    step_ratio = steps_run.ratio("curriculum", "uniform")
+    call_ratio = calls_run.ratio("sample+update", "randint")
+    ctx.log.info(
+        f"training step {step_s * 1e3:.2f} ms (curriculum/uniform {step_ratio.value:.3f}); curriculum "
+        f"sample+update {cur_s * 1e6:.1f} µs; torch.randint {base_s * 1e6:.1f} µs"
+    )
     return Result(
         metrics={
             "step_ms": step_s * 1e3,
@@ -146,7 +178,7 @@ def bench(cfg: Any, ctx: RunContext) -> Result:
             "below_1_percent": bool(cur_s / step_s < 0.01),
             "bench": {"steps": steps_run.as_dict(), "sampler_calls": calls_run.as_dict()},
         },
-        tables={"per_step": rows},
+        tables={"per_step": _rows(cfg, steps_run, step_ratio, call_ratio, (step_s, cur_s, base_s))},
         notes=[
             f"iclr25_shared.bench.interleaved on {device}: training steps {cfg.warmup} warm-up + {cfg.steps} rounds "
             f"(one uniform and one curriculum step per round, order rotated); sampler calls 1 warm-up + "

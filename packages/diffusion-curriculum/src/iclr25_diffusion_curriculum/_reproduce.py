@@ -92,9 +92,42 @@ FEATURE_SEED = 0
 ``--combine``) score in one feature space."""
 
 
-def _train_runs(cfg: Any, ctx: RunContext, device: torch.device) -> tuple[list, dict, dict, dict]:
-    from diffusers import DDPMScheduler
+@dataclasses.dataclass
+class _Scorer:
+    """Scores a model on the FID of its samples and the held-out ε-MSE per timestep cluster."""
 
+    cfg: Any
+    feat_net: torch.nn.Module
+    ref: Any
+    heldout: torch.Tensor
+    clusters: TimestepClusters
+    device: torch.device
+
+    def __call__(self, net: torch.nn.Module, scheduler: Any, sample_seed: int, noise_seed: int) -> dict:
+        """FID of ``--num-fid-samples`` samples drawn from ``sample_seed``; held-out loss on ``noise_seed``."""
+        samples = generate(
+            net,
+            scheduler,
+            self.cfg.num_fid_samples,
+            num_inference_steps=self.cfg.num_inference_steps,
+            seed=sample_seed,
+            device=self.device,
+        )
+        per_cluster = heldout_loss(
+            net, scheduler, self.heldout, self.clusters, seed=noise_seed, device=self.device
+        )
+        return {
+            "fid": classifier_fid(self.feat_net, samples, self.ref, self.device),
+            "heldout": float(per_cluster @ self.clusters.mass().numpy()),
+            "per_cluster": per_cluster.tolist(),
+        }
+
+
+def _feature_space(
+    cfg: Any, ctx: RunContext, device: torch.device
+) -> tuple[torch.Tensor, _Scorer, dict, dict]:
+    """The data, the FID feature classifier and the real-vs-real FID floor: ``(train images, scorer, meta,
+    timings)``."""
     log = ctx.log.info
     train_x, train_y = load_images("fashion-mnist", "train", cfg.image_size)
     test_x, test_y = load_images("fashion-mnist", "test", cfg.image_size)
@@ -112,104 +145,99 @@ def _train_runs(cfg: Any, ctx: RunContext, device: torch.device) -> tuple[list, 
     )
     timings = {"feature_net_s": time.perf_counter() - t0}
     meta = {"feature_net_test_accuracy": acc, "fid_real_vs_real": fid_floor, "config": _run_key(cfg)}
-    checkpoints = _checkpoints(cfg)
     eval_clusters = TimestepClusters(cfg.num_train_timesteps, cfg.num_clusters, "uniform")
+    return train_x, _Scorer(cfg, feat_net, ref, heldout, eval_clusters, device), meta, timings
+
+
+def _train_one(
+    cfg: Any, ctx: RunContext, method: str, seed: int, train_x: torch.Tensor, evaluate: _Scorer
+) -> tuple[dict[str, Any], torch.nn.Module, Any]:
+    """Train one method of one seed, scored at every checkpoint and once more at the end on fresh inputs: the
+    per-seed record, the evaluated (EMA) network and its scheduler."""
+    from diffusers import DDPMScheduler
+
+    checkpoints = _checkpoints(cfg)
+    torch.manual_seed(seed)  # same UNet initialisation for every method of a seed
+    model = make_unet(cfg.image_size, cfg.channels)
+    scheduler = DDPMScheduler(num_train_timesteps=cfg.num_train_timesteps)
+    sampler = make_sampler(
+        method,
+        num_train_timesteps=cfg.num_train_timesteps,
+        num_clusters=cfg.num_clusters,
+        patience=cfg.patience,
+        max_steps_per_stage=cfg.max_steps_per_stage,
+        ema=cfg.ema,
+    )
+    evals: list[dict[str, Any]] = []
+
+    def on_step(k: int, net: torch.nn.Module) -> None:
+        if k in checkpoints:
+            evals.append({"step": k} | evaluate(net, scheduler, 10_000 + seed, 20_000 + seed))
+
+    t1 = time.perf_counter()
+    tlog = train_diffusion(
+        model,
+        scheduler,
+        train_x,
+        sampler,
+        steps=cfg.steps,
+        batch_size=cfg.batch_size,
+        lr=cfg.lr,
+        generator=torch.Generator().manual_seed(seed),
+        device=evaluate.device,
+        snr_gamma=cfg.snr_gamma,
+        ema_decay=cfg.weight_ema,
+        sync_every=cfg.sync_every,
+        on_step=on_step,
+        progress=lambda it: ctx.progress(it, total=cfg.steps, desc=f"{method} seed {seed}"),
+    )
+    elapsed = time.perf_counter() - t1
+    eval_net = tlog.ema_model if tlog.ema_model is not None else model
+    # evaluation noise: the final model scored again on fresh samples / fresh held-out noise
+    again = evaluate(eval_net, scheduler, 40_000 + seed, 50_000 + seed)
+    starts = tlog_stage_starts(tlog.stages)
+    run = {
+        "method": method,
+        "seed": seed,
+        "steps": [e["step"] for e in evals],
+        "fid": [e["fid"] for e in evals],
+        "heldout": [e["heldout"] for e in evals],
+        "per_cluster_final": evals[-1]["per_cluster"],
+        "fid_reeval": again["fid"],
+        "heldout_reeval": again["heldout"],
+        "all_clusters_from_step": next((k for k, s in starts if s == cfg.num_clusters), None),
+        "train_s": elapsed,
+    }
+    if method == "uniform":
+        ends, curves = cluster_loss_curves(
+            tlog.sample_steps,
+            tlog.sample_timesteps,
+            tlog.sample_losses,
+            evaluate.clusters,
+            num_bins=cfg.analysis_bins,
+        )
+        run["difficulty_bin_ends"] = ends.tolist()
+        run["difficulty_curves"] = curves.tolist()
+    return run, eval_net, scheduler
+
+
+def _train_runs(cfg: Any, ctx: RunContext, device: torch.device) -> tuple[list, dict, dict, dict]:
+    """Every method of every seed: the per-seed records, the run's meta, the sample grids of the first seed and
+    the timings."""
+    train_x, evaluate, meta, timings = _feature_space(cfg, ctx, device)
     runs: list[dict[str, Any]] = []
     grids: dict[str, torch.Tensor] = {}
     train_s: dict[str, list[float]] = {m: [] for m in cfg.methods}
-
-    def evaluate(net: torch.nn.Module, scheduler: Any, seed: int, sample_seed: int, noise_seed: int) -> dict:
-        samples = generate(
-            net,
-            scheduler,
-            cfg.num_fid_samples,
-            num_inference_steps=cfg.num_inference_steps,
-            seed=sample_seed,
-            device=device,
-        )
-        per_cluster = heldout_loss(net, scheduler, heldout, eval_clusters, seed=noise_seed, device=device)
-        return {
-            "fid": classifier_fid(feat_net, samples, ref, device),
-            "heldout": float(per_cluster @ eval_clusters.mass().numpy()),
-            "per_cluster": per_cluster.tolist(),
-        }
-
     for r in range(cfg.num_seeds):
         seed = cfg.seed + r
         for method in cfg.methods:
-            torch.manual_seed(seed)  # same UNet initialisation for every method of a seed
-            model = make_unet(cfg.image_size, cfg.channels)
-            scheduler = DDPMScheduler(num_train_timesteps=cfg.num_train_timesteps)
-            sampler = make_sampler(
-                method,
-                num_train_timesteps=cfg.num_train_timesteps,
-                num_clusters=cfg.num_clusters,
-                patience=cfg.patience,
-                max_steps_per_stage=cfg.max_steps_per_stage,
-                ema=cfg.ema,
-            )
-            evals: list[dict[str, Any]] = []
-
-            def on_step(
-                k: int,
-                net: torch.nn.Module,
-                evals: list = evals,
-                scheduler: Any = scheduler,
-                seed: int = seed,
-            ) -> None:
-                if k in checkpoints:
-                    evals.append({"step": k} | evaluate(net, scheduler, seed, 10_000 + seed, 20_000 + seed))
-
-            t1 = time.perf_counter()
-            tlog = train_diffusion(
-                model,
-                scheduler,
-                train_x,
-                sampler,
-                steps=cfg.steps,
-                batch_size=cfg.batch_size,
-                lr=cfg.lr,
-                generator=torch.Generator().manual_seed(seed),
-                device=device,
-                snr_gamma=cfg.snr_gamma,
-                ema_decay=cfg.weight_ema,
-                sync_every=cfg.sync_every,
-                on_step=on_step,
-                progress=lambda it, m=method, s=seed: ctx.progress(it, total=cfg.steps, desc=f"{m} seed {s}"),
-            )
-            elapsed = time.perf_counter() - t1
-            eval_net = tlog.ema_model if tlog.ema_model is not None else model
-            # evaluation noise: the final model scored again on fresh samples / fresh held-out noise
-            again = evaluate(eval_net, scheduler, seed, 40_000 + seed, 50_000 + seed)
-            starts = tlog_stage_starts(tlog.stages)
-            run = {
-                "method": method,
-                "seed": seed,
-                "steps": [e["step"] for e in evals],
-                "fid": [e["fid"] for e in evals],
-                "heldout": [e["heldout"] for e in evals],
-                "per_cluster_final": evals[-1]["per_cluster"],
-                "fid_reeval": again["fid"],
-                "heldout_reeval": again["heldout"],
-                "all_clusters_from_step": next((k for k, s in starts if s == cfg.num_clusters), None),
-                "train_s": elapsed,
-            }
-            if method == "uniform":
-                ends, curves = cluster_loss_curves(
-                    tlog.sample_steps,
-                    tlog.sample_timesteps,
-                    tlog.sample_losses,
-                    eval_clusters,
-                    num_bins=cfg.analysis_bins,
-                )
-                run["difficulty_bin_ends"] = ends.tolist()
-                run["difficulty_curves"] = curves.tolist()
+            run, eval_net, scheduler = _train_one(cfg, ctx, method, seed, train_x, evaluate)
             runs.append(run)
-            train_s[method].append(elapsed)
-            log(
-                f"{method:>10} seed {seed}: FID {run['fid'][-1]:.2f} (re-sampled {again['fid']:.2f}), held-out "
-                f"loss {run['heldout'][-1]:.5f} (fresh noise {again['heldout']:.5f}); all clusters from step "
-                f"{run['all_clusters_from_step']}; {elapsed:.0f}s"
+            train_s[method].append(run["train_s"])
+            ctx.log.info(
+                f"{method:>10} seed {seed}: FID {run['fid'][-1]:.2f} (re-sampled {run['fid_reeval']:.2f}), held-out "
+                f"loss {run['heldout'][-1]:.5f} (fresh noise {run['heldout_reeval']:.5f}); all clusters from step "
+                f"{run['all_clusters_from_step']}; {run['train_s']:.0f}s"
             )
             if r == 0:
                 grids[method] = generate(
@@ -331,6 +359,107 @@ def _ratio(
     return ratios, [1.0] * len(ratios), dropped
 
 
+_FINAL = {"fid": lambda r: r["fid"][-1], "heldout": lambda r: r["heldout"][-1]}
+_CURVE = {"fid": lambda r: np.mean(r["fid"]), "heldout": lambda r: np.mean(r["heldout"])}
+_LABEL = {"fid": "FID", "heldout": "held-out ε-MSE"}
+
+
+def _noted_ratio(
+    by: dict, method: str, label: str, values: Any, seeds: Sequence[int], notes: list[str]
+) -> tuple[list[float], list[float]]:
+    """:func:`_ratio` of ``method``, with a note naming the seeds left out."""
+    a, b, dropped = _ratio(by, method, values, seeds)
+    if dropped:
+        notes.append(f"{label}: seeds {dropped} left out (a non-finite value; per_seed has the raw values)")
+    return a, b
+
+
+def _finite_pairs(
+    name: str, a: Sequence[float], b: Sequence[float], seeds: Sequence[int], notes: list[str]
+) -> tuple[list[float], list[float]]:
+    """The seeds where both ``a`` and ``b`` are finite, with a note naming the seeds left out."""
+    keep = [i for i in range(len(a)) if math.isfinite(a[i]) and math.isfinite(b[i])]
+    if len(keep) < len(a):
+        dropped = [seeds[i] for i in range(len(a)) if i not in keep]
+        notes.append(f"{name}: seeds {dropped} left out (a non-finite value; per_seed has the raw values)")
+    return [float(a[i]) for i in keep], [float(b[i]) for i in keep]
+
+
+def _checkpoint_comparisons(
+    by: dict, others: list[str], lead: str, seeds: Sequence[int], steps: Sequence[int], notes: list[str]
+) -> dict[str, tuple[list[float], list[float]]]:
+    """Exploratory: the final ratios of the methods besides the lead and every checkpoint's paired difference."""
+    exploratory: dict[str, tuple[list[float], list[float]]] = {}
+    for m in others:
+        if m != lead:
+            for key in ("fid", "heldout"):
+                exploratory[f"final {_LABEL[key]}, {m} / uniform - 1"] = _noted_ratio(
+                    by, m, f"final {key} ({m})", _FINAL[key], seeds, notes
+                )
+        for key in ("heldout", "fid"):
+            for i, k in enumerate(steps):
+                name = f"{_LABEL[key]} at step {k}, {m} - uniform"
+                exploratory[name] = _finite_pairs(
+                    name,
+                    [by[m][s][key][i] for s in seeds],
+                    [by["uniform"][s][key][i] for s in seeds],
+                    seeds,
+                    notes,
+                )
+    return exploratory
+
+
+def _reach_rows(
+    by: dict, m: str, key: str, seeds: Sequence[int], steps: Sequence[int]
+) -> list[dict[str, Any]]:
+    """Per seed: the steps uniform and ``m`` take to reach uniform's final ``key`` (None: a non-finite curve)."""
+    rows = []
+    for s in seeds:
+        target = by["uniform"][s][key][-1]
+        curves = (by["uniform"][s][key], by[m][s][key])
+        finite = all(math.isfinite(v) for c in curves for v in c)
+        rows.append(
+            {
+                "method": m,
+                "metric": _LABEL[key],
+                "seed": s,
+                "uniform's final value": target if math.isfinite(target) else None,
+                "uniform: steps to reach it": steps_to_reach(steps, curves[0], target) if finite else None,
+                "method: steps to reach it": steps_to_reach(steps, curves[1], target) if finite else None,
+                "note": "" if finite else "a non-finite value on a curve: not computed",
+            }
+        )
+    return rows
+
+
+def _steps_to_reach(
+    by: dict,
+    others: list[str],
+    seeds: Sequence[int],
+    steps: Sequence[int],
+    exploratory: dict[str, tuple[list[float], list[float]]],
+    notes: list[str],
+) -> list[dict[str, Any]]:
+    """The steps-to-reach rows; a comparison (added to ``exploratory``) only where every seed reached the target."""
+    reach_rows = []
+    for m in others:
+        for key in ("heldout", "fid"):
+            rows = _reach_rows(by, m, key, seeds, steps)
+            reach_rows.extend(rows)
+            if all(r["method: steps to reach it"] is not None for r in rows):
+                exploratory[f"steps to uniform's final {_LABEL[key]}, {m} - uniform"] = (
+                    [r["method: steps to reach it"] for r in rows],
+                    [r["uniform: steps to reach it"] for r in rows],
+                )
+            else:
+                missed = [r["seed"] for r in rows if r["method: steps to reach it"] is None]
+                notes.append(
+                    f"steps to uniform's final {_LABEL[key]} ({m}): not reached by step {steps[-1]} in seeds {missed} "
+                    "(no comparison; the per-seed steps are in the 'steps to reach' table, null = not reached)"
+                )
+    return reach_rows
+
+
 def comparisons(runs: list[dict[str, Any]]) -> tuple[list[Any], list[str], dict[str, Any]]:
     """The comparisons (``iclr25_shared.stats.compare`` rows, primary first), notes on left-out seeds, and the
     steps-to-reach rows (per seed; a comparison only where every seed reached the target).
@@ -350,98 +479,32 @@ def comparisons(runs: list[dict[str, Any]]) -> tuple[list[Any], list[str], dict[
         raise ValueError("reproduce needs a method besides uniform to compare")
     lead = others[0]
     notes: list[str] = []
-
-    def ratio(method: str, label: str, values: Any) -> tuple[list[float], list[float]]:
-        a, b, dropped = _ratio(by, method, values, seeds)
-        if dropped:
-            notes.append(
-                f"{label}: seeds {dropped} left out (a non-finite value; per_seed has the raw values)"
-            )
-        return a, b
-
-    def pairs(name: str, a: Sequence[float], b: Sequence[float]) -> tuple[list[float], list[float]]:
-        keep = [i for i in range(len(a)) if math.isfinite(a[i]) and math.isfinite(b[i])]
-        if len(keep) < len(a):
-            dropped = [seeds[i] for i in range(len(a)) if i not in keep]
-            notes.append(
-                f"{name}: seeds {dropped} left out (a non-finite value; per_seed has the raw values)"
-            )
-        return [float(a[i]) for i in keep], [float(b[i]) for i in keep]
-
-    final = {"fid": lambda r: r["fid"][-1], "heldout": lambda r: r["heldout"][-1]}
-    curve = {"fid": lambda r: np.mean(r["fid"]), "heldout": lambda r: np.mean(r["heldout"])}
-    label = {"fid": "FID", "heldout": "held-out ε-MSE"}
     primary_name = f"final FID, {lead} / uniform - 1"
     secondary = {
-        f"final held-out ε-MSE, {lead} / uniform - 1": ratio(lead, "final held-out", final["heldout"]),
-        f"held-out ε-MSE mean over checkpoints, {lead} / uniform - 1": ratio(
-            lead, "curve held-out", curve["heldout"]
+        f"final held-out ε-MSE, {lead} / uniform - 1": _noted_ratio(
+            by, lead, "final held-out", _FINAL["heldout"], seeds, notes
         ),
-        f"FID mean over checkpoints, {lead} / uniform - 1": ratio(lead, "curve FID", curve["fid"]),
+        f"held-out ε-MSE mean over checkpoints, {lead} / uniform - 1": _noted_ratio(
+            by, lead, "curve held-out", _CURVE["heldout"], seeds, notes
+        ),
+        f"FID mean over checkpoints, {lead} / uniform - 1": _noted_ratio(
+            by, lead, "curve FID", _CURVE["fid"], seeds, notes
+        ),
     }
-    exploratory: dict[str, tuple[list[float], list[float]]] = {}
-    for m in others:
-        if m != lead:
-            for key in ("fid", "heldout"):
-                exploratory[f"final {label[key]}, {m} / uniform - 1"] = ratio(
-                    m, f"final {key} ({m})", final[key]
-                )
-        for key in ("heldout", "fid"):
-            for i, k in enumerate(steps):
-                name = f"{label[key]} at step {k}, {m} - uniform"
-                exploratory[name] = pairs(
-                    name, [by[m][s][key][i] for s in seeds], [by["uniform"][s][key][i] for s in seeds]
-                )
-    reach_rows = []
-    for m in others:
-        for key in ("heldout", "fid"):
-            for s in seeds:
-                target = by["uniform"][s][key][-1]
-                curves = (by["uniform"][s][key], by[m][s][key])
-                finite = all(math.isfinite(v) for c in curves for v in c)
-                reach_rows.append(
-                    {
-                        "method": m,
-                        "metric": label[key],
-                        "seed": s,
-                        "uniform's final value": target if math.isfinite(target) else None,
-                        "uniform: steps to reach it": steps_to_reach(steps, curves[0], target)
-                        if finite
-                        else None,
-                        "method: steps to reach it": steps_to_reach(steps, curves[1], target)
-                        if finite
-                        else None,
-                        "note": "" if finite else "a non-finite value on a curve: not computed",
-                    }
-                )
-            rows = [r for r in reach_rows if r["method"] == m and r["metric"] == label[key]]
-            if all(r["method: steps to reach it"] is not None for r in rows):
-                exploratory[f"steps to uniform's final {label[key]}, {m} - uniform"] = (
-                    [r["method: steps to reach it"] for r in rows],
-                    [r["uniform: steps to reach it"] for r in rows],
-                )
-            else:
-                missed = [r["seed"] for r in rows if r["method: steps to reach it"] is None]
-                notes.append(
-                    f"steps to uniform's final {label[key]} ({m}): not reached by step {steps[-1]} in seeds {missed} "
-                    "(no comparison; the per-seed steps are in the 'steps to reach' table, null = not reached)"
-                )
+    exploratory = _checkpoint_comparisons(by, others, lead, seeds, steps, notes)
+    reach_rows = _steps_to_reach(by, others, seeds, steps, exploratory, notes)
     rows = compare(
-        primary=(primary_name, *ratio(lead, "final FID", final["fid"])),
+        primary=(primary_name, *_noted_ratio(by, lead, "final FID", _FINAL["fid"], seeds, notes)),
         secondary=secondary,
         exploratory=exploratory,
     )
     return rows, notes, {"steps to reach": reach_rows}
 
 
-def _summarise(cfg: Any, runs: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+def _primary_metrics(rows: list[Any], meta: dict[str, Any], by: dict, seeds: list[int]) -> dict[str, Any]:
+    """The primary, its verdict, the feature net's numbers and the seeds needed to resolve the paper effect."""
     from iclr25_shared.stats import verdict
 
-    rows, comparison_notes, extra_tables = comparisons(runs)
-    by = _by_method(runs)
-    methods = [m for m in ("uniform", "curriculum", "reverse") if m in by]
-    seeds = sorted(by["uniform"])
-    steps = by["uniform"][seeds[0]]["steps"]
     primary = rows[0]
     metrics: dict[str, Any] = {
         "primary": primary.name,
@@ -463,14 +526,19 @@ def _summarise(cfg: Any, runs: list[dict[str, Any]], meta: dict[str, Any]) -> di
     metrics["seeds_to_resolve_paper_effect"] = (
         required_seeds(float(diffs.std(ddof=1)), PAPER_EFFECT) if diffs.size > 1 else None
     )
-    # Evaluation noise. Every final model is scored twice (checkpoint inputs and fresh samples / held-out noise):
-    # sd of one evaluation = rms(second − first)/√2; for the paired Δ (method − uniform, both scored on the same
-    # inputs) the same on Δ_first − Δ_second. This is the noise the metric adds at a fixed model.
+    return metrics
+
+
+def _eval_noise_metrics(by: dict, methods: list[str], seeds: list[int], metrics: dict[str, Any]) -> None:
+    """Evaluation noise, added to ``metrics``.
+
+    Every final model is scored twice (checkpoint inputs and fresh samples / held-out noise): sd of one evaluation
+    = rms(second − first)/√2; for the paired Δ (method − uniform, both scored on the same inputs) the same on
+    Δ_first − Δ_second. This is the noise the metric adds at a fixed model.
+    """
     all_runs = [r for m in methods for r in by[m].values()]
-    noise, noise_delta = {}, {}
     for key in ("fid", "heldout"):
         d = np.array([r[f"{key}_reeval"] - r[key][-1] for r in all_runs])
-        noise[key] = float(np.sqrt(np.mean(d**2) / 2))
         dd = np.array(
             [
                 (by[m][s][key][-1] - by["uniform"][s][key][-1])
@@ -480,9 +548,14 @@ def _summarise(cfg: Any, runs: list[dict[str, Any]], meta: dict[str, Any]) -> di
                 for s in seeds
             ]
         )
-        noise_delta[key] = float(np.sqrt(np.mean(dd**2) / 2)) if dd.size else None
-        metrics[f"{key}_eval_noise_sd"] = noise[key]
-        metrics[f"{key}_paired_delta_eval_noise_sd"] = noise_delta[key]
+        metrics[f"{key}_eval_noise_sd"] = float(np.sqrt(np.mean(d**2) / 2))
+        metrics[f"{key}_paired_delta_eval_noise_sd"] = float(np.sqrt(np.mean(dd**2) / 2)) if dd.size else None
+
+
+def _method_metrics(
+    cfg: Any, by: dict, methods: list[str], seeds: list[int], metrics: dict[str, Any]
+) -> None:
+    """Per method, added to ``metrics``: the share of steps on partial timestep ranges and the final means."""
     for m in methods:
         full_from = [by[m][s]["all_clusters_from_step"] for s in seeds]
         metrics[f"{m}_fraction_of_steps_on_partial_ranges"] = (
@@ -490,7 +563,11 @@ def _summarise(cfg: Any, runs: list[dict[str, Any]], meta: dict[str, Any]) -> di
         )
         metrics[f"{m}_final_fid_mean"] = float(np.mean([by[m][s]["fid"][-1] for s in seeds]))
         metrics[f"{m}_final_heldout_mean"] = float(np.mean([by[m][s]["heldout"][-1] for s in seeds]))
-    per_seed = [
+
+
+def _per_seed_rows(by: dict, methods: list[str], seeds: list[int]) -> list[dict[str, Any]]:
+    """One row per seed and method with the raw values the comparisons are computed from."""
+    return [
         {
             "seed": s,
             "method": m,
@@ -506,12 +583,12 @@ def _summarise(cfg: Any, runs: list[dict[str, Any]], meta: dict[str, Any]) -> di
         for s in seeds
         for m in methods
     ]
-    checkpoint_rows = [
-        {"seed": s, "method": m, "step": k, "FID": by[m][s]["fid"][i], "held-out": by[m][s]["heldout"][i]}
-        for s in seeds
-        for m in methods
-        for i, k in enumerate(steps)
-    ]
+
+
+def _cluster_rows(
+    cfg: Any, by: dict, methods: list[str], seeds: list[int]
+) -> tuple[TimestepClusters, list[dict[str, Any]]]:
+    """The evaluation clusters and, per cluster, each method's final held-out ε-MSE (mean over seeds)."""
     cluster_rows = []
     clusters = TimestepClusters(cfg.num_train_timesteps, cfg.num_clusters, "uniform")
     b = clusters.boundaries.tolist()
@@ -520,8 +597,16 @@ def _summarise(cfg: Any, runs: list[dict[str, Any]], meta: dict[str, Any]) -> di
         for m in methods:
             row[m] = round(float(np.mean([by[m][s]["per_cluster_final"][i] for s in seeds])), 6)
         cluster_rows.append(row)
+    return clusters, cluster_rows
+
+
+def _difficulty(
+    by: dict, seeds: list[int], clusters: TimestepClusters, cluster_rows: list[dict[str, Any]], metrics: dict
+) -> tuple[list[dict[str, Any]], Any, Any]:
+    """The uniform runs' per-cluster loss curves: table rows, bin ends and curves (None without them); the
+    Spearman correlation of cluster and convergence step is added to ``metrics``."""
     uni_runs = [by["uniform"][s] for s in seeds if "difficulty_curves" in by["uniform"][s]]
-    difficulty_rows = []
+    difficulty_rows: list[dict[str, Any]] = []
     bin_ends = curves = None
     if uni_runs:
         bin_ends = np.asarray(uni_runs[0]["difficulty_bin_ends"])
@@ -542,8 +627,13 @@ def _summarise(cfg: Any, runs: list[dict[str, Any]], meta: dict[str, Any]) -> di
 
             rho = spearmanr(np.arange(clusters.num_clusters)[valid], conv[valid]).statistic
             metrics["difficulty_spearman_cluster_vs_convergence_step"] = float(rho)
+    return difficulty_rows, bin_ends, curves
+
+
+def _summary_notes(cfg: Any, primary: Any, comparison_notes: list[str]) -> list[str]:
+    """What is primary, secondary and exploratory, what the FID is, and the comparisons' own notes."""
     declared = primary.name.startswith("final FID, curriculum")
-    notes = [
+    return [
         "primary (declared before the run): final FID of the EMA weights, curriculum / uniform - 1 per seed, "
         f"equal training steps ({cfg.steps}), paired by seed (same UNet initialisation, images, noise, evaluation "
         f"inputs); verdict against {PAPER_EFFECT:+.2f} (a declared smallest effect of interest, not the paper's "
@@ -558,17 +648,37 @@ def _summarise(cfg: Any, runs: list[dict[str, Any]], meta: dict[str, Any]) -> di
         "steps to reach: linear interpolation between checkpoints; null = not reached within the run.",
         *comparison_notes,
     ]
+
+
+def _summarise(cfg: Any, runs: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any]:
+    """Metrics, tables and notes of the per-seed records, and what the plots need (curves, steps, difficulty)."""
+    rows, comparison_notes, extra_tables = comparisons(runs)
+    by = _by_method(runs)
+    methods = [m for m in ("uniform", "curriculum", "reverse") if m in by]
+    seeds = sorted(by["uniform"])
+    steps = by["uniform"][seeds[0]]["steps"]
+    metrics = _primary_metrics(rows, meta, by, seeds)
+    _eval_noise_metrics(by, methods, seeds, metrics)
+    _method_metrics(cfg, by, methods, seeds, metrics)
+    checkpoint_rows = [
+        {"seed": s, "method": m, "step": k, "FID": by[m][s]["fid"][i], "held-out": by[m][s]["heldout"][i]}
+        for s in seeds
+        for m in methods
+        for i, k in enumerate(steps)
+    ]
+    clusters, cluster_rows = _cluster_rows(cfg, by, methods, seeds)
+    difficulty_rows, bin_ends, curves = _difficulty(by, seeds, clusters, cluster_rows, metrics)
     return {
         "metrics": metrics,
         "tables": {
             "comparisons": [c.as_dict() for c in rows],
-            "per_seed": per_seed,
+            "per_seed": _per_seed_rows(by, methods, seeds),
             "checkpoints": checkpoint_rows,
             **extra_tables,
             "Held-out ε-MSE per timestep cluster at the end (mean over seeds)": cluster_rows,
             "Difficulty analysis of the uniform runs": difficulty_rows,
         },
-        "notes": notes,
+        "notes": _summary_notes(cfg, rows[0], comparison_notes),
         "curves": {
             m: {key: np.array([by[m][s][key] for s in seeds]) for key in ("fid", "heldout")} for m in methods
         },

@@ -78,6 +78,106 @@ def _bench_model(c: Any, ctx: RunContext, classifier: Any) -> dict[str, Any]:
     }
 
 
+def _arm_rows(
+    model: str, c: Any, run: Any, steps: dict[str, int], params: tuple[int, int]
+) -> list[dict[str, Any]]:
+    """One row per timed arm: median seconds, ms per training step and the speed-up against its reference arm."""
+    p_dense, p_pruned = params
+    rows = []
+    for arm in run.times:
+        sampling = arm.startswith("sample")
+        est = run.speedup(arm, "sample (dense)" if sampling else "retrain")
+        rows.append(
+            {
+                "model": model,
+                "arm": arm,
+                "steps": f"{c.sampling_steps} DDIM x {c.num_samples} images" if sampling else steps[arm],
+                "median s": run.median(arm),
+                "ms per step": "" if sampling or not steps[arm] else 1000 * run.median(arm) / steps[arm],
+                "vs": "sample (dense)" if sampling else "retrain",
+                "speed-up": est.value,
+                "95% interval": f"[{est.low:.3g}, {est.high:.3g}]",
+                "params": p_pruned if arm in ("sparse-ft", "sample (pruned)") else p_dense,
+            }
+        )
+    return rows
+
+
+def _split_rows(model: str, c: Any, run: Any, params: tuple[int, int]) -> list[dict[str, Any]]:
+    """The per-subset ratio retrain / sparse-FT split into fewer steps and the pruned network, and their product."""
+    p_dense, p_pruned = params
+    total = run.speedup("sparse-ft", "retrain")
+    by_steps = run.speedup("dense fine-tune", "retrain")
+    by_net = run.speedup("sparse-ft", "dense fine-tune")
+    split = []
+    for cause, est, held in (
+        ("per subset: retrain / sparse-FT", total, "coalition, data, batch, lr; not steps, not network"),
+        (
+            f"steps: retrain ({c.retrain_steps}) / dense fine-tune ({c.ft_steps})",
+            by_steps,
+            f"network (dense, {p_dense} params); steps differ ({c.retrain_steps / max(c.ft_steps, 1):.2f}x)",
+        ),
+        (
+            f"pruned network: dense / pruned fine-tune, {c.ft_steps} steps each",
+            by_net,
+            f"steps, data, batch; network {p_dense} vs {p_pruned} params ({c.pruning_ratio:.0%} channels pruned)",
+        ),
+    ):
+        split.append(
+            {
+                "model": model,
+                "ratio": cause,
+                "median": est.value,
+                "95% interval": f"[{est.low:.3g}, {est.high:.3g}]",
+                "held equal": held,
+            }
+        )
+    split.append(
+        {
+            "model": model,
+            "ratio": "check: steps x pruned network",
+            "median": by_steps.value * by_net.value,
+            "95% interval": "",
+            "held equal": "product of the two medians (close to, not exactly, the median of the per-round product)",
+        }
+    )
+    return split
+
+
+def _projection_rows(model: str, cfg: BenchConfig, got: dict[str, Any]) -> list[dict[str, Any]]:
+    """Projected total cost of exact Shapley and KernelSHAP per number of contributors, from the medians."""
+    run = got["run"]
+    rt = run.median("retrain") + run.median("sample (dense)")
+    sf = run.median("sparse-ft") + run.median("sample (pruned)")
+    return [
+        {
+            "model": model,
+            "contributors": n_c,
+            "exact Shapley by retraining (s)": (2**n_c) * rt,
+            f"KernelSHAP m={cfg.kernel_samples} + retrain (s)": (cfg.kernel_samples + 2) * rt,
+            f"KernelSHAP m={cfg.kernel_samples} + sparse-FT (s)": got["t_full"]
+            + got["setup"]
+            + (cfg.kernel_samples + 2) * sf,
+        }
+        for n_c in cfg.project_contributors
+    ]
+
+
+def _one_off_row(model: str, c: Any, got: dict[str, Any]) -> dict[str, Any]:
+    """The one-off costs, timed once: training on everyone, and pruning + fine-tuning."""
+    return {
+        "model": model,
+        "arm": "one-off: theta* on everyone / prune + fine-tune",
+        "steps": f"{c.retrain_steps} / {c.prune_steps}",
+        "median s": f"{got['t_full']:.3g} / {got['setup']:.3g}",
+        "ms per step": "",
+        "vs": "",
+        "speed-up": "",
+        "95% interval": "timed once",
+        "params": "",
+    }
+
+
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     """Seconds per coalition of retraining, sparsified fine-tuning (and the same fine-tuning on the unpruned model)
     and gradient-ascent unlearning, interleaved on the same coalitions; the per-subset ratio split into steps and
@@ -99,85 +199,11 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     for model in cfg.models:
         c = replace(cfg, model=model)
         got = _bench_model(c, ctx, classifier)
-        run, (p_dense, p_pruned) = got["run"], got["params"]
-        raw[model] = run.as_dict()
-        for arm in run.times:
-            sampling = arm.startswith("sample")
-            est = run.speedup(arm, "sample (dense)" if sampling else "retrain")
-            rows.append(
-                {
-                    "model": model,
-                    "arm": arm,
-                    "steps": f"{c.sampling_steps} DDIM x {c.num_samples} images" if sampling else steps[arm],
-                    "median s": run.median(arm),
-                    "ms per step": "" if sampling or not steps[arm] else 1000 * run.median(arm) / steps[arm],
-                    "vs": "sample (dense)" if sampling else "retrain",
-                    "speed-up": est.value,
-                    "95% interval": f"[{est.low:.3g}, {est.high:.3g}]",
-                    "params": p_pruned if arm in ("sparse-ft", "sample (pruned)") else p_dense,
-                }
-            )
-        total = run.speedup("sparse-ft", "retrain")
-        by_steps = run.speedup("dense fine-tune", "retrain")
-        by_net = run.speedup("sparse-ft", "dense fine-tune")
-        for cause, est, held in (
-            ("per subset: retrain / sparse-FT", total, "coalition, data, batch, lr; not steps, not network"),
-            (
-                f"steps: retrain ({c.retrain_steps}) / dense fine-tune ({c.ft_steps})",
-                by_steps,
-                f"network (dense, {p_dense} params); steps differ ({c.retrain_steps / max(c.ft_steps, 1):.2f}x)",
-            ),
-            (
-                f"pruned network: dense / pruned fine-tune, {c.ft_steps} steps each",
-                by_net,
-                f"steps, data, batch; network {p_dense} vs {p_pruned} params ({c.pruning_ratio:.0%} channels pruned)",
-            ),
-        ):
-            split.append(
-                {
-                    "model": model,
-                    "ratio": cause,
-                    "median": est.value,
-                    "95% interval": f"[{est.low:.3g}, {est.high:.3g}]",
-                    "held equal": held,
-                }
-            )
-        split.append(
-            {
-                "model": model,
-                "ratio": "check: steps x pruned network",
-                "median": by_steps.value * by_net.value,
-                "95% interval": "",
-                "held equal": "product of the two medians (close to, not exactly, the median of the per-round product)",
-            }
-        )
-        rt = run.median("retrain") + run.median("sample (dense)")
-        sf = run.median("sparse-ft") + run.median("sample (pruned)")
-        for n_c in cfg.project_contributors:
-            proj.append(
-                {
-                    "model": model,
-                    "contributors": n_c,
-                    "exact Shapley by retraining (s)": (2**n_c) * rt,
-                    f"KernelSHAP m={cfg.kernel_samples} + retrain (s)": (cfg.kernel_samples + 2) * rt,
-                    f"KernelSHAP m={cfg.kernel_samples} + sparse-FT (s)": got["t_full"]
-                    + got["setup"]
-                    + (cfg.kernel_samples + 2) * sf,
-                }
-            )
-        rows.append(
-            {
-                "model": model,
-                "arm": "one-off: theta* on everyone / prune + fine-tune",
-                "steps": f"{c.retrain_steps} / {c.prune_steps}",
-                "median s": f"{got['t_full']:.3g} / {got['setup']:.3g}",
-                "ms per step": "",
-                "vs": "",
-                "speed-up": "",
-                "95% interval": "timed once",
-                "params": "",
-            }
-        )
+        raw[model] = got["run"].as_dict()
+        rows.extend(_arm_rows(model, c, got["run"], steps, got["params"]))
+        split.extend(_split_rows(model, c, got["run"], got["params"]))
+        proj.extend(_projection_rows(model, cfg, got))
+        rows.append(_one_off_row(model, c, got))
     return Result(
         metrics={"subsets_cycled": cfg.subsets, "repeats": cfg.repeats, "threads": cfg.threads, "bench": raw},
         tables={

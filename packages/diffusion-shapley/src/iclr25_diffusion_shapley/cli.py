@@ -1,7 +1,7 @@
 """``iclr25-diffusion-shapley``: Shapley values of data contributors for a global property of a diffusion model,
 made affordable by sparsified fine-tuning (Lu, Lin, Kim, Lee, ICLR 2025, arXiv:2407.03153). Default: a small DDPM
 on Fashion-MNIST with contributors = pairs of classes. Config dataclasses and ``main`` only; the work is in
-``_experiment.py`` (attribute), ``_reproduce.py`` and ``_bench.py``.
+``_attribute.py``, ``_reproduce.py`` and ``_bench.py`` (what they share in ``_experiment.py``).
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ class BenchConfig(_Game):
 
 
 COMMANDS = {
-    "attribute": (AttributeConfig, "iclr25_diffusion_shapley._experiment:attribute"),
+    "attribute": (AttributeConfig, "iclr25_diffusion_shapley._attribute:attribute"),
     "reproduce": (ReproduceConfig, "iclr25_diffusion_shapley._reproduce:reproduce"),
     "bench": (BenchConfig, "iclr25_diffusion_shapley._bench:bench"),
 }

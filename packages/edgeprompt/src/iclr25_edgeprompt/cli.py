@@ -1,7 +1,8 @@
 """``iclr25-edgeprompt``: EdgePrompt / EdgePrompt+ graph prompt tuning for frozen pre-trained GNNs (Fu et al., ICLR 2025).
 
 Verbs: tune (default: EdgePrompt+ on KarateClub), pretrain (writes ``backbone.pt`` + ``backbone.json`` into
-``--out``), reproduce, bench. Config dataclasses and ``main`` only; the work is in ``_experiment.py`` (reproduce: ``_reproduce.py``).
+``--out``), reproduce, bench. Config dataclasses and ``main`` only; each command's work is in its own module (``_tune.py``,
+``_pretrain_cmd.py``, ``_reproduce.py``, ``_bench.py``; what they share: ``_experiment.py``).
 """
 
 from __future__ import annotations
@@ -304,10 +305,10 @@ class BenchConfig(CommonOptions):
 
 
 COMMANDS = {
-    "tune": (TuneConfig, "iclr25_edgeprompt._experiment:tune"),
-    "pretrain": (PretrainConfig, "iclr25_edgeprompt._experiment:pretrain_command"),
+    "tune": (TuneConfig, "iclr25_edgeprompt._tune:tune"),
+    "pretrain": (PretrainConfig, "iclr25_edgeprompt._pretrain_cmd:pretrain_command"),
     "reproduce": (ReproduceConfig, "iclr25_edgeprompt._reproduce:reproduce"),
-    "bench": (BenchConfig, "iclr25_edgeprompt._experiment:bench"),
+    "bench": (BenchConfig, "iclr25_edgeprompt._bench:bench"),
 }
 
 

@@ -1,6 +1,7 @@
 """``iclr25-fl-causal``: causal effects of time-varying treatment regimes on functional longitudinal data (Ying,
 ICLR 2025, arXiv:2206.12525): g-computation, IPW and doubly robust estimators on refining time grids, with death
-and censoring. Config dataclasses and ``main`` only; the work is in ``_experiment.py`` and ``_reproduce.py``."""
+and censoring. Config dataclasses and ``main`` only; each command's work is in its own module (``_estimate.py``,
+``_simulate_cmd.py``, ``_reproduce.py``, ``_bench.py``)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def check_long_csv(path: Path, label: str = "--data") -> Path:
     """A non-empty UTF-8 CSV file with a header row of at least two column names and at least one data row.
 
     Which columns it must hold depends on --id, --time, --treatment, ... : the command checks them when it reads
-    the file (:func:`iclr25_fl_causal._experiment.read_long_csv`), still before any model is fitted.
+    the file (:func:`iclr25_fl_causal._estimate.read_long_csv`), still before any model is fitted.
 
     Raises:
         InputError: missing, empty, a folder, not UTF-8 text, or no header / no data row (names ``label`` and the
@@ -240,10 +241,10 @@ class BenchConfig(CommonOptions):
 
 
 COMMANDS = {
-    "estimate": (EstimateConfig, "iclr25_fl_causal._experiment:estimate"),
-    "simulate": (SimulateConfig, "iclr25_fl_causal._experiment:simulate_cmd"),
+    "estimate": (EstimateConfig, "iclr25_fl_causal._estimate:estimate"),
+    "simulate": (SimulateConfig, "iclr25_fl_causal._simulate_cmd:simulate_cmd"),
     "reproduce": (ReproduceConfig, "iclr25_fl_causal._reproduce:reproduce"),
-    "bench": (BenchConfig, "iclr25_fl_causal._experiment:bench"),
+    "bench": (BenchConfig, "iclr25_fl_causal._bench:bench"),
 }
 
 

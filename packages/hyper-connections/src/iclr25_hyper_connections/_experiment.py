@@ -5,8 +5,8 @@ Wikipedia's Level-4 Vital Articles (``iclr25_shared.data.wiki_summaries``), toke
 SmolLM2 tokenizer. Hyper-connection variants are the same model (same seed, same initial weights) passed through
 :func:`apply_hyper_connections`, so a comparison differs only in the residual connections.
 
-The commands are in ``_train.py`` (``train``), ``_reproduce.py`` (``reproduce``) and ``_bench.py`` (``bench``); this
-module holds what they share.
+The commands are in ``_train.py`` (``train``), ``_reproduce.py`` (``reproduce``), ``_bench.py`` (``bench``) and
+``_peer.py`` (``peer``); this module holds what they share: the corpus, the model, the training loop and its probes.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import itertools
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -321,6 +321,82 @@ class TrainResult:
     seconds: float = 0.0
 
 
+def _check_train_inputs(corpus: Corpus, context: int, batch_size: int, world_size: int) -> None:
+    """Refuse a corpus too short for windows of ``context + 1`` and a batch the ranks cannot share equally."""
+    if len(corpus.train) <= context + 1 or len(corpus.val) <= context + 1:
+        raise ValueError(f"corpus too small for context={context}")
+    if batch_size % world_size:
+        raise ValueError(
+            f"batch_size={batch_size} must be a multiple of the number of processes ({world_size}): "
+            "every rank trains on an equal share of the global batch"
+        )
+
+
+def _data_parallel(
+    model: nn.Module, device: torch.device, distributed: bool, comm_hook: Callable[..., Any] | None
+) -> nn.Module:
+    """``model`` in ``DistributedDataParallel`` (``comm_hook`` registered) when ``distributed``, else ``model``."""
+    if not distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if comm_hook is not None:
+        hook = comm_hook
+
+        def unannotated(state, bucket):  # type: ignore[no-untyped-def]  # DDP refuses other annotations
+            return hook(state, bucket)
+
+        net.register_comm_hook(None, unannotated)
+    return net
+
+
+def _validation_batches(
+    corpus: Corpus, context: int, eval_batches: int, batch_size: int, val_seed: int
+) -> list[Tensor]:
+    """The fixed evaluation windows of the validation stream, drawn with ``torch.Generator(val_seed)``, batched."""
+    val_gen = torch.Generator().manual_seed(val_seed)
+    val_starts = torch.randint(
+        0, len(corpus.val) - context - 1, (eval_batches * batch_size,), generator=val_gen
+    )
+    return [_windows(corpus.val, s, context) for s in val_starts.split(batch_size)]
+
+
+def _train_step(
+    net: nn.Module, model: nn.Module, opt: torch.optim.Optimizer, batch: Tensor, what: str, step: int
+) -> float:
+    """One AdamW step on this rank's ``batch``; the training loss averaged over ranks (raises when not finite)."""
+    from iclr25_shared.distributed import all_reduce_mean
+
+    logits = net(input_ids=batch[:, :-1]).logits
+    loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
+    # equal shares: the mean of the ranks' mean losses is the global batch's mean loss
+    train_loss = all_reduce_mean({"loss": loss.item()})["loss"]
+    if not math.isfinite(train_loss):  # decided on the reduced value: every rank stops at the same step
+        raise FloatingPointError(f"{what}: loss became {train_loss} at step {step}")
+    opt.zero_grad(set_to_none=True)
+    loss.backward()  # DDP all-reduces (averages) the gradients here
+    nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return train_loss
+
+
+def _finish(
+    result: TrainResult,
+    model: nn.Module,
+    val_batches: list[Tensor],
+    device: torch.device,
+    steps: int,
+    checkpoints: Collection[int],
+) -> None:
+    """The final validation loss (the last checkpoint's too, when requested) and the similarity probes."""
+    result.final_val_loss = _eval_loss(model, val_batches, device)
+    if steps in checkpoints:
+        result.checkpoint_losses[steps] = result.final_val_loss
+    result.layer_similarity = consecutive_layer_similarity(model, val_batches[0].to(device)[:, :-1])
+    result.sublayer_similarity = consecutive_sublayer_similarity(model, val_batches[0].to(device)[:, :-1])
+
+
 def train_lm(
     corpus: Corpus,
     spec: ModelSpec,
@@ -361,37 +437,16 @@ def train_lm(
         ValueError: the corpus is too small, or ``batch_size`` is not a multiple of the number of ranks.
         FloatingPointError: the loss (averaged over ranks) is not finite; raised on every rank at the same step.
     """
-    from iclr25_shared.distributed import all_reduce_mean, world
+    from iclr25_shared.distributed import world
 
     here = world()
-    if len(corpus.train) <= spec.context + 1 or len(corpus.val) <= spec.context + 1:
-        raise ValueError(f"corpus too small for context={spec.context}")
-    if batch_size % here.world_size:
-        raise ValueError(
-            f"batch_size={batch_size} must be a multiple of the number of processes ({here.world_size}): "
-            "every rank trains on an equal share of the global batch"
-        )
+    _check_train_inputs(corpus, spec.context, batch_size, here.world_size)
     model = build_model(corpus.vocab_size, spec, variant, seed=seed, recompute=recompute).to(device)
     model.train()
-    net: nn.Module = model
-    if here.is_distributed:
-        from torch.nn.parallel import DistributedDataParallel
-
-        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        if comm_hook is not None:
-            hook = comm_hook
-
-            def unannotated(state, bucket):  # type: ignore[no-untyped-def]  # DDP refuses other annotations
-                return hook(state, bucket)
-
-            net.register_comm_hook(None, unannotated)
+    net = _data_parallel(model, device, here.is_distributed, comm_hook)
     opt = torch.optim.AdamW(param_groups(model, weight_decay=weight_decay), lr=lr, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(seed)
-    val_gen = torch.Generator().manual_seed(val_seed)
-    val_starts = torch.randint(
-        0, len(corpus.val) - spec.context - 1, (eval_batches * batch_size,), generator=val_gen
-    )
-    val_batches = [_windows(corpus.val, s, spec.context) for s in val_starts.split(batch_size)]
+    val_batches = _validation_batches(corpus, spec.context, eval_batches, batch_size, val_seed)
     quick_val = val_batches[: max(1, len(val_batches) // 4)]
     result = TrainResult(
         variant.name, seed, sum(p.numel() for p in model.parameters() if p.requires_grad), lr=lr
@@ -404,16 +459,7 @@ def train_lm(
         starts = torch.randint(0, len(corpus.train) - spec.context - 1, (batch_size,), generator=gen)
         # every rank drew the same global batch; it trains on its share (DistributedSampler's rank::world split)
         batch = _windows(corpus.train, starts[here.rank :: here.world_size], spec.context).to(device)
-        logits = net(input_ids=batch[:, :-1]).logits
-        loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), batch[:, 1:].flatten())
-        # equal shares: the mean of the ranks' mean losses is the global batch's mean loss
-        train_loss = all_reduce_mean({"loss": loss.item()})["loss"]
-        if not math.isfinite(train_loss):  # decided on the reduced value: every rank stops at the same step
-            raise FloatingPointError(f"{variant.name} seed {seed}: loss became {train_loss} at step {step}")
-        opt.zero_grad(set_to_none=True)
-        loss.backward()  # DDP all-reduces (averages) the gradients here
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        train_loss = _train_step(net, model, opt, batch, f"{variant.name} seed {seed}", step)
         row = {"step": step + 1, "train_loss": train_loss}
         if (step + 1) % eval_every == 0 or step + 1 == steps:
             row["val_loss"] = _eval_loss(model, quick_val, device)
@@ -421,11 +467,7 @@ def train_lm(
             result.checkpoint_losses[step + 1] = _eval_loss(model, val_batches, device)
         result.curve.append(row)
     result.seconds = time.perf_counter() - start
-    result.final_val_loss = _eval_loss(model, val_batches, device)
-    if steps in checkpoints:
-        result.checkpoint_losses[steps] = result.final_val_loss
-    result.layer_similarity = consecutive_layer_similarity(model, val_batches[0].to(device)[:, :-1])
-    result.sublayer_similarity = consecutive_sublayer_similarity(model, val_batches[0].to(device)[:, :-1])
+    _finish(result, model, val_batches, device, steps, checkpoints)
     return result
 
 

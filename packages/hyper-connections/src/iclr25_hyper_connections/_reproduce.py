@@ -184,8 +184,45 @@ def _cached(cache: Path | None, key: dict[str, Any], run: Callable[[], TrainResu
     return result
 
 
-def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
-    """Tune each variant's learning rate, train it over the seeds; paired differences with 95 % intervals."""
+@dataclass(frozen=True, kw_only=True)
+class _Plan:
+    """What every training run of one reproduction shares: the setting, the data, the seeds and the cache key."""
+
+    cfg: ReproduceConfig
+    ctx: RunContext
+    st: _Setting
+    variants: list[Variant]
+    corpus: Any
+    spec: ModelSpec
+    seeds: list[int]
+    tune_seeds: list[int]
+    checkpoints: list[int]
+    common: dict[str, Any]
+    key: dict[str, Any]
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Training tokens per optimizer step."""
+        return self.st.batch_size * self.st.context
+
+
+def _cache_key(cfg: ReproduceConfig, st: _Setting, checkpoints: list[int]) -> dict[str, Any]:
+    """The settings a finished run's cache entry is keyed by (besides its role, variant, seed and rate)."""
+    return {
+        # a run depends on its own variant and learning rate, not on which others are compared or the grid
+        "setting": {k: v for k, v in dataclasses.asdict(st).items() if k != "tuning_seeds"}
+        | {"variants": None, "lrs": None},
+        "tokenizer": cfg.tokenizer,
+        "weight_decay": cfg.weight_decay,
+        "eval_batches": cfg.eval_batches,
+        "max_docs": cfg.max_docs,
+        "checkpoints": checkpoints,
+        "torch": torch.__version__,
+    }
+
+
+def _plan(cfg: ReproduceConfig, ctx: RunContext) -> _Plan:
+    """Device, setting, corpus, seeds and the arguments every run shares; logs the plan."""
     device = ex._setup(cfg, ctx)
     st = _setting(cfg)
     variants = [Variant.parse(v) for v in st.variants]
@@ -212,48 +249,59 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         f"{len(variants)} variants x ({len(st.lrs) if len(st.lrs) > 1 else 0} tuning + {len(seeds)} seeds), "
         f"{st.num_layers} blocks d={st.dim}, {st.steps} steps x {tokens_per_step} {corpus.tokenizer} tokens, {device}"
     )
-    key = {
-        # a run depends on its own variant and learning rate, not on which others are compared or the grid
-        "setting": {k: v for k, v in dataclasses.asdict(st).items() if k != "tuning_seeds"}
-        | {"variants": None, "lrs": None},
-        "tokenizer": cfg.tokenizer,
-        "weight_decay": cfg.weight_decay,
-        "eval_batches": cfg.eval_batches,
-        "max_docs": cfg.max_docs,
-        "checkpoints": checkpoints,
-        "torch": torch.__version__,
-    }
+    return _Plan(
+        cfg=cfg,
+        ctx=ctx,
+        st=st,
+        variants=variants,
+        corpus=corpus,
+        spec=spec,
+        seeds=seeds,
+        tune_seeds=tune_seeds,
+        checkpoints=checkpoints,
+        common=common,
+        key=_cache_key(cfg, st, checkpoints),
+    )
+
+
+def _tune_variant(plan: _Plan, variant: Variant) -> dict[float, float]:
+    """Mean final validation loss over the tuning seeds of every learning rate of the grid, for one variant."""
+    st, ctx = plan.st, plan.ctx
+    losses = {}
+    for lr in st.lrs:
+        tune_losses = []
+        for tune_seed in plan.tune_seeds:
+            res = _cached(
+                plan.cfg.cache,
+                {**plan.key, "role": "tune", "variant": variant.name, "seed": tune_seed, "lr": lr},
+                lambda lr=lr, tune_seed=tune_seed: ex.train_lm(
+                    plan.corpus,
+                    plan.spec,
+                    variant,
+                    lr=lr,
+                    seed=tune_seed,
+                    val_seed=2_000_003,  # tuning windows differ from the reported evaluation windows
+                    progress=lambda it: ctx.progress(it, total=st.steps, desc=f"{variant.name} lr {lr:g}"),
+                    **plan.common,
+                ),
+            )
+            tune_losses.append(res.final_val_loss)
+        losses[lr] = float(np.mean(tune_losses))
+        ctx.log.info(
+            f"  tune {variant.name:>10} lr {lr:g}: val loss {losses[lr]:.4f} (mean of {len(tune_losses)})"
+        )
+    return losses
+
+
+def _tune(plan: _Plan) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """Each variant's learning rate (the grid's best on the tuning seeds) and the grid's table rows."""
     chosen: dict[str, float] = {}
     grid_rows = []
-    for variant in variants:
-        if len(st.lrs) == 1:
-            chosen[variant.name] = st.lrs[0]
+    for variant in plan.variants:
+        if len(plan.st.lrs) == 1:
+            chosen[variant.name] = plan.st.lrs[0]
             continue
-        losses = {}
-        for lr in st.lrs:
-            tune_losses = []
-            for tune_seed in tune_seeds:
-                res = _cached(
-                    cfg.cache,
-                    {**key, "role": "tune", "variant": variant.name, "seed": tune_seed, "lr": lr},
-                    lambda variant=variant, lr=lr, tune_seed=tune_seed: ex.train_lm(
-                        corpus,
-                        spec,
-                        variant,
-                        lr=lr,
-                        seed=tune_seed,
-                        val_seed=2_000_003,  # tuning windows differ from the reported evaluation windows
-                        progress=lambda it: ctx.progress(
-                            it, total=st.steps, desc=f"{variant.name} lr {lr:g}"
-                        ),
-                        **common,
-                    ),
-                )
-                tune_losses.append(res.final_val_loss)
-            losses[lr] = float(np.mean(tune_losses))
-            ctx.log.info(
-                f"  tune {variant.name:>10} lr {lr:g}: val loss {losses[lr]:.4f} (mean of {len(tune_losses)})"
-            )
+        losses = _tune_variant(plan, variant)
         chosen[variant.name] = min(losses, key=losses.__getitem__)
         grid_rows.append(
             {
@@ -262,38 +310,50 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                 "chosen": chosen[variant.name],
             }
         )
+    return chosen, grid_rows
+
+
+def _train_reported(plan: _Plan, chosen: dict[str, float]) -> list[TrainResult]:
+    """Every variant trained at its chosen rate on every reported seed (seed-major order)."""
+    ctx, st = plan.ctx, plan.st
     results: list[TrainResult] = []
-    for seed in seeds:
-        for variant in variants:
+    for seed in plan.seeds:
+        for variant in plan.variants:
             res = _cached(
-                cfg.cache,
-                {**key, "role": "eval", "variant": variant.name, "seed": seed, "lr": chosen[variant.name]},
+                plan.cfg.cache,
+                {
+                    **plan.key,
+                    "role": "eval",
+                    "variant": variant.name,
+                    "seed": seed,
+                    "lr": chosen[variant.name],
+                },
                 lambda variant=variant, seed=seed: ex.train_lm(
-                    corpus,
-                    spec,
+                    plan.corpus,
+                    plan.spec,
                     variant,
                     lr=chosen[variant.name],
                     seed=seed,
-                    checkpoints=checkpoints,
+                    checkpoints=plan.checkpoints,
                     progress=lambda it: ctx.progress(it, total=st.steps, desc=f"{variant.name} seed {seed}"),
-                    **common,
+                    **plan.common,
                 ),
             )
             ctx.log.info(
                 f"  {variant.name:>10} seed {seed}: val loss {res.final_val_loss:.4f} ({res.seconds:.0f} s)"
             )
             results.append(res)
-    table = per_seed(results, checkpoints, tokens_per_step)
-    names = [v.name for v in variants]
-    comp, main_variant = comparisons(table, names, checkpoints, tokens_per_step)
-    ref = names[0]
-    effect = paper_effect(main_variant, ref)
+    return results
+
+
+def _diagnostics(plan: _Plan, results: list[TrainResult], ref: str) -> dict[str, Any]:
+    """The n-gram baselines, the reference's mean validation loss and the uniform loss; logged."""
     diag = {
-        **ngram_cross_entropy(corpus),
+        **ngram_cross_entropy(plan.corpus),
         "residual_val_loss": statistics.fmean(r.final_val_loss for r in results if r.variant == ref),
-        "initial_loss_uniform": math.log(corpus.vocab_size),
+        "initial_loss_uniform": math.log(plan.corpus.vocab_size),
     }
-    ctx.log.info(
+    plan.ctx.log.info(
         "diagnostic: %s validation loss %.3f nats/token vs unigram %.3f, bigram %s (uniform %.3f)",
         ref,
         diag["residual_val_loss"],
@@ -301,7 +361,16 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         "n/a" if diag["bigram_cross_entropy"] is None else f"{diag['bigram_cross_entropy']:.3f}",
         diag["initial_loss_uniform"],
     )
-    summary = summarise(results)
+    return diag
+
+
+def _loss_rows(
+    variants: list[Variant],
+    summary: dict[str, dict[str, float]],
+    chosen: dict[str, float],
+    table: list[dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """The "validation loss" table: one row per variant (mean over seeds, seed SD, sub-layer cos, paper's loss)."""
     rows = []
     for v in variants:
         s = summary[v.name]
@@ -320,27 +389,25 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                 "paper OLMo-1B V2 loss": PAPER_V2_LOSS.get(v.name),
             }
         )
+    return rows
+
+
+def _verdict(comp: list[Any], effect: float | None, main_variant: str, ref: str) -> dict[str, Any]:
+    """The ``verdict`` metric (and its reason when there is none)."""
     from iclr25_shared.stats import verdict
 
-    metrics: dict[str, Any] = {
-        "primary": comp[0].name if comp else None,
-        "paper_effect": effect,
-        "diagnostics": diag,
-        "summary": summary,
-        "setting": {**dataclasses.asdict(st), "tokens_per_run": st.steps * tokens_per_step},
-        "chosen_lr": chosen,
-    }
     if not comp:
-        metrics["verdict"] = None
-        metrics["verdict_reason"] = "one variant or one seed: no paired comparison"
-    elif effect is None:
-        metrics["verdict"] = None
-        metrics["verdict_reason"] = f"the paper reports no {main_variant} vs {ref} difference"
-    else:
-        metrics["verdict"] = verdict(comp[0], effect)
-    notes = [
+        return {"verdict": None, "verdict_reason": "one variant or one seed: no paired comparison"}
+    if effect is None:
+        return {"verdict": None, "verdict_reason": f"the paper reports no {main_variant} vs {ref} difference"}
+    return {"verdict": verdict(comp[0], effect)}
+
+
+def _notes(plan: _Plan, main_variant: str, ref: str, effect: float | None) -> list[str]:
+    """The results' notes: the declared primary, the secondary and exploratory rows, the protocol."""
+    return [
         f"primary (declared before the run): {primary_name(main_variant, ref)}, paired by seed "
-        f"({len(seeds)} seeds); paper_effect = {effect if effect is None else f'{effect:+.3f}'} (OLMo-1B, 500B "
+        f"({len(plan.seeds)} seeds); paper_effect = {effect if effect is None else f'{effect:+.3f}'} (OLMo-1B, 500B "
         "tokens, V2 eval loss, arXiv 2409.19606); the verdict reads the primary only",
         "secondary (Holm-adjusted among themselves): the primary variant at the earlier token counts, every other "
         "variant - reference at every token count; exploratory: mean consecutive sub-layer cos, variant - "
@@ -349,9 +416,9 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         "differences are paired per seed; equal budget = equal steps and tokens (not equal: each variant's "
         "learning rate, tuned on its own).",
         "Learning rate per variant: best final validation loss, averaged over tuning seed(s) "
-        + ", ".join(str(t) for t in tune_seeds)
+        + ", ".join(str(t) for t in plan.tune_seeds)
         + " (other validation windows), over the grid "
-        + ", ".join(f"{lr:g}" for lr in st.lrs)
+        + ", ".join(f"{lr:g}" for lr in plan.st.lrs)
         + ".",
         "consecutive sub-layer cos: median over held-out tokens of cos(h0^j, h0^(j+1)) between the inputs of "
         "consecutive sub-layers (attention and FFN), averaged over pairs.",
@@ -359,6 +426,31 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         "training tokens; a model below the unigram level has learned context.",
         "paper (OLMo-1B, 500B tokens, V2 loss): residual 2.811, DHCx1 2.819, DHCx2 2.802, SHCx4 2.791, DHCx4 2.781.",
     ]
+
+
+def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
+    """Tune each variant's learning rate, train it over the seeds; paired differences with 95 % intervals."""
+    plan = _plan(cfg, ctx)
+    chosen, grid_rows = _tune(plan)
+    results = _train_reported(plan, chosen)
+    table = per_seed(results, plan.checkpoints, plan.tokens_per_step)
+    names = [v.name for v in plan.variants]
+    comp, main_variant = comparisons(table, names, plan.checkpoints, plan.tokens_per_step)
+    ref = names[0]
+    effect = paper_effect(main_variant, ref)
+    diag = _diagnostics(plan, results, ref)
+    summary = summarise(results)
+    rows = _loss_rows(plan.variants, summary, chosen, table)
+    metrics: dict[str, Any] = {
+        "primary": comp[0].name if comp else None,
+        "paper_effect": effect,
+        "diagnostics": diag,
+        "summary": summary,
+        "setting": {**dataclasses.asdict(plan.st), "tokens_per_run": plan.st.steps * plan.tokens_per_step},
+        "chosen_lr": chosen,
+        **_verdict(comp, effect, main_variant, ref),
+    }
+    notes = _notes(plan, main_variant, ref, effect)
     if ctx.writes:
         notes.append("plots: " + ", ".join(_plot_reproduce(ctx, results, names)))
     return Result(

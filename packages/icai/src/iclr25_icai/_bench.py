@@ -14,7 +14,7 @@ from iclr25_shared.cli import Result, RunContext
 if TYPE_CHECKING:
     from iclr25_icai.cli import BenchConfig
 
-from iclr25_icai._experiment import _wiki
+from iclr25_icai._corpus import _wiki
 
 __all__ = ["bench"]
 
@@ -88,41 +88,39 @@ def _endpoint_rows(
     return run, rows
 
 
-def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """Calls per 100 pairs, resume cache hits, ICAI wall time against a latency endpoint at each --concurrency, and
-    batched local scoring throughput; every timing through :func:`iclr25_shared.bench.interleaved`."""
-    from iclr25_icai._backends import CachedBackend, LocalChatBackend
-    from iclr25_icai._embed import TfidfEmbedder
-    from iclr25_icai._icai import ICAIConfig, choice_vote_messages, reconstruct, run_icai, validate_pairs
-    from iclr25_icai._synthetic import feature_oracle, make_planted_pairs
-    from iclr25_shared.bench import interleaved
+def _call_rows(
+    cfg: BenchConfig, pairs: Any, embed: Any, icai_cfg: Any
+) -> tuple[list[dict[str, Any]], Any, int]:
+    """LLM calls per 100 pairs of ICAI and of the reconstruction (scripted oracle); the ICAI result and its calls."""
+    from iclr25_icai._icai import reconstruct, run_icai
+    from iclr25_icai._synthetic import feature_oracle
 
-    corpus = _wiki()
-    pairs = make_planted_pairs(corpus, "person", cfg.pairs, seed=cfg.seed)
-    icai_cfg = ICAIConfig(n_clusters=40, max_principles=5, reannotations=3, flips="random")
-    embed = TfidfEmbedder()
-    embed(["warm up the vectorizer import"])
-    rows = []
     oracle = feature_oracle([pairs], seed=cfg.seed)
     res = run_icai(pairs, oracle, embed, icai_cfg, seed=cfg.seed)
     calls_icai = oracle.calls
     reconstruct(res.constitution, pairs, oracle, seed=cfg.seed)
     per100 = 100 / cfg.pairs
-    rows.append(
+    rows = [
         {
             "measurement": "ICAI calls per 100 pairs (scripted oracle)",
             "value": round(calls_icai * per100, 1),
             "detail": f"{cfg.pairs} pairs, {len(res.candidates)} candidates, k=3 reannotations",
-        }
-    )
-    rows.append(
+        },
         {
             "measurement": "reconstruction calls per 100 pairs (both orders)",
             "value": round((oracle.calls - calls_icai) * per100, 1),
             "detail": "",
-        }
-    )
-    # resume after a crash half-way
+        },
+    ]
+    return rows, res, calls_icai
+
+
+def _resume_row(cfg: BenchConfig, pairs: Any, embed: Any, icai_cfg: Any, res: Any, calls_icai: int) -> dict:
+    """Cache hits when ICAI resumes after a crash half-way through its calls."""
+    from iclr25_icai._backends import CachedBackend
+    from iclr25_icai._icai import run_icai
+    from iclr25_icai._synthetic import feature_oracle
+
     with tempfile.TemporaryDirectory(prefix="icai-bench-") as tmp:
         path = Path(tmp) / "calls.jsonl"
         fresh = feature_oracle([pairs], seed=cfg.seed)
@@ -134,14 +132,77 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         resumed = CachedBackend(fresh2, path)
         res2 = run_icai(pairs, resumed, embed, icai_cfg, seed=cfg.seed)
         repeated = first + fresh2.calls - calls_icai
-        rows.append(
-            {
-                "measurement": "cache hit rate on the resumed run",
-                "value": round(resumed.hits / max(1, resumed.hits + resumed.misses), 3),
-                "detail": f"crash after {first} calls; resume: {resumed.hits} hits, {resumed.misses} new calls; "
-                f"calls repeated: {repeated}; same constitution: {res2.constitution == res.constitution}",
-            }
-        )
+        return {
+            "measurement": "cache hit rate on the resumed run",
+            "value": round(resumed.hits / max(1, resumed.hits + resumed.misses), 3),
+            "detail": f"crash after {first} calls; resume: {resumed.hits} hits, {resumed.misses} new calls; "
+            f"calls repeated: {repeated}; same constitution: {res2.constitution == res.constitution}",
+        }
+
+
+def _local_rows(cfg: BenchConfig, ctx: RunContext, pairs: Any, res: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """SmolLM2 vote scoring one by one against batched (padded, shared prefix), interleaved, on the same prompts."""
+    from iclr25_icai._backends import LocalChatBackend
+    from iclr25_icai._icai import choice_vote_messages, validate_pairs
+    from iclr25_shared.bench import interleaved
+
+    ctx.log.info("loading SmolLM2-135M-Instruct")
+    base = LocalChatBackend(device=ctx.torch_device(), seed=cfg.seed)
+    sub = validate_pairs(pairs.iloc[: cfg.local_pairs])
+    principles = [str(p) for p in list(res.candidates)[:6]]
+    prompts = [
+        choice_vote_messages("", first, second, p, ["A", "B"])
+        for _, r in sub.iterrows()
+        for first, second in ((r["text_a"], r["text_b"]), (r["text_b"], r["text_a"]))
+        for p in principles
+    ]
+    outs: dict[str, Any] = {}
+
+    def scoring(label: str, bs: int, share: bool) -> Any:
+        def go() -> None:
+            base.batch_size, base.share_prefix = bs, share
+            outs[label] = base.choice_logprobs(prompts, ["A", "B"])
+
+        return go
+
+    arms = {
+        "one by one": scoring("one by one", 1, False),
+        "batched (8), padded": scoring("batched (8), padded", 8, False),
+        "batched (8), shared prefix": scoring("batched (8), shared prefix", 8, True),
+    }
+    local_run = interleaved(
+        arms,
+        repeats=cfg.repeats,
+        warmup=1,
+        device=ctx.torch_device(),
+        threads=ctx.threads or None,
+        progress=lambda it: ctx.progress(it, desc="local scoring rounds"),
+    )
+    local_rows = local_run.rows(
+        "one by one",
+        units=dict.fromkeys(arms, float(len(prompts))),
+        unit="prompts",
+        held_equal=f"the same {len(prompts)} prompts (2 orders x {len(principles)} principles per pair)",
+    )
+    for r in local_rows:
+        r["max |d log p| vs one by one"] = float(np.max(np.abs(outs[r["arm"]] - outs["one by one"])))
+    return local_run, local_rows
+
+
+def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
+    """Calls per 100 pairs, resume cache hits, ICAI wall time against a latency endpoint at each --concurrency, and
+    batched local scoring throughput; every timing through :func:`iclr25_shared.bench.interleaved`."""
+    from iclr25_icai._embed import TfidfEmbedder
+    from iclr25_icai._icai import ICAIConfig
+    from iclr25_icai._synthetic import make_planted_pairs
+
+    corpus = _wiki()
+    pairs = make_planted_pairs(corpus, "person", cfg.pairs, seed=cfg.seed)
+    icai_cfg = ICAIConfig(n_clusters=40, max_principles=5, reannotations=3, flips="random")
+    embed = TfidfEmbedder()
+    embed(["warm up the vectorizer import"])
+    rows, res, calls_icai = _call_rows(cfg, pairs, embed, icai_cfg)
+    rows.append(_resume_row(cfg, pairs, embed, icai_cfg, res, calls_icai))  # resume after a crash half-way
     tables: dict[str, Any] = {"bench": rows}
     raw: dict[str, Any] = {}
     sub_pairs = pairs.iloc[: cfg.endpoint_pairs].reset_index(drop=True)
@@ -153,47 +214,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     )
     raw["endpoint"] = endpoint_run.as_dict()
     if cfg.local_pairs:
-        ctx.log.info("loading SmolLM2-135M-Instruct")
-        base = LocalChatBackend(device=ctx.torch_device(), seed=cfg.seed)
-        sub = validate_pairs(pairs.iloc[: cfg.local_pairs])
-        principles = [str(p) for p in list(res.candidates)[:6]]
-        prompts = [
-            choice_vote_messages("", first, second, p, ["A", "B"])
-            for _, r in sub.iterrows()
-            for first, second in ((r["text_a"], r["text_b"]), (r["text_b"], r["text_a"]))
-            for p in principles
-        ]
-        outs: dict[str, Any] = {}
-
-        def scoring(label: str, bs: int, share: bool) -> Any:
-            def go() -> None:
-                base.batch_size, base.share_prefix = bs, share
-                outs[label] = base.choice_logprobs(prompts, ["A", "B"])
-
-            return go
-
-        arms = {
-            "one by one": scoring("one by one", 1, False),
-            "batched (8), padded": scoring("batched (8), padded", 8, False),
-            "batched (8), shared prefix": scoring("batched (8), shared prefix", 8, True),
-        }
-        local_run = interleaved(
-            arms,
-            repeats=cfg.repeats,
-            warmup=1,
-            device=ctx.torch_device(),
-            threads=ctx.threads or None,
-            progress=lambda it: ctx.progress(it, desc="local scoring rounds"),
-        )
-        local_rows = local_run.rows(
-            "one by one",
-            units=dict.fromkeys(arms, float(len(prompts))),
-            unit="prompts",
-            held_equal=f"the same {len(prompts)} prompts (2 orders x {len(principles)} principles per pair)",
-        )
-        for r in local_rows:
-            r["max |d log p| vs one by one"] = float(np.max(np.abs(outs[r["arm"]] - outs["one by one"])))
-        tables["local vote scoring (interleaved)"] = local_rows
+        local_run, tables["local vote scoring (interleaved)"] = _local_rows(cfg, ctx, pairs, res)
         raw["local"] = local_run.as_dict()
     return Result(
         metrics={"pairs": cfg.pairs, "threads": ctx.threads, "bench": raw},

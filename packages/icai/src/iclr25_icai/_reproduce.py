@@ -14,7 +14,7 @@ from iclr25_shared.cli import Result, RunContext
 if TYPE_CHECKING:
     from iclr25_icai.cli import ReproduceConfig
 
-from iclr25_icai._experiment import _wiki
+from iclr25_icai._corpus import _wiki
 
 __all__ = ["PAPER", "comparisons", "reproduce"]
 
@@ -108,84 +108,95 @@ def _icai_config(backend: str) -> Any:
     )
 
 
-def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
-    """Planted-rule recovery and reconstruction agreement (arXiv:2406.06560, Section 4.1, Table 1) on Wikipedia."""
-    from iclr25_icai._backends import CachedBackend, LocalChatBackend
-    from iclr25_icai._embed import TfidfEmbedder
+def _one_run(
+    cfg: ReproduceConfig,
+    ctx: RunContext,
+    backend_name: str,
+    local: Any,
+    embed: Any,
+    icai_cfg: Any,
+    seed: int,
+    setting: str,
+    pairs: tuple[Any, Any],
+) -> dict[str, Any]:
+    """ICAI on one seed's training pairs of one setting, then the reconstruction on its test pairs: the per-seed
+    row (rule recovered, probe votes, agreement of the default, constitutional and true-rule annotators)."""
     from iclr25_icai._icai import reconstruct_many, run_icai
-    from iclr25_icai._synthetic import RULES, SETTINGS, feature_oracle, make_planted_pairs, matches_rule
+    from iclr25_icai._synthetic import RULES, SETTINGS, feature_oracle, matches_rule
 
-    corpus = _wiki()
-    embed = TfidfEmbedder()
-    per_seed: list[dict[str, Any]] = []
-    timings: dict[str, float] = {}
-    local = None
-    for backend_name in cfg.backends:
-        n_train, n_test = _sizes(backend_name, cfg.size)
-        n_train, n_test = cfg.train_pairs or n_train, cfg.test_pairs or n_test
-        icai_cfg = _icai_config(backend_name)
-        t_backend = time.perf_counter()
-        if backend_name == "local" and local is None:
-            ctx.log.info("loading SmolLM2-135M-Instruct")
-            local = CachedBackend(LocalChatBackend(device=ctx.torch_device(), seed=cfg.seed), None)
-        n_seeds = 5 if cfg.size == "gpu" and cfg.seeds == 3 else cfg.seeds  # --size gpu: 5 unless given
-        for s in range(n_seeds):
-            seed = cfg.seed + s
-            split = np.random.default_rng(10_000 + seed).permutation(len(corpus))
-            train_rows, test_rows = split[: len(split) // 2], split[len(split) // 2 :]
-            for setting in _settings(backend_name, cfg.size, cfg.settings):
-                rule = SETTINGS[setting]
-                train = make_planted_pairs(
-                    corpus, rule, n_train, seed=seed, max_words=cfg.max_words, rows=train_rows
-                )
-                test = make_planted_pairs(
-                    corpus, rule, n_test, seed=seed, max_words=cfg.max_words, rows=test_rows
-                )
-                llm = feature_oracle([train, test], seed=seed) if backend_name == "oracle" else local
-                ctx.log.info(f"{backend_name} seed {seed} {setting}: {n_train} train / {n_test} test pairs")
-                t0 = time.perf_counter()
-                probes = [RULES[rule].statement, RULES[rule].inverse]
-                res = run_icai(train, llm, embed, icai_cfg, seed=seed, probes=probes)
-                principles = list(res.constitution.principles)
-                ranks = [i + 1 for i, p in enumerate(principles) if matches_rule(p, rule)]
-                inv_rule = {"person": None, "longer": "shorter", "shorter": "longer"}[rule]
-                probe = res.probe_counts.set_index("principle")
-                rec = reconstruct_many(
-                    {"default": None, "constitution": res.constitution, "true": [RULES[rule].statement]},
-                    test,
-                    llm,
-                    seed=seed,
-                )
-                agree0, agree1, agree_true = (
-                    rec[k]["agree"].mean() for k in ("default", "constitution", "true")
-                )
-                per_seed.append(
-                    {
-                        "backend": backend_name,
-                        "setting": setting,
-                        "rule": rule,
-                        "seed": seed,
-                        "recovered_rank1": bool(ranks[:1] == [1]),
-                        "rank": ranks[0] if ranks else 0,
-                        "inverse_in_constitution": bool(
-                            inv_rule is not None and any(matches_rule(p, inv_rule) for p in principles)
-                        ),
-                        "proposed_at_all": bool(
-                            any(matches_rule(p, rule) for p in res.proposals["principle"] if p)
-                        ),
-                        "probe_rule_net": int(probe.loc[probes[0], "for"] - probe.loc[probes[0], "against"]),
-                        "probe_inverse_net": int(
-                            probe.loc[probes[1], "for"] - probe.loc[probes[1], "against"]
-                        ),
-                        "agreement_default": float(agree0),
-                        "agreement_constitutional": float(agree1),
-                        "agreement_true_rule": float(agree_true),
-                        "constitution": " | ".join(principles),
-                        "seconds": round(time.perf_counter() - t0, 1),
-                    }
-                )
-                ctx.log.info(f"row: {per_seed[-1]}")  # a record even if the run is stopped later
-        timings[backend_name] = time.perf_counter() - t_backend
+    rule = SETTINGS[setting]
+    train, test = pairs
+    llm = feature_oracle([train, test], seed=seed) if backend_name == "oracle" else local
+    t0 = time.perf_counter()
+    probes = [RULES[rule].statement, RULES[rule].inverse]
+    res = run_icai(train, llm, embed, icai_cfg, seed=seed, probes=probes)
+    principles = list(res.constitution.principles)
+    ranks = [i + 1 for i, p in enumerate(principles) if matches_rule(p, rule)]
+    inv_rule = {"person": None, "longer": "shorter", "shorter": "longer"}[rule]
+    probe = res.probe_counts.set_index("principle")
+    rec = reconstruct_many(
+        {"default": None, "constitution": res.constitution, "true": [RULES[rule].statement]},
+        test,
+        llm,
+        seed=seed,
+    )
+    agree0, agree1, agree_true = (rec[k]["agree"].mean() for k in ("default", "constitution", "true"))
+    return {
+        "backend": backend_name,
+        "setting": setting,
+        "rule": rule,
+        "seed": seed,
+        "recovered_rank1": bool(ranks[:1] == [1]),
+        "rank": ranks[0] if ranks else 0,
+        "inverse_in_constitution": bool(
+            inv_rule is not None and any(matches_rule(p, inv_rule) for p in principles)
+        ),
+        "proposed_at_all": bool(any(matches_rule(p, rule) for p in res.proposals["principle"] if p)),
+        "probe_rule_net": int(probe.loc[probes[0], "for"] - probe.loc[probes[0], "against"]),
+        "probe_inverse_net": int(probe.loc[probes[1], "for"] - probe.loc[probes[1], "against"]),
+        "agreement_default": float(agree0),
+        "agreement_constitutional": float(agree1),
+        "agreement_true_rule": float(agree_true),
+        "constitution": " | ".join(principles),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+
+
+def _backend_runs(
+    cfg: ReproduceConfig, ctx: RunContext, backend_name: str, local: Any, corpus: Any, embed: Any
+) -> list[dict[str, Any]]:
+    """Every seed and setting of one backend: the per-seed rows, in run order."""
+    from iclr25_icai._synthetic import SETTINGS, make_planted_pairs
+
+    n_train, n_test = _sizes(backend_name, cfg.size)
+    n_train, n_test = cfg.train_pairs or n_train, cfg.test_pairs or n_test
+    icai_cfg = _icai_config(backend_name)
+    rows: list[dict[str, Any]] = []
+    n_seeds = 5 if cfg.size == "gpu" and cfg.seeds == 3 else cfg.seeds  # --size gpu: 5 unless given
+    for s in range(n_seeds):
+        seed = cfg.seed + s
+        split = np.random.default_rng(10_000 + seed).permutation(len(corpus))
+        train_rows, test_rows = split[: len(split) // 2], split[len(split) // 2 :]
+        for setting in _settings(backend_name, cfg.size, cfg.settings):
+            rule = SETTINGS[setting]
+            train = make_planted_pairs(
+                corpus, rule, n_train, seed=seed, max_words=cfg.max_words, rows=train_rows
+            )
+            test = make_planted_pairs(
+                corpus, rule, n_test, seed=seed, max_words=cfg.max_words, rows=test_rows
+            )
+            ctx.log.info(f"{backend_name} seed {seed} {setting}: {n_train} train / {n_test} test pairs")
+            rows.append(
+                _one_run(cfg, ctx, backend_name, local, embed, icai_cfg, seed, setting, (train, test))
+            )
+            ctx.log.info(f"row: {rows[-1]}")  # a record even if the run is stopped later
+    return rows
+
+
+def _summary(cfg: ReproduceConfig, per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (backend, setting): how often the rule was recovered and the mean agreements."""
+    from iclr25_icai._synthetic import RULES, SETTINGS
+
     summary = []
     for backend_name in cfg.backends:
         for setting in _settings(backend_name, cfg.size, cfg.settings):
@@ -211,6 +222,13 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
                     "paper default → const. %": "{} → {}".format(*PAPER[setting]),
                 }
             )
+    return summary
+
+
+def _metrics_and_notes(
+    cfg: ReproduceConfig, per_seed: list[dict[str, Any]], rows_c: list[Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """The metrics (size, seeds, paper effect and verdict of the primary) and the notes."""
     notes = [
         "oracle = a scripted LLM that reads the prompts and answers from the true text features (a pipeline check, "
         "not a model); local = SmolLM2-135M-Instruct, scoring A vs B by next-token log-probability.",
@@ -218,7 +236,6 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
         "probe_*_net: for - against votes of the planted rule and of its inverse on the training pairs (the voter's "
         "ability to see the rule, independent of the proposer).",
     ]
-    rows_c = comparisons(per_seed, cfg.backends)
     metrics: dict[str, Any] = {
         "size": cfg.size,
         "seeds": len({r["seed"] for r in per_seed}) if per_seed else cfg.seeds,
@@ -236,6 +253,29 @@ def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
             "Secondary: the primary LLM's other settings (Holm-adjusted); exploratory: the oracle's (a scripted "
             "pipeline check) when SmolLM2 is the primary."
         )
+    return metrics, notes
+
+
+def reproduce(cfg: ReproduceConfig, ctx: RunContext) -> Result:
+    """Planted-rule recovery and reconstruction agreement (arXiv:2406.06560, Section 4.1, Table 1) on Wikipedia."""
+    from iclr25_icai._backends import CachedBackend, LocalChatBackend
+    from iclr25_icai._embed import TfidfEmbedder
+
+    corpus = _wiki()
+    embed = TfidfEmbedder()
+    per_seed: list[dict[str, Any]] = []
+    timings: dict[str, float] = {}
+    local = None
+    for backend_name in cfg.backends:
+        t_backend = time.perf_counter()
+        if backend_name == "local" and local is None:
+            ctx.log.info("loading SmolLM2-135M-Instruct")
+            local = CachedBackend(LocalChatBackend(device=ctx.torch_device(), seed=cfg.seed), None)
+        per_seed.extend(_backend_runs(cfg, ctx, backend_name, local, corpus, embed))
+        timings[backend_name] = time.perf_counter() - t_backend
+    summary = _summary(cfg, per_seed)
+    rows_c = comparisons(per_seed, cfg.backends)
+    metrics, notes = _metrics_and_notes(cfg, per_seed, rows_c)
     return Result(
         metrics=metrics,
         tables={"comparisons": [r.as_dict() for r in rows_c], "summary": summary, "per_seed": per_seed},

@@ -1,5 +1,6 @@
 """``iclr25-icai``: Inverse Constitutional AI — compress pairwise preferences into a short constitution with a local
-or OpenAI-compatible LLM. Config dataclasses and ``main`` only; the work is in ``_experiment.py``."""
+or OpenAI-compatible LLM. Config dataclasses and ``main`` only; the work is in ``_run.py``, ``_reproduce.py`` and
+``_bench.py``."""
 
 from __future__ import annotations
 
@@ -203,7 +204,7 @@ class BenchConfig(CommonOptions):
 
 
 COMMANDS = {
-    "run": (RunConfig, "iclr25_icai._experiment:run"),
+    "run": (RunConfig, "iclr25_icai._run:run"),
     "reproduce": (ReproduceConfig, "iclr25_icai._reproduce:reproduce"),
     "bench": (BenchConfig, "iclr25_icai._bench:bench"),
 }

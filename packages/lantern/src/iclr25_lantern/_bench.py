@@ -186,43 +186,53 @@ def _round_profile(models, relax, labels, seed, gamma) -> dict[str, float]:
     return out
 
 
-def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
-    """Tokens/s of target-only AR, standard SD and LANTERN (shared interleaved protocol) and their quality."""
-    import torch
+SD_NAME = "standard SD (delta=0)"
 
-    from iclr25_lantern._decoding import verify_drafts
-    from iclr25_lantern._relaxed import Relaxation, latent_proximity
-    from iclr25_shared.bench import interleaved
 
-    device = ctx.torch_device()
+def _bench_models(cfg: BenchConfig, ctx: RunContext, device: Any) -> dict[str, Any]:
+    """The models of ``--models``, or trained here at ``--size``; ``--k`` checked against their codebook."""
     if cfg.models is not None:
         models = _load_models(cfg.models, device)
     else:
         models = _train_models(SIZES[cfg.size], GENERATE_CODEBOOK, cfg.data, cfg.seed, ctx, device)
     _check_k(cfg.k, models["vq"].codebook_size, " of the codebook in --models")
-    tic = time.perf_counter()
-    table = latent_proximity(models["vq"].codebook.detach(), cfg.k)  # once per codebook
-    timings = {"proximity_table": time.perf_counter() - tic}
+    return models
+
+
+def _arms(cfg: BenchConfig, table: Any) -> list[tuple[str, str, Any]]:
+    """``(name, method, relaxation)`` of every arm: target-only AR, standard SD, LANTERN per delta and lambda."""
+    from iclr25_lantern._relaxed import Relaxation
+
     arms: list[tuple[str, str, Any]] = [
         ("target-only AR", "ar", None),
-        ("standard SD (delta=0)", "sd", Relaxation()),
+        (SD_NAME, "sd", Relaxation()),
     ]
     for delta in cfg.deltas:
         arms.append((_relax_label(cfg.k, delta, None), "sd", Relaxation(neighbours=table, delta=delta)))
     for lam in cfg.lams:
         arms.append((_relax_label(cfg.k, None, lam), "sd", Relaxation(neighbours=table, lam=lam)))
+    return arms
 
-    # quality: many images, decoded once per arm, with intervals
-    tic = time.perf_counter()
+
+def _quality_table(
+    cfg: BenchConfig, ctx: RunContext, models: dict[str, Any], arms: list, device: Any
+) -> tuple[list[dict[str, Any]], Any]:
+    """Quality rows of ``--quality-images`` images per arm against 1000 real test images, and their prompts."""
+    import torch
+
     xt, _ = _images("test", cfg.data, 1000, cfg.seed)
     with torch.no_grad():
         real = _real_stats(models["clf"].features(xt.to(device)).cpu().numpy().astype(np.float64))
     q_labels = torch.arange(cfg.quality_images) % 10
-    quality = _quality_rows(models, arms, q_labels, cfg.seed + 1, cfg.gamma, real, ctx)
-    timings["quality"] = time.perf_counter() - tic
+    return _quality_rows(models, arms, q_labels, cfg.seed + 1, cfg.gamma, real, ctx), q_labels
 
-    # speed: each call decodes the same --images prompts with the same generator seed (identical tokens every call)
-    labels = torch.from_numpy(np.random.default_rng(cfg.seed).integers(0, 10, cfg.images))
+
+def _speed_run(
+    cfg: BenchConfig, ctx: RunContext, models: dict[str, Any], arms: list, labels: Any, device: Any
+) -> tuple[Any, dict[str, int]]:
+    """Every arm decoding the same ``labels`` with the same generator seed, interleaved; target calls per arm."""
+    from iclr25_shared.bench import interleaved
+
     calls: dict[str, int] = {}
 
     def arm(name, method, relax):
@@ -232,16 +242,19 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
 
         return run
 
-    tic = time.perf_counter()
     run = interleaved({name: arm(name, m, r) for name, m, r in arms}, repeats=cfg.repeats, warmup=1,
                       device=device, threads=cfg.threads or None, progress=lambda it: ctx.progress(it, desc="speed"))  # fmt: skip
-    timings["speed"] = time.perf_counter() - tic
-    n_tok = 49 * cfg.images
-    sd_name = "standard SD (delta=0)"
+    return run, calls
+
+
+def _speed_rows(
+    arms: list, run: Any, calls: dict[str, int], quality: list[dict[str, Any]], n_tok: int
+) -> list[dict[str, Any]]:
+    """Tokens/s, speed-ups against AR and SD, and the round cost of each arm."""
     by_name = {r["method"]: r for r in quality}
     speed = []
     for name, method, _ in arms:
-        vs_ar, vs_sd = run.speedup(name, "target-only AR"), run.speedup(name, sd_name)
+        vs_ar, vs_sd = run.speedup(name, "target-only AR"), run.speedup(name, SD_NAME)
         row: dict[str, Any] = {
             "method": name,
             "tokens/s": n_tok / run.median(name),
@@ -254,18 +267,28 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             "in quality band": by_name[name]["in quality band"],
         }
         if method == "sd":  # seconds per target call (one round: gamma drafter calls, one verification)
-            scale = calls[sd_name] / calls[name]
-            est = run.ratio(name, sd_name)
+            scale = calls[SD_NAME] / calls[name]
+            est = run.ratio(name, SD_NAME)
             cost = (est.value * scale, est.low * scale, est.high * scale)
             row["round cost vs SD [95% CI]"] = f"{cost[0]:.3f} [{cost[1]:.3f}, {cost[2]:.3f}]"
             # the tau of a few timed prompts is noisy: tokens/s at the tau of the quality images' decode instead
-            gain = by_name[name]["tau (tokens/target call)"] / by_name[sd_name]["tau (tokens/target call)"]
+            gain = by_name[name]["tau (tokens/target call)"] / by_name[SD_NAME]["tau (tokens/target call)"]
             row["speed-up vs SD at the quality tau [95% CI]"] = (
                 f"{gain / cost[0]:.3f} [{gain / cost[2]:.3f}, {gain / cost[1]:.3f}]"
             )
         speed.append(row)
+    return speed
 
-    # the acceptance step alone: the same recorded rounds verified with standard SD and with each LANTERN arm
+
+def _acceptance_step(
+    cfg: BenchConfig, models: dict[str, Any], arms: list, q_labels: Any, device: Any
+) -> tuple[Any, list[dict[str, Any]], int]:
+    """The acceptance step alone: the same recorded rounds verified with standard SD and with each LANTERN arm."""
+    import torch
+
+    from iclr25_lantern._decoding import verify_drafts
+    from iclr25_shared.bench import interleaved
+
     rounds = _recorded_rounds(models, q_labels[:50], cfg.gamma, cfg.seed + 2, 400)
 
     def step(relax):
@@ -282,19 +305,76 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     )
     steps = []
     for name in step_arms:
-        est = step_run.ratio(name, sd_name)
+        est = step_run.ratio(name, SD_NAME)
         steps.append({"method": name, "microseconds per verification": 1e6 * step_run.median(name) / len(rounds),
                       "cost vs SD verification [95% CI]": f"{est.value:.3f} [{est.low:.3f}, {est.high:.3f}]"})  # fmt: skip
+    return step_run, steps, len(rounds)
+
+
+def _profile_rows(cfg: BenchConfig, models: dict[str, Any], arms: list, labels: Any) -> list[dict[str, Any]]:
+    """CPU microseconds per round in each part of decoding, for every speculative arm."""
     profile = []
     for name, method, relax in arms:
         if method == "sd":
             prof = _round_profile(models, relax, labels, cfg.seed, cfg.gamma)
             profile.append({"method": name, **{f"{k} (us/round)": v for k, v in prof.items()}})
+    return profile
+
+
+def _notes(cfg: BenchConfig, n_tok: int, n_rounds: int) -> list[str]:
+    """What each table measures and what its protocol holds equal."""
+    return [
+        f"speed: iclr25_shared.bench.interleaved, {cfg.repeats} rounds, arm order rotated each round; one call of "
+        f"an arm decodes the same {cfg.images} class prompts (49 tokens each, batch 1) with the same generator "
+        f"seed; held equal: prompts, tokens ({n_tok} per call), target and drafter, gamma = {cfg.gamma}, KV "
+        "caches, one batched verification call per round; not held equal: the tokens drawn (LANTERN's law "
+        "differs from the target's) and hence the number of target calls. Speed-ups: median of per-round time "
+        "ratios, percentile bootstrap over rounds. Round cost = seconds per target call relative to SD. Speed-up at "
+        "the quality tau = (tau ratio over the quality images) / round cost; its interval is the round cost's "
+        "(the tau ratio's own sampling error, about 2 % at 500 images, is not in it).",
+        f"quality: {cfg.quality_images} images per arm (prompts: classes in turn, the same for every arm), "
+        "FD in the top 16 principal components of the classifier features of 1000 real test images; quality band: "
+        + QUALITY_BAND
+        + ".",
+        f"acceptance step: {n_rounds} recorded verification rounds (gamma = {cfg.gamma} positions each) "
+        "verified with verify_drafts (acceptance probabilities, draws, residual at the first rejection), "
+        "interleaved with the same protocol.",
+        f"profile: CPU microseconds per round (target call) in each part, one decode of the {cfg.images} speed "
+        "prompts per speculative arm, parts timed with process_time wrappers (removed afterwards).",
+    ]
+
+
+def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
+    """Tokens/s of target-only AR, standard SD and LANTERN (shared interleaved protocol) and their quality."""
+    import torch
+
+    from iclr25_lantern._relaxed import latent_proximity
+
+    device = ctx.torch_device()
+    models = _bench_models(cfg, ctx, device)
+    tic = time.perf_counter()
+    table = latent_proximity(models["vq"].codebook.detach(), cfg.k)  # once per codebook
+    timings = {"proximity_table": time.perf_counter() - tic}
+    arms = _arms(cfg, table)
+
+    # quality: many images, decoded once per arm, with intervals
+    tic = time.perf_counter()
+    quality, q_labels = _quality_table(cfg, ctx, models, arms, device)
+    timings["quality"] = time.perf_counter() - tic
+
+    # speed: each call decodes the same --images prompts with the same generator seed (identical tokens every call)
+    labels = torch.from_numpy(np.random.default_rng(cfg.seed).integers(0, 10, cfg.images))
+    tic = time.perf_counter()
+    run, calls = _speed_run(cfg, ctx, models, arms, labels, device)
+    timings["speed"] = time.perf_counter() - tic
+    n_tok = 49 * cfg.images
+    speed = _speed_rows(arms, run, calls, quality, n_tok)
+    step_run, steps, n_rounds = _acceptance_step(cfg, models, arms, q_labels, device)
     tables: dict[str, Any] = {
         "speed": speed,
         "quality": quality,
         "acceptance_step": steps,
-        "profile": profile,
+        "profile": _profile_rows(cfg, models, arms, labels),
     }
     if cfg.text:
         tables["text"] = _text_row(cfg, ctx, timings)
@@ -309,23 +389,5 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         },
         tables=tables,
         timings=timings,
-        notes=[
-            f"speed: iclr25_shared.bench.interleaved, {cfg.repeats} rounds, arm order rotated each round; one call of "
-            f"an arm decodes the same {cfg.images} class prompts (49 tokens each, batch 1) with the same generator "
-            f"seed; held equal: prompts, tokens ({n_tok} per call), target and drafter, gamma = {cfg.gamma}, KV "
-            "caches, one batched verification call per round; not held equal: the tokens drawn (LANTERN's law "
-            "differs from the target's) and hence the number of target calls. Speed-ups: median of per-round time "
-            "ratios, percentile bootstrap over rounds. Round cost = seconds per target call relative to SD. Speed-up at "
-            "the quality tau = (tau ratio over the quality images) / round cost; its interval is the round cost's "
-            "(the tau ratio's own sampling error, about 2 % at 500 images, is not in it).",
-            f"quality: {cfg.quality_images} images per arm (prompts: classes in turn, the same for every arm), "
-            "FD in the top 16 principal components of the classifier features of 1000 real test images; quality band: "
-            + QUALITY_BAND
-            + ".",
-            f"acceptance step: {len(rounds)} recorded verification rounds (gamma = {cfg.gamma} positions each) "
-            "verified with verify_drafts (acceptance probabilities, draws, residual at the first rejection), "
-            "interleaved with the same protocol.",
-            f"profile: CPU microseconds per round (target call) in each part, one decode of the {cfg.images} speed "
-            "prompts per speculative arm, parts timed with process_time wrappers (removed afterwards).",
-        ],
+        notes=_notes(cfg, n_tok, n_rounds),
     )

@@ -281,7 +281,7 @@ class BenchConfig(CommonOptions):
 
 
 COMMANDS = {
-    "solve": (SolveConfig, "iclr25_qqa._experiment:solve"),
+    "solve": (SolveConfig, "iclr25_qqa._solve:solve"),
     "reproduce": (ReproduceConfig, "iclr25_qqa._reproduce:reproduce"),
     "bench": (BenchConfig, "iclr25_qqa._bench:bench"),
 }

@@ -34,13 +34,13 @@ _LAZY = {
     "load_image_tower": "_model",
     "load_text_tower": "_model",
     "strong_view": "_model",
-    "Features": "_train",
-    "Settings": "_train",
-    "evaluate": "_train",
-    "retrieval_recall": "_train",
-    "store_concept_logits": "_train",
-    "train_stage1": "_train",
-    "train_stage2": "_train",
+    "Features": "_stages",
+    "Settings": "_stages",
+    "evaluate": "_stages",
+    "retrieval_recall": "_stages",
+    "store_concept_logits": "_stages",
+    "train_stage1": "_stages",
+    "train_stage2": "_stages",
 }
 
 __all__ = ["STOPWORDS", "__version__", "concept_multi_hot", "mine_concepts", "words", *sorted(_LAZY)]

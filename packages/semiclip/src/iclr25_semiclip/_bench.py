@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -10,7 +10,9 @@ from iclr25_semiclip import _experiment as ex
 from iclr25_shared.cli import Result, RunContext
 
 if TYPE_CHECKING:
+    from iclr25_semiclip._stages import Features, Settings
     from iclr25_semiclip.cli import BenchConfig
+    from iclr25_shared.distributed import ByteCounter
 
 __all__ = ["bench"]
 
@@ -18,21 +20,44 @@ __all__ = ["bench"]
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     """Step time of a stage-2 step vs a stage-1 step at the same labelled batch (shared interleaved protocol), bytes
     communicated per step when launched on several ranks, and peak memory of one step of each stage."""
-    import torch
-
-    from iclr25_semiclip import _distributed
-    from iclr25_semiclip._concepts import concept_multi_hot, mine_concepts
-    from iclr25_semiclip._data import fashion_split
-    from iclr25_semiclip._model import SemiCLIPHead, SurrogateCaptions
-    from iclr25_semiclip._train import Features, Settings, Stage1, Stage2, _batches, store_concept_logits
     from iclr25_shared.bench import interleaved
-    from iclr25_shared.device import PeakMemory
-    from iclr25_shared.distributed import ByteCounter
 
     device = ex._join_group(ctx, cfg.seed)
     here = ctx.world
     image_tower, text_tower = ex._towers(cfg.towers, device, 64, None)
     text = ex._TextBank(text_tower)
+    feats, concepts = _features(cfg, image_tower, text, device, ctx)
+    arms, counters, sent = _arms(cfg, feats, concepts, text, text_tower, device)
+    for c in counters.values():
+        c.reset()
+    run = interleaved(arms, repeats=cfg.repeats, warmup=1, device=device, progress=ctx.progress)
+    calls = cfg.repeats + 1  # warm-up included in the byte counts
+    ddp_bytes = {stage: c.bytes // calls for stage, c in counters.items()}  # before the memory steps below
+    peaks = _peaks(arms, device)
+    ratio = run.ratio("stage2", "stage1")
+    return Result(
+        metrics={
+            "stage2_over_stage1_time": ratio.value,
+            "stage2_over_stage1_interval": [ratio.low, ratio.high],
+            "stage2_minus_stage1_peak_MiB": peaks["stage2"] - peaks["stage1"],
+            "processes": here.world_size,
+            "bench_run": run.as_dict(),
+        },
+        tables={"bench": _rows(run, here.world_size, ddp_bytes, sent, peaks)},
+        notes=_notes(cfg, ctx),
+    )
+
+
+def _features(
+    cfg: BenchConfig, image_tower: Any, text: Any, device: Any, ctx: RunContext
+) -> tuple[Features, list[str]]:
+    """Cached frozen-tower features of a Fashion-MNIST pool (a quarter captioned) and its mined concepts."""
+    import torch
+
+    from iclr25_semiclip._concepts import concept_multi_hot, mine_concepts
+    from iclr25_semiclip._data import fashion_split
+    from iclr25_semiclip._stages import Features
+
     pool = max(4 * cfg.batch_size, 4 * cfg.unlabelled_batch, 200)
     data = ex._fashion(ex._fashion_images(pool, 10, None), image_tower, cfg.towers, device, ctx)
     split = fashion_split(np.arange(pool), data.pool_labels, labelled_fraction=0.25, seed=cfg.seed)
@@ -45,20 +70,28 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
         data.weak[ui],
         data.strong[ui],
     )
-    settings = Settings(
-        batch_size=cfg.batch_size,
-        unlabelled_batch=cfg.unlabelled_batch,
-        warmup=1,
-        words=min(4, len(concepts)),
-        topk=min(3, len(concepts)),
-    )
+    return feats, concepts
+
+
+def _arms(
+    cfg: BenchConfig, feats: Features, concepts: list[str], text: Any, text_tower: Any, device: Any
+) -> tuple[dict[str, Any], dict[str, ByteCounter], dict[str, int]]:
+    """One step of each stage as a timed arm (optimizers, schedules and DDP wrappers built here, outside the timed
+    calls), with the DDP byte counters and the all-gather bytes each arm records."""
+    import torch
+
+    from iclr25_semiclip import _distributed
+    from iclr25_semiclip._model import SemiCLIPHead, SurrogateCaptions
+    from iclr25_semiclip._stages import Stage1, Stage2, _batches, store_concept_logits
+    from iclr25_shared.distributed import ByteCounter
+
+    settings = _settings(cfg, len(concepts))
     torch.manual_seed(cfg.seed)
     head = SemiCLIPHead(feats.labelled_image.shape[1], text_tower.dim).to(device)
     head.init_concepts(text([ex.CONCEPT_PROMPT.format(c) for c in concepts]))
     stored = store_concept_logits(head, feats.unlabelled_weak)
     surrogate = SurrogateCaptions(text_tower, concepts, words=settings.words).to(device)
-    # optimizers, schedules and DDP wrappers are built here, outside the timed calls; a long schedule keeps the
-    # learning rate in its plateau for every timed step
+    # a long schedule keeps the learning rate in its plateau for every timed step
     counters = {"stage1": ByteCounter(), "stage2": ByteCounter()}
     total = 10 * (cfg.repeats + 2)
     stages = {
@@ -84,18 +117,38 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
 
         return call
 
-    arms = {"stage1": arm("stage1"), "stage2": arm("stage2")}
-    for c in counters.values():
-        c.reset()
-    run = interleaved(arms, repeats=cfg.repeats, warmup=1, device=device, progress=ctx.progress)
-    calls = cfg.repeats + 1  # warm-up included in the byte counts
-    ddp_bytes = {stage: c.bytes // calls for stage, c in counters.items()}  # before the memory steps below
+    return {"stage1": arm("stage1"), "stage2": arm("stage2")}, counters, sent
+
+
+def _settings(cfg: BenchConfig, concepts: int) -> Settings:
+    """The bench's training settings: its batches, one warm-up step, words and top-k within the concept set."""
+    from iclr25_semiclip._stages import Settings
+
+    return Settings(
+        batch_size=cfg.batch_size,
+        unlabelled_batch=cfg.unlabelled_batch,
+        warmup=1,
+        words=min(4, concepts),
+        topk=min(3, concepts),
+    )
+
+
+def _peaks(arms: dict[str, Any], device: Any) -> dict[str, float]:
+    """Peak memory (MiB) of one more, untimed, step of each stage."""
+    from iclr25_shared.device import PeakMemory
+
     peaks = {}
-    for stage, call in arms.items():  # one more (untimed) step of each stage for its memory
+    for stage, call in arms.items():
         with PeakMemory(device) as mem:
             call()
         peaks[stage] = mem.peak_bytes / 2**20
-    ratio = run.ratio("stage2", "stage1")
+    return peaks
+
+
+def _rows(
+    run: Any, processes: int, ddp_bytes: dict[str, int], sent: dict[str, int], peaks: dict[str, float]
+) -> list[dict[str, Any]]:
+    """One row per stage: median step time, ratio to stage 1 with its interval, bytes and peak memory."""
     rows = []
     for stage, label in (("stage1", "InfoNCE + concept soft CE"),
                          ("stage2", "+ pseudo-labels, surrogate captions, trapezoid")):  # fmt: skip
@@ -104,7 +157,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             {
                 "stage": stage,
                 "what": label,
-                "processes": here.world_size,
+                "processes": processes,
                 "median_step_s": run.median(stage),
                 "ratio_to_stage1": round(est.value, 2),
                 "interval": f"[{est.low:.3g}, {est.high:.3g}]",
@@ -113,6 +166,12 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
                 "peak_mem_MiB": round(peaks[stage], 2),
             }
         )
+    return rows
+
+
+def _notes(cfg: BenchConfig, ctx: RunContext) -> list[str]:
+    """What a step is and holds equal, the protocol, the byte columns (and the process count under torchrun)."""
+    here = ctx.world
     notes = [
         f"labelled batch {cfg.batch_size}, unlabelled batch {cfg.unlabelled_batch} (global, over "
         f"{here.world_size} process(es)), towers {cfg.towers}, device {ctx.device_label}, threads {cfg.threads}; "
@@ -131,14 +190,4 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
             f"{here.world_size} processes on this machine: each rank computes 1/{here.world_size} of the batch; on "
             "2 shared CPU cores no speed-up is expected (the ranks compete for the same cores)."
         )
-    return Result(
-        metrics={
-            "stage2_over_stage1_time": ratio.value,
-            "stage2_over_stage1_interval": [ratio.low, ratio.high],
-            "stage2_minus_stage1_peak_MiB": peaks["stage2"] - peaks["stage1"],
-            "processes": here.world_size,
-            "bench_run": run.as_dict(),
-        },
-        tables={"bench": rows},
-        notes=notes,
-    )
+    return notes

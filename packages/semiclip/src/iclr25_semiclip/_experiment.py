@@ -1,5 +1,7 @@
-"""What the CLI runs: ``train`` and ``evaluate`` (each ``fn(cfg, ctx) -> Result``), and what they share with
-``reproduce`` (``_reproduce.py``) and ``bench`` (``_bench.py``): the towers, the Fashion-MNIST features, fitting."""
+"""What the commands share: the towers, the Fashion-MNIST features, fitting one method, the evaluation and the
+checkpoint (``train`` in ``_train.py``, ``evaluate`` in ``_evaluate.py``, ``reproduce`` in ``_reproduce.py``,
+``bench`` in ``_bench.py``). The commands reach these through the module (``ex._towers``), so a test can replace one.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from iclr25_shared.cli import Result, RunContext
+from iclr25_shared.cli import RunContext
 from iclr25_shared.errors import InputError
 from iclr25_shared.inputs import validating
 
@@ -18,7 +20,6 @@ if TYPE_CHECKING:
     import torch
 
     from iclr25_semiclip._model import ImageTower, SemiCLIPHead, SurrogateCaptions, TextTower
-    from iclr25_semiclip.cli import EvaluateConfig, TrainConfig
 
 CLASS_PROMPT = "a photo of a {}."
 CONCEPT_PROMPT = "a photo includes {}."
@@ -128,7 +129,7 @@ class _TextBank:
 
 
 def _settings(cfg: Any, **over: Any):
-    from iclr25_semiclip._train import Settings
+    from iclr25_semiclip._stages import Settings
 
     keys = (
         "lr",
@@ -171,7 +172,7 @@ def _fit(
 
     from iclr25_semiclip._concepts import concept_multi_hot, mine_concepts
     from iclr25_semiclip._model import SemiCLIPHead, SurrogateCaptions
-    from iclr25_semiclip._train import Features, store_concept_logits, train_stage1, train_stage2
+    from iclr25_semiclip._stages import Features, store_concept_logits, train_stage1, train_stage2
 
     device = labelled_image.device
     torch.manual_seed(seed)
@@ -258,7 +259,7 @@ def _eval_fashion(head: SemiCLIPHead, data: _Fashion, text: _TextBank) -> dict[s
     import torch
 
     from iclr25_semiclip._data import FASHION_NAMES, TEMPLATES
-    from iclr25_semiclip._train import evaluate as evaluate_head
+    from iclr25_semiclip._stages import evaluate as evaluate_head
 
     caps = [t.format(c) for t in TEMPLATES for c in FASHION_NAMES]
     cap_labels = torch.arange(len(FASHION_NAMES)).repeat(len(TEMPLATES))
@@ -306,91 +307,6 @@ def _join_group(ctx: RunContext, seed: int) -> Any:
     return device
 
 
-def train(cfg: TrainConfig, ctx: RunContext) -> Result:
-    """Stage 1 then stage 2 of SemiCLIP on Fashion-MNIST (or the user's pairs + images); evaluate; save model.pt."""
-    import torch
-
-    from iclr25_semiclip._data import fashion_split, read_image_folder, read_pairs
-    from iclr25_semiclip._model import strong_view
-    from iclr25_semiclip._train import retrieval_recall
-
-    device = _join_group(ctx, cfg.seed)
-    user = cfg.pairs is not None
-    if user:  # read (and validate) the user's files and their concept set before loading any model
-        pair_images, captions = read_pairs(cfg.pairs, size=cfg.resolution, label="--pairs")
-        unl_images = read_image_folder(cfg.images, size=cfg.resolution, label="--images")
-        _mine(captions, cfg)
-    else:
-        images = _fashion_images(cfg.pool, cfg.test_size, cfg.data_root)
-    ctx.log.info("loading the %s towers ...", cfg.towers)
-    image_tower, text_tower = _towers(cfg.towers, device, cfg.resolution, cfg.text_tower)
-    text = _TextBank(text_tower)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    if user:
-        lab = image_tower.encode(torch.from_numpy(pair_images))
-        weak = image_tower.encode(torch.from_numpy(unl_images))
-        strong = image_tower.encode(strong_view(torch.from_numpy(unl_images), gen))
-        data = None
-    else:
-        data = _fashion(images, image_tower, cfg.towers, device, ctx)
-        split = fashion_split(
-            np.arange(cfg.pool), data.pool_labels, labelled_fraction=cfg.labelled_fraction, seed=cfg.seed
-        )
-        captions = split.captions
-        _mine(captions, cfg)
-        li, ui = torch.from_numpy(split.labelled_images), torch.from_numpy(split.unlabelled_images)
-        lab, weak, strong = data.weak[li], data.weak[ui], data.strong[ui]
-    if cfg.stage2_steps > 0 and weak.shape[0] == 0:
-        raise InputError(
-            "--labelled-fraction 1 leaves no unlabelled image for stage 2; lower it or pass --stage2-steps 0"
-        )
-    method = "semiclip" if cfg.stage2_steps > 0 else "stage1"
-    head, surrogate, info = _fit(
-        method,
-        labelled_image=lab,
-        captions=captions,
-        unlabelled_weak=weak,
-        unlabelled_strong=strong,
-        text=text,
-        tower=text_tower,
-        stage1_steps=cfg.stage1_steps,
-        stage2_steps=cfg.stage2_steps,
-        settings=_settings(cfg),
-        seed=cfg.seed,
-        dim=cfg.dim,
-        min_count=cfg.min_count,
-        max_frequency=cfg.max_frequency,
-    )
-    last = info["history"][-1]
-    metrics: dict[str, Any] = {"labelled_pairs": len(captions), "unlabelled_images": int(weak.shape[0])}
-    metrics["concepts"] = info["concepts"]
-    metrics.update({f"final_{k}": v for k, v in last.items()})
-    if data is not None:
-        metrics.update(_eval_fashion(head, data, text))
-    else:
-        with torch.no_grad():
-            sim = head.image(lab) @ head.text(text(captions)).T
-        eye = torch.eye(len(captions), dtype=torch.bool, device=sim.device)
-        ks = [k for k in (1, 5) if k <= len(captions)]
-        metrics.update({f"train_i2t_R@{k}": v for k, v in retrieval_recall(sim, eye, ks).items()})
-        metrics.update({f"train_t2i_R@{k}": v for k, v in retrieval_recall(sim.T, eye, ks).items()})
-    meta = {
-        "towers": cfg.towers,
-        "text_tower": str(cfg.text_tower) if cfg.text_tower else None,
-        "resolution": cfg.resolution,
-        "dim": cfg.dim,
-        "image_dim": int(lab.shape[1]),
-    }
-    _checkpoint(ctx, head, surrogate, info["concepts"], meta)
-    notes = [f"{method}: {cfg.stage1_steps} stage-1 + {cfg.stage2_steps} stage-2 steps on {ctx.device_label}"]
-    if ctx.world.is_distributed:
-        notes.append(
-            f"data-parallel over {ctx.world.world_size} ranks (DDP): global batches of {cfg.batch_size} labelled "
-            f"and {cfg.unlabelled_batch} unlabelled, split across ranks, embeddings gathered for the loss"
-        )
-    return Result(metrics=metrics, timings={"train": info["seconds"]}, notes=notes)
-
-
 _CHECKPOINT = "a model.pt written by `iclr25-semiclip train --out DIR`"
 
 
@@ -434,34 +350,3 @@ def read_checkpoint(path: str | Path, *, label: str | None = None) -> dict[str, 
 def check_checkpoint(path: Path, label: str) -> None:
     """The CLI's check of ``--checkpoint`` (runs before any tower loads)."""
     read_checkpoint(path, label=label)
-
-
-def evaluate(cfg: EvaluateConfig, ctx: RunContext) -> Result:
-    """Zero-shot accuracy and recall@k on Fashion-MNIST test of a saved checkpoint."""
-    import torch
-    from torch import nn
-
-    from iclr25_semiclip._model import SemiCLIPHead
-
-    if cfg.checkpoint is None:
-        raise InputError("evaluate needs --checkpoint (the model.pt written by `train --out DIR`)")
-    device = ctx.torch_device()
-    state = read_checkpoint(cfg.checkpoint, label="--checkpoint")
-    meta, head_state = state["meta"], state["head"]
-    text_path = Path(meta["text_tower"]) if meta.get("text_tower") else None
-    images = _fashion_images(1, cfg.test_size, cfg.data_root)
-    image_tower, text_tower = _towers(meta["towers"], device, meta["resolution"], text_path)
-    head = SemiCLIPHead(meta["image_dim"], text_tower.dim, dim=meta["dim"])
-    if "concept_emb" in head_state:
-        head.concept_emb = nn.Parameter(torch.empty_like(head_state["concept_emb"]))
-        head.concept_logit_scale = nn.Parameter(torch.empty_like(head_state["concept_logit_scale"]))
-    try:
-        head.load_state_dict(head_state)
-    except RuntimeError:  # weights of another shape than its own metadata says
-        raise InputError(
-            f"--checkpoint: {str(cfg.checkpoint)!r} holds head weights that do not fit its metadata "
-            f"(image_dim {meta['image_dim']}, dim {meta['dim']}, text tower width {text_tower.dim})"
-        ) from None
-    head.to(device)
-    data = _fashion(images, image_tower, meta["towers"], device, ctx)
-    return Result(metrics=_eval_fashion(head, data, _TextBank(text_tower)))

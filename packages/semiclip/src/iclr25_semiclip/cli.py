@@ -2,8 +2,8 @@
 image–text pairs and many unlabelled images, with concept mining, learnable surrogate captions and trapezoidal
 consistency. Default data: Fashion-MNIST with templated captions; towers: frozen EfficientNet-Lite0 + MiniLM.
 
-Config dataclasses and ``main`` only; the work is in ``_experiment.py`` (train, evaluate), ``_reproduce.py`` and
-``_bench.py``.
+Config dataclasses and ``main`` only; each command runs in its own module (``_train.py``, ``_evaluate.py``,
+``_reproduce.py``, ``_bench.py``) on what ``_experiment.py`` shares.
 """
 
 from __future__ import annotations
@@ -218,8 +218,8 @@ class BenchConfig(CommonOptions):
 
 
 COMMANDS = {
-    "train": (TrainConfig, "iclr25_semiclip._experiment:train"),
-    "evaluate": (EvaluateConfig, "iclr25_semiclip._experiment:evaluate"),
+    "train": (TrainConfig, "iclr25_semiclip._train:train"),
+    "evaluate": (EvaluateConfig, "iclr25_semiclip._evaluate:evaluate"),
     "reproduce": (ReproduceConfig, "iclr25_semiclip._reproduce:reproduce"),
     "bench": (BenchConfig, "iclr25_semiclip._bench:bench"),
 }

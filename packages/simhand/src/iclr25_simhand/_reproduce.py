@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from iclr25_shared.cli import Result, RunContext
-from iclr25_simhand._experiment import (
+from iclr25_simhand._training import (
     _TARGET_SCALE,
     METHODS,
     Data,

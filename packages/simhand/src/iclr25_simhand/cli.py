@@ -1,6 +1,7 @@
 """``iclr25-simhand``: SiMHand contrastive pre-training on rendered hands, 3-D fine-tuning and evaluation.
 
-Config dataclasses and ``main`` only; the work is in ``_experiment.py`` (``_reproduce.py`` for ``reproduce``).
+Config dataclasses and ``main`` only; each command runs in its own module (``_pretrain.py``, ``_finetune.py``,
+``_evaluate.py``, ``_reproduce.py``, ``_bench.py``) on the loops in ``_training.py``.
 """
 
 from __future__ import annotations
@@ -196,11 +197,11 @@ class BenchConfig(CommonOptions):
 
 
 COMMANDS = {
-    "pretrain": (PretrainConfig, "iclr25_simhand._experiment:pretrain"),
-    "finetune": (FinetuneConfig, "iclr25_simhand._experiment:finetune"),
-    "evaluate": (EvaluateConfig, "iclr25_simhand._experiment:evaluate"),
+    "pretrain": (PretrainConfig, "iclr25_simhand._pretrain:pretrain"),
+    "finetune": (FinetuneConfig, "iclr25_simhand._finetune:finetune"),
+    "evaluate": (EvaluateConfig, "iclr25_simhand._evaluate:evaluate"),
     "reproduce": (ReproduceConfig, "iclr25_simhand._reproduce:reproduce"),
-    "bench": (BenchConfig, "iclr25_simhand._experiment:bench"),
+    "bench": (BenchConfig, "iclr25_simhand._bench:bench"),
 }
 
 

@@ -17,8 +17,7 @@ if TYPE_CHECKING:
         ReproduceConfig,
     )
 
-# Table 2 of the paper / the authors' README leaderboard (human evaluation, %): joint, SA, PC.
-from iclr25_videophy._experiment import DEFAULT_PROMPTS, PAPER_LEADERBOARD, _example_labels, _round
+from iclr25_videophy._common import DEFAULT_PROMPTS, PAPER_LEADERBOARD, _example_labels, _round
 
 __all__ = ["PAPER_EFFECT", "PRIMARY", "reproduce"]
 
@@ -118,89 +117,10 @@ def _part_b(
 ) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]], list[str], list[Any]]:
     """ROC-AUC per violation of the physics-plausibility evaluator vs the frame-difference baseline, with every
     violation kind in training and with each kind held out of training (leave one violation kind out)."""
-    from iclr25_videophy._physics import VIOLATIONS, PhysicsPlausibility, held_out_split, make_dataset
-
     n_train, n_test = {"quick": (60, 60), "gpu": (120, 120), "tiny": (10, 10)}[cfg.size]
     n_seeds = 10 if cfg.size == "gpu" and cfg.seeds == 5 else cfg.seeds  # --size gpu: 10 unless given
     seeds = list(range(cfg.seed, cfg.seed + n_seeds))
-    feature_sets = ("trajectory", "framediff")
-    per_seed: dict[str, dict[str, list[float]]] = {f: {} for f in feature_sets}
-    held_out: dict[str, dict[str, list[float]]] = {f: {v: [] for v in VIOLATIONS} for f in feature_sets}
-    shuffled_auc = []
-    for seed in ctx.progress(seeds, desc="seeds"):
-        x_tr, y_tr, k_tr = make_dataset(n_train, 2 * seed)
-        x_te, y_te, k_te = make_dataset(n_test, 2 * seed + 1)
-        for feats in feature_sets:
-            model = PhysicsPlausibility(feats).fit(x_tr, y_tr)
-            s = model.score_clips(x_te)
-            per_seed[feats].setdefault("overall", []).append(_auc(y_te, s))
-            for v in VIOLATIONS:
-                sel = (k_te == "physical") | (k_te == v)
-                per_seed[feats].setdefault(v, []).append(_auc(y_te[sel], s[sel]))
-            # leave one violation kind out: fit on physical vs the other three, score physical vs the held-out one
-            for v in VIOLATIONS:
-                tr, te = held_out_split(k_tr, k_te, v)
-                s_v = PhysicsPlausibility(feats).fit(x_tr[tr], y_tr[tr]).score_clips(x_te[te])
-                held_out[feats][v].append(_auc(y_te[te], s_v))
-        # diagnostic: the same pipeline with shuffled training labels must be at chance
-        perm = np.random.default_rng(seed).permutation(y_tr)
-        shuffled_auc.append(_auc(y_te, PhysicsPlausibility("trajectory").fit(x_tr, perm).score_clips(x_te)))
-    from iclr25_shared.stats import compare
-
-    arms = {"trajectory": "trajectory features", "framediff": "frame-difference baseline"}
-    per_seed_rows = []
-    for i, seed in enumerate(seeds):
-        for feats in feature_sets:
-            row: dict[str, Any] = {"seed": seed, "evaluator": arms[feats]}
-            row.update({f"auc_{k}": per_seed[feats][k][i] for k in ("overall", *VIOLATIONS)})
-            row.update({f"auc_heldout_{v}": held_out[feats][v][i] for v in VIOLATIONS})
-            per_seed_rows.append(row)
-    rows = []
-    for key in ("overall", *VIOLATIONS):
-        a = np.array(per_seed["trajectory"][key])
-        b = np.array(per_seed["framediff"][key])
-        rows.append(
-            {
-                "test set": key if key == "overall" else f"physical vs {key}",
-                "AUC trajectory (mean)": float(a.mean()),
-                "AUC trajectory (min)": float(a.min()),
-                "AUC frame-diff (mean)": float(b.mean()),
-            }
-        )
-    held_rows = []
-    for v in VIOLATIONS:
-        a = np.array(held_out["trajectory"][v])
-        b = np.array(held_out["framediff"][v])
-        (a_lo, a_hi), (b_lo, b_hi) = _mean_interval(a), _mean_interval(b)
-        held_rows.append(
-            {
-                "held-out kind": v,
-                "AUC trajectory (mean)": float(a.mean()),
-                "AUC trajectory low": a_lo,
-                "AUC trajectory high": a_hi,
-                "AUC trajectory (min)": float(a.min()),
-                "AUC frame-diff (mean)": float(b.mean()),
-                "AUC frame-diff low": b_lo,
-                "AUC frame-diff high": b_hi,
-            }
-        )
-    comparisons = compare(
-        primary=(PRIMARY, per_seed["trajectory"]["overall"], per_seed["framediff"]["overall"]),
-        secondary={
-            f"trajectory - frame-diff ROC-AUC, physical vs {v} (in training)": (
-                per_seed["trajectory"][v],
-                per_seed["framediff"][v],
-            )
-            for v in VIOLATIONS
-        },
-        exploratory={
-            f"trajectory - frame-diff ROC-AUC, physical vs {v} (held out of training)": (
-                held_out["trajectory"][v],
-                held_out["framediff"][v],
-            )
-            for v in VIOLATIONS
-        },
-    )
+    per_seed, held_out, shuffled_auc = _b_aucs(seeds, n_train, n_test, ctx)
     metrics = {
         "B_seeds": len(seeds),
         "B_train_clips": 8 * n_train,
@@ -224,11 +144,129 @@ def _part_b(
         "training",
     ]
     tables = {
-        "B_auc": _round(rows, 3),
-        "B_auc_heldout_kind": _round(held_rows, 3),
-        "per_seed": per_seed_rows,
+        "B_auc": _round(_b_auc_rows(per_seed), 3),
+        "B_auc_heldout_kind": _round(_b_held_out_rows(held_out), 3),
+        "per_seed": _b_per_seed_rows(seeds, per_seed, held_out),
     }
-    return metrics, tables, notes, comparisons
+    return metrics, tables, notes, _b_comparisons(per_seed, held_out)
+
+
+_AUCS = dict[str, dict[str, list[float]]]
+"""Per feature set (``trajectory``, ``framediff``), per test set (``overall`` or a violation kind), one ROC-AUC per
+seed."""
+_FEATURE_SETS = ("trajectory", "framediff")
+
+
+def _b_aucs(seeds: list[int], n_train: int, n_test: int, ctx: RunContext) -> tuple[_AUCS, _AUCS, list[float]]:
+    """Per seed: render the clips, fit both evaluators with every violation kind in training and with each kind held
+    out, and the label-shuffled control; the in-training AUCs, the held-out AUCs and the control's AUCs."""
+    from iclr25_videophy._physics import VIOLATIONS, PhysicsPlausibility, held_out_split, make_dataset
+
+    per_seed: _AUCS = {f: {} for f in _FEATURE_SETS}
+    held_out: _AUCS = {f: {v: [] for v in VIOLATIONS} for f in _FEATURE_SETS}
+    shuffled_auc = []
+    for seed in ctx.progress(seeds, desc="seeds"):
+        x_tr, y_tr, k_tr = make_dataset(n_train, 2 * seed)
+        x_te, y_te, k_te = make_dataset(n_test, 2 * seed + 1)
+        for feats in _FEATURE_SETS:
+            model = PhysicsPlausibility(feats).fit(x_tr, y_tr)
+            s = model.score_clips(x_te)
+            per_seed[feats].setdefault("overall", []).append(_auc(y_te, s))
+            for v in VIOLATIONS:
+                sel = (k_te == "physical") | (k_te == v)
+                per_seed[feats].setdefault(v, []).append(_auc(y_te[sel], s[sel]))
+            # leave one violation kind out: fit on physical vs the other three, score physical vs the held-out one
+            for v in VIOLATIONS:
+                tr, te = held_out_split(k_tr, k_te, v)
+                s_v = PhysicsPlausibility(feats).fit(x_tr[tr], y_tr[tr]).score_clips(x_te[te])
+                held_out[feats][v].append(_auc(y_te[te], s_v))
+        # diagnostic: the same pipeline with shuffled training labels must be at chance
+        perm = np.random.default_rng(seed).permutation(y_tr)
+        shuffled_auc.append(_auc(y_te, PhysicsPlausibility("trajectory").fit(x_tr, perm).score_clips(x_te)))
+    return per_seed, held_out, shuffled_auc
+
+
+def _b_per_seed_rows(seeds: list[int], per_seed: _AUCS, held_out: _AUCS) -> list[dict[str, Any]]:
+    """One row per seed and evaluator with every AUC (the values the comparisons are computed from)."""
+    from iclr25_videophy._physics import VIOLATIONS
+
+    arms = {"trajectory": "trajectory features", "framediff": "frame-difference baseline"}
+    per_seed_rows = []
+    for i, seed in enumerate(seeds):
+        for feats in _FEATURE_SETS:
+            row: dict[str, Any] = {"seed": seed, "evaluator": arms[feats]}
+            row.update({f"auc_{k}": per_seed[feats][k][i] for k in ("overall", *VIOLATIONS)})
+            row.update({f"auc_heldout_{v}": held_out[feats][v][i] for v in VIOLATIONS})
+            per_seed_rows.append(row)
+    return per_seed_rows
+
+
+def _b_auc_rows(per_seed: _AUCS) -> list[dict[str, Any]]:
+    """Mean and minimum AUC over seeds per test set, every violation kind in training."""
+    from iclr25_videophy._physics import VIOLATIONS
+
+    rows = []
+    for key in ("overall", *VIOLATIONS):
+        a = np.array(per_seed["trajectory"][key])
+        b = np.array(per_seed["framediff"][key])
+        rows.append(
+            {
+                "test set": key if key == "overall" else f"physical vs {key}",
+                "AUC trajectory (mean)": float(a.mean()),
+                "AUC trajectory (min)": float(a.min()),
+                "AUC frame-diff (mean)": float(b.mean()),
+            }
+        )
+    return rows
+
+
+def _b_held_out_rows(held_out: _AUCS) -> list[dict[str, Any]]:
+    """Mean, interval and minimum AUC over seeds per violation kind held out of training."""
+    from iclr25_videophy._physics import VIOLATIONS
+
+    held_rows = []
+    for v in VIOLATIONS:
+        a = np.array(held_out["trajectory"][v])
+        b = np.array(held_out["framediff"][v])
+        (a_lo, a_hi), (b_lo, b_hi) = _mean_interval(a), _mean_interval(b)
+        held_rows.append(
+            {
+                "held-out kind": v,
+                "AUC trajectory (mean)": float(a.mean()),
+                "AUC trajectory low": a_lo,
+                "AUC trajectory high": a_hi,
+                "AUC trajectory (min)": float(a.min()),
+                "AUC frame-diff (mean)": float(b.mean()),
+                "AUC frame-diff low": b_lo,
+                "AUC frame-diff high": b_hi,
+            }
+        )
+    return held_rows
+
+
+def _b_comparisons(per_seed: _AUCS, held_out: _AUCS) -> list[Any]:
+    """Trajectory - frame-diff per seed: the primary (overall), secondary (each kind in training) and exploratory
+    (each kind held out) comparisons."""
+    from iclr25_shared.stats import compare
+    from iclr25_videophy._physics import VIOLATIONS
+
+    return compare(
+        primary=(PRIMARY, per_seed["trajectory"]["overall"], per_seed["framediff"]["overall"]),
+        secondary={
+            f"trajectory - frame-diff ROC-AUC, physical vs {v} (in training)": (
+                per_seed["trajectory"][v],
+                per_seed["framediff"][v],
+            )
+            for v in VIOLATIONS
+        },
+        exploratory={
+            f"trajectory - frame-diff ROC-AUC, physical vs {v} (held out of training)": (
+                held_out["trajectory"][v],
+                held_out["framediff"][v],
+            )
+            for v in VIOLATIONS
+        },
+    )
 
 
 def _part_c(ctx: RunContext, judgements: list[Any]) -> tuple[dict[str, Any], dict[str, list[dict[str, Any]]]]:
@@ -259,8 +297,8 @@ def _part_d(cfg: ReproduceConfig, ctx: RunContext) -> dict[str, Any]:
     import tempfile
 
     from iclr25_videophy._evaluators import TemporalCoherence, evaluate_videos
-    from iclr25_videophy._generate import DiffusersGenerator
-    from iclr25_videophy._generate import generate as run_generation
+    from iclr25_videophy._generation import DiffusersGenerator
+    from iclr25_videophy._generation import generate as run_generation
     from iclr25_videophy._io import Prompt
     from iclr25_videophy._tiny import tiny_text_to_video_pipeline
 

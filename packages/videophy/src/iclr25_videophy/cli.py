@@ -237,9 +237,9 @@ class BenchConfig(CommonOptions):
 
 
 COMMANDS = {
-    "generate": (GenerateConfig, "iclr25_videophy._experiment:generate"),
-    "evaluate": (EvaluateConfig, "iclr25_videophy._experiment:evaluate"),
-    "leaderboard": (LeaderboardConfig, "iclr25_videophy._experiment:leaderboard"),
+    "generate": (GenerateConfig, "iclr25_videophy._generate:generate"),
+    "evaluate": (EvaluateConfig, "iclr25_videophy._evaluate:evaluate"),
+    "leaderboard": (LeaderboardConfig, "iclr25_videophy._leaderboard:leaderboard"),
     "reproduce": (ReproduceConfig, "iclr25_videophy._reproduce:reproduce"),
     "bench": (BenchConfig, "iclr25_videophy._bench:bench"),
 }

@@ -363,35 +363,8 @@ def _fits(module: Any, state: dict[str, Any]) -> bool:
     )
 
 
-def run_reproduction(
-    size: str,
-    seeds: int,
-    cache: Path,
-    *,
-    train_seed: int,
-    data_root: Path | None,
-    log: Any,
-    device: Any = "cpu",
-    lm_layers: int | None = None,
-    steps: int | None = None,
-    full_vocab: bool = False,
-) -> dict[str, Any]:
-    """Run everything; returns metrics, tables and arrays for the figures (see module docstring).
-
-    ``lm_layers`` / ``steps`` / ``full_vocab`` override the preset ``size`` (the edit's layer grid is clipped to the
-    kept layers)."""
-    from iclr25_vl_interp._inputs import fashion_images
-    from iclr25_vl_interp._vlm import (
-        ComposedVLM,
-        Projector,
-        atomic_save,
-        cache_key,
-        efficientnet_lite0,
-        encode_captions,
-        load_smollm2,
-        train_projector,
-    )
-
+def _setting_for(size: str, lm_layers: int | None, steps: int | None, full_vocab: bool) -> Setting:
+    """The preset ``size`` with the overrides applied (the edit's layer grid clipped to the kept layers)."""
     setting = SIZES[size]
     if lm_layers is not None:
         setting = dataclasses.replace(
@@ -404,8 +377,35 @@ def run_reproduction(
         setting = dataclasses.replace(setting, steps=steps)
     if full_vocab:
         setting = dataclasses.replace(setting, caption_vocab=False)
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
+    return setting
+
+
+@dataclass(frozen=True)
+class _Splits:
+    """The training, tuning and reported composite sets and their EfficientNet grid features."""
+
+    train: Composites
+    tune: Composites
+    evals: list[Composites]
+    f_train: torch.Tensor
+    f_tune: torch.Tensor
+    f_evals: list[torch.Tensor]
+
+
+def _composites_and_features(
+    setting: Setting,
+    seeds: int,
+    cache: Path,
+    base: dict[str, Any],
+    *,
+    train_seed: int,
+    data_root: Path | None,
+    log: Any,
+) -> _Splits:
+    """The composite sets from Fashion-MNIST and their features (cached; EfficientNet loaded only when needed)."""
+    from iclr25_vl_interp._inputs import fashion_images
+    from iclr25_vl_interp._vlm import efficientnet_lite0
+
     xtr, ytr = fashion_images("train", data_root, label="--data-root")
     xte, yte = fashion_images("test", data_root, label="--data-root")
     g = {"grid": list(setting.grid)}
@@ -420,7 +420,6 @@ def run_reproduction(
             net_holder["net"] = efficientnet_lite0()
         return net_holder["net"]
 
-    base = {"grid": list(setting.grid), "scale": setting.scale, "version": 1}
     f_train = _features(
         train,
         setting,
@@ -436,9 +435,33 @@ def run_reproduction(
         _features(c, setting, {**base, "split": "eval", "n": setting.n_eval, "seed": s}, cache, net, log)
         for s, c in enumerate(evals)
     ]
-    timings["data_and_features_s"] = time.perf_counter() - t0
+    return _Splits(train, tune, evals, f_train, f_tune, f_evals)
+
+
+def _composed_model(
+    setting: Setting,
+    splits: _Splits,
+    cache: Path,
+    base: dict[str, Any],
+    *,
+    train_seed: int,
+    device: Any,
+    log: Any,
+    timings: dict[str, float],
+) -> tuple[_Model, list[float]]:
+    """SmolLM2 + a projector, loaded from the cache or trained (and cached); the training losses (none if cached)."""
+    from iclr25_vl_interp._vlm import (
+        ComposedVLM,
+        Projector,
+        atomic_save,
+        cache_key,
+        encode_captions,
+        load_smollm2,
+        train_projector,
+    )
 
     t1 = time.perf_counter()
+    f_train = splits.f_train
     lm, tok = load_smollm2(setting.lm_layers)
     proj = Projector(f_train.shape[-1], lm.config.hidden_size, seed=train_seed, out_scale=0.1)
     vlm = ComposedVLM(lm, proj, IMAGE_TOKEN_ID).to(device)
@@ -464,7 +487,7 @@ def run_reproduction(
         timings["train_s"] = 0.0
     else:
         proj.fit_standardisation(f_train.to(device))
-        targets = encode_captions(tok, train.captions, m.eos)
+        targets = encode_captions(tok, splits.train.captions, m.eos)
         losses = train_projector(
             vlm,
             f_train,
@@ -482,11 +505,14 @@ def run_reproduction(
         timings["train_s_per_step"] = timings["train_s"] / setting.steps
     proj.eval()
     vlm.eval()
+    return m, losses
 
-    # --- tuning split: the edit's (l_I, l_T, alpha) and the c_o threshold
-    t2 = time.perf_counter()
-    ev_tune = _evaluate_split(m, tune, f_tune)
-    tg, kp = _hallucinated(tune, ev_tune)
+
+def _edit_grid(
+    m: _Model, tune: Composites, f_tune: torch.Tensor, tg: list[set[str]], kp: list[set[str]]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Removal and retention of every (l_I, l_T, alpha) on the tuning split's hallucinations; the best setting."""
+    setting = m.setting
     sel = [k for k in range(len(tune)) if tg[k]][: setting.tune_max_edit]
     grid_rows = []
     for li in setting.image_layers:
@@ -511,7 +537,11 @@ def run_reproduction(
     best = (
         max(grid_rows, key=lambda r: r["score"]) if sel else {"image_layer": 1, "text_layer": 0, "alpha": 1.0}
     )
-    # threshold on c_o (all layers) for the mass edit: maximise TPR - FPR of hallucinated mentions on the tune split
+    return grid_rows, best
+
+
+def _threshold(tune: Composites, ev_tune: dict[str, Any], tg: list[set[str]]) -> float:
+    """The c_o threshold of the mass edit: maximises TPR - FPR of hallucinated mentions on the tuning split."""
     c_tune = ev_tune["conf_layer"].max(axis=-1)
     cand = []
     for k in range(len(tune)):
@@ -525,54 +555,108 @@ def run_reproduction(
             fpr = np.mean([c <= thr for c, h in cand if not h])
             if tpr - fpr > best_j:
                 best_j, tau = tpr - fpr, thr
+    return tau
+
+
+def _targeted_edit(
+    m: _Model, comp: Composites, ev: dict[str, Any], feats: torch.Tensor, s: int, kw: dict[str, Any]
+) -> dict[str, Any]:
+    """Removal and retention of ProjectAway vs a random direction on the set's hallucinations (none: empty)."""
+    tg, kp = _hallucinated(comp, ev)
+    idx = [k for k in range(len(comp)) if tg[k]]
+    if not idx:
+        return {}
+    sub_t, sub_k = [tg[k] for k in idx], [kp[k] for k in idx]
+    after = _edit_captions(m, feats[idx], sub_t, random_seed=None, **kw)
+    after_r = _edit_captions(m, feats[idx], sub_t, random_seed=1000 + s, **kw)
+    c, cr = removal_counts(sub_t, sub_k, after), removal_counts(sub_t, sub_k, after_r)
+    return {
+        "edit_targets": c["targets"],
+        "removal_projectaway": c["removed"] / c["targets"],
+        "removal_random": cr["removed"] / cr["targets"],
+        "retention_projectaway": c["kept"] / max(c["kept_total"], 1),
+        "retention_random": cr["kept"] / max(cr["kept_total"], 1),
+    }
+
+
+def _mass_edit(
+    m: _Model, comp: Composites, ev: dict[str, Any], feats: torch.Tensor, tau: float, kw: dict[str, Any]
+) -> dict[str, Any]:
+    """CHAIR after editing every mentioned object with c_o <= tau (no ground truth used)."""
+    c_all = ev["conf_layer"].max(axis=-1)
+    flagged = [{w for w in ev["said"][k] if c_all[k, CLASS_WORDS.index(w)] <= tau} for k in range(len(comp))]
+    after_mass = _edit_captions(m, feats, flagged, random_seed=None, **kw)
+    gts = [{CLASS_WORDS[c] for c in comp.present(k)} for k in range(len(comp))]
+    texts_after = [" " + ", ".join(sorted(a)) for a in after_mass]
+    ch_after = chair(texts_after, gts, SYNONYMS)
+    return {
+        "chair_i_after": ch_after.chair_i,
+        "chair_s_after": ch_after.chair_s,
+        "recall_after": ch_after.recall,
+        "flagged_mentions": sum(len(f) for f in flagged),
+    }
+
+
+def _reported_seed(
+    m: _Model, s: int, comp: Composites, feats: torch.Tensor, best: dict[str, Any], tau: float
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """One held-out set's row (diagnostics, lens, localisation, targeted and mass edit) and its evaluation."""
+    ev = _evaluate_split(m, comp, feats)
+    row: dict[str, Any] = {
+        "seed": s,
+        **_diagnostics(comp, ev),
+        **_lens_scores(comp, ev, m),
+        **_localisation(comp, ev),
+    }
+    kw = {"layer": best["image_layer"], "text_layer": best["text_layer"], "alpha": best["alpha"]}
+    row.update(_targeted_edit(m, comp, ev, feats, s, kw))
+    row.update(_mass_edit(m, comp, ev, feats, tau, kw))
+    return row, ev
+
+
+def run_reproduction(
+    size: str,
+    seeds: int,
+    cache: Path,
+    *,
+    train_seed: int,
+    data_root: Path | None,
+    log: Any,
+    device: Any = "cpu",
+    lm_layers: int | None = None,
+    steps: int | None = None,
+    full_vocab: bool = False,
+) -> dict[str, Any]:
+    """Run everything; returns metrics, tables and arrays for the figures (see module docstring).
+
+    ``lm_layers`` / ``steps`` / ``full_vocab`` override the preset ``size`` (the edit's layer grid is clipped to the
+    kept layers)."""
+    setting = _setting_for(size, lm_layers, steps, full_vocab)
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    base = {"grid": list(setting.grid), "scale": setting.scale, "version": 1}
+    splits = _composites_and_features(
+        setting, seeds, cache, base, train_seed=train_seed, data_root=data_root, log=log
+    )
+    timings["data_and_features_s"] = time.perf_counter() - t0
+    m, losses = _composed_model(
+        setting, splits, cache, base, train_seed=train_seed, device=device, log=log, timings=timings
+    )
+
+    # --- tuning split: the edit's (l_I, l_T, alpha) and the c_o threshold
+    t2 = time.perf_counter()
+    ev_tune = _evaluate_split(m, splits.tune, splits.f_tune)
+    tg, kp = _hallucinated(splits.tune, ev_tune)
+    grid_rows, best = _edit_grid(m, splits.tune, splits.f_tune, tg, kp)
+    tau = _threshold(splits.tune, ev_tune, tg)
     timings["tune_s"] = time.perf_counter() - t2
 
     # --- reported splits
     t3 = time.perf_counter()
     per_seed = []
     examples = None
-    for s, (comp, feats) in enumerate(zip(evals, f_evals, strict=True)):
-        ev = _evaluate_split(m, comp, feats)
-        row: dict[str, Any] = {
-            "seed": s,
-            **_diagnostics(comp, ev),
-            **_lens_scores(comp, ev, m),
-            **_localisation(comp, ev),
-        }
-        tg, kp = _hallucinated(comp, ev)
-        idx = [k for k in range(len(comp)) if tg[k]]
-        kw = {"layer": best["image_layer"], "text_layer": best["text_layer"], "alpha": best["alpha"]}
-        if idx:
-            sub_t, sub_k = [tg[k] for k in idx], [kp[k] for k in idx]
-            after = _edit_captions(m, feats[idx], sub_t, random_seed=None, **kw)
-            after_r = _edit_captions(m, feats[idx], sub_t, random_seed=1000 + s, **kw)
-            c, cr = removal_counts(sub_t, sub_k, after), removal_counts(sub_t, sub_k, after_r)
-            row.update(
-                {
-                    "edit_targets": c["targets"],
-                    "removal_projectaway": c["removed"] / c["targets"],
-                    "removal_random": cr["removed"] / cr["targets"],
-                    "retention_projectaway": c["kept"] / max(c["kept_total"], 1),
-                    "retention_random": cr["kept"] / max(cr["kept_total"], 1),
-                }
-            )
-        # mass edit: every mentioned object with c_o <= tau (no ground truth used)
-        c_all = ev["conf_layer"].max(axis=-1)
-        flagged = [
-            {w for w in ev["said"][k] if c_all[k, CLASS_WORDS.index(w)] <= tau} for k in range(len(comp))
-        ]
-        after_mass = _edit_captions(m, feats, flagged, random_seed=None, **kw)
-        gts = [{CLASS_WORDS[c] for c in comp.present(k)} for k in range(len(comp))]
-        texts_after = [" " + ", ".join(sorted(a)) for a in after_mass]
-        ch_after = chair(texts_after, gts, SYNONYMS)
-        row.update(
-            {
-                "chair_i_after": ch_after.chair_i,
-                "chair_s_after": ch_after.chair_s,
-                "recall_after": ch_after.recall,
-                "flagged_mentions": sum(len(f) for f in flagged),
-            }
-        )
+    for s, (comp, feats) in enumerate(zip(splits.evals, splits.f_evals, strict=True)):
+        row, ev = _reported_seed(m, s, comp, feats, best, tau)
         per_seed.append(row)
         if s == 0:
             examples = {"comp": comp, "ev": ev}
@@ -584,7 +668,7 @@ def run_reproduction(
         "tune_grid": grid_rows,
         "best": {k: best[k] for k in ("image_layer", "text_layer", "alpha")},
         "tau": tau,
-        "tune_diagnostics": _diagnostics(tune, ev_tune),
+        "tune_diagnostics": _diagnostics(splits.tune, ev_tune),
         "losses": losses,
         "timings": timings,
         "examples": examples,

@@ -1,5 +1,6 @@
 """``iclr25-vl-interp``: logit lens, internal confidence, localisation maps and the ProjectAway edit for LLaVA-family
-VLMs (arXiv:2410.02762). Config dataclasses and ``main`` only; the work is in ``_experiment.py`` and ``_reproduce.py``."""
+VLMs (arXiv:2410.02762). Config dataclasses and ``main`` only; the work is in ``_lens_command.py``, ``_edit_command.py``,
+``_reproduce.py`` and ``_bench.py`` (what lens and edit share in ``_loading.py``)."""
 
 from __future__ import annotations
 
@@ -139,10 +140,10 @@ class BenchConfig(CommonOptions):
 
 
 COMMANDS = {
-    "lens": (LensConfig, "iclr25_vl_interp._experiment:lens"),
-    "edit": (EditConfig, "iclr25_vl_interp._experiment:edit"),
+    "lens": (LensConfig, "iclr25_vl_interp._lens_command:lens"),
+    "edit": (EditConfig, "iclr25_vl_interp._edit_command:edit"),
     "reproduce": (ReproduceConfig, "iclr25_vl_interp._reproduce:reproduce"),
-    "bench": (BenchConfig, "iclr25_vl_interp._experiment:bench"),
+    "bench": (BenchConfig, "iclr25_vl_interp._bench:bench"),
 }
 
 

@@ -1,5 +1,5 @@
-"""What the CLI runs: ICAI on a dataset (``run``); the planted-rule reproduction and the benchmark are in
-``_reproduce.py`` and ``_bench.py`` (they share the corpus loader here).
+"""``run``: ICAI on a dataset (or the embedded planted-rule Wikipedia pairs): the constitution, the votes per
+principle, and the agreement of the annotator with and without the constitution.
 
 Each command takes ``(cfg, ctx)`` and returns an :class:`iclr25_shared.cli.Result`; the runner writes
 results.json / results.md into ``--out`` (atomically, as one folder) and prints the tables.
@@ -8,10 +8,12 @@ results.json / results.md into ``--out`` (atomically, as one folder) and prints 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from iclr25_icai._corpus import _wiki
 from iclr25_shared.cli import Result, RunContext
 from iclr25_shared.errors import InputError
 from iclr25_shared.inputs import validating
@@ -21,11 +23,7 @@ if TYPE_CHECKING:
 
     from iclr25_icai.cli import RunConfig
 
-
-def _wiki() -> Any:
-    from iclr25_shared.data import wiki_summaries
-
-    return wiki_summaries()
+__all__ = ["run", "run_config"]
 
 
 def _load_data(cfg: RunConfig) -> pd.DataFrame:
@@ -106,12 +104,10 @@ def _embedder(kind: str, backend: Any, device: Any = "cpu") -> Any:
     return MiniLMEmbedder(device=device)
 
 
-def run(cfg: RunConfig, ctx: RunContext) -> Result:
-    """ICAI on ``--data`` (or the embedded planted-rule Wikipedia pairs): constitution, votes, reconstruction."""
-    from iclr25_icai._backends import CachedBackend, check_cache_file
-    from iclr25_icai._icai import reconstruct, run_icai, validate_pairs
+def _prepare(cfg: RunConfig, ctx: RunContext) -> tuple[Path | None, Any]:
+    """The cache path and the ICAI configuration, after the checks that must come before any model loads."""
+    from iclr25_icai._backends import check_cache_file
     from iclr25_shared import cache_dir
-    from iclr25_shared.metrics import accuracy
 
     cache_path = None if cfg.no_cache else (cfg.cache or cache_dir("icai") / "calls.jsonl")
     if cache_path is not None:  # before any model loads
@@ -124,7 +120,12 @@ def run(cfg: RunConfig, ctx: RunContext) -> Result:
             f"note: --reannotations {cfg.reannotations} is odd: balanced flips show one order once more than the "
             "other, so a judge's position bias does not cancel exactly (use an even count)"
         )
-    pairs = validate_pairs(_load_data(cfg))
+    return cache_path, icai_cfg
+
+
+def _split(cfg: RunConfig, pairs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+    """``(train, test, n_test)``: at most ``--max-pairs`` pairs, ``--test-fraction`` of them held out (none: test =
+    train), both drawn from one generator seeded with ``--seed``."""
     rng = np.random.default_rng(cfg.seed)
     if cfg.max_pairs and len(pairs) > cfg.max_pairs:
         pairs = pairs.iloc[np.sort(rng.choice(len(pairs), cfg.max_pairs, replace=False))].reset_index(
@@ -138,23 +139,11 @@ def run(cfg: RunConfig, ctx: RunContext) -> Result:
     order = rng.permutation(len(pairs))
     train = pairs.iloc[np.sort(order[n_test:])].reset_index(drop=True)
     test = pairs.iloc[np.sort(order[:n_test])].reset_index(drop=True) if n_test else train
-    inner = _backend(cfg, ctx)
-    llm = CachedBackend(inner, cache_path)
-    if llm.skipped_lines:
-        ctx.log.warning(f"cache {cache_path}: {llm.skipped_lines} unreadable line(s) ignored")
-    embed = _embedder(cfg.embedder, llm, ctx.torch_device() if cfg.embedder == "minilm" else "cpu")
-    local = cfg.backend == "local"
-    t0 = time.perf_counter()
-    result = run_icai(train, llm, embed, icai_cfg, seed=cfg.seed, log=ctx.log.info)
-    t_icai = time.perf_counter() - t0
-    ctx.log.info("reconstructing the labels with and without the constitution")
-    t0 = time.perf_counter()
-    base = reconstruct(None, test, llm, seed=cfg.seed)
-    const = reconstruct(result.constitution, test, llm, seed=cfg.seed)
-    t_rec = time.perf_counter() - t0
-    ones = np.ones(len(test), dtype=np.int64)
-    acc0 = accuracy(base["agree"].to_numpy().astype(np.int64), ones)  # agreement with a Wilson interval
-    acc1 = accuracy(const["agree"].to_numpy().astype(np.int64), ones)
+    return train, test, n_test
+
+
+def _save_outputs(ctx: RunContext, result: Any, test: pd.DataFrame, base: Any, const: Any) -> None:
+    """constitution.json/.md and, with ``--out``, the proposals, votes, vote counts and reconstruction as CSV."""
     ctx.save_json(
         "constitution.json",
         {"principles": list(result.constitution.principles), "text": str(result.constitution)},
@@ -169,7 +158,11 @@ def run(cfg: RunConfig, ctx: RunContext) -> Result:
         test.assign(default=base["predicted"], constitutional=const["predicted"]).to_csv(
             ctx.path("reconstruction.csv"), index=False
         )
-    rows = [
+
+
+def _principle_rows(result: Any) -> list[dict[str, Any]]:
+    """One row per candidate principle: its vote counts and whether it is in the constitution."""
+    return [
         {
             "id": int(i),
             "principle": r["principle"],
@@ -178,15 +171,48 @@ def run(cfg: RunConfig, ctx: RunContext) -> Result:
         }
         for i, r in result.counts.iterrows()
     ]
+
+
+def _notes(cfg: RunConfig, result: Any, inner: Any) -> list[str]:
+    """The constitution, and a warning when the judge is the small default local model."""
     notes = [
         f"constitution:\n{result.constitution}"
         if result.constitution.principles
         else "constitution: empty (no principle passed the filter)"
     ]
-    if local and inner.model_name == "local:smollm2-135m-instruct":
+    if cfg.backend == "local" and inner.model_name == "local:smollm2-135m-instruct":
         notes.append(
             "the local judge is a 135M model: its principles and votes are weak; use --backend openai for real models"
         )
+    return notes
+
+
+def run(cfg: RunConfig, ctx: RunContext) -> Result:
+    """ICAI on ``--data`` (or the embedded planted-rule Wikipedia pairs): constitution, votes, reconstruction."""
+    from iclr25_icai._backends import CachedBackend
+    from iclr25_icai._icai import reconstruct, run_icai, validate_pairs
+    from iclr25_shared.metrics import accuracy
+
+    cache_path, icai_cfg = _prepare(cfg, ctx)
+    pairs = validate_pairs(_load_data(cfg))
+    train, test, n_test = _split(cfg, pairs)
+    inner = _backend(cfg, ctx)
+    llm = CachedBackend(inner, cache_path)
+    if llm.skipped_lines:
+        ctx.log.warning(f"cache {cache_path}: {llm.skipped_lines} unreadable line(s) ignored")
+    embed = _embedder(cfg.embedder, llm, ctx.torch_device() if cfg.embedder == "minilm" else "cpu")
+    t0 = time.perf_counter()
+    result = run_icai(train, llm, embed, icai_cfg, seed=cfg.seed, log=ctx.log.info)
+    t_icai = time.perf_counter() - t0
+    ctx.log.info("reconstructing the labels with and without the constitution")
+    t0 = time.perf_counter()
+    base = reconstruct(None, test, llm, seed=cfg.seed)
+    const = reconstruct(result.constitution, test, llm, seed=cfg.seed)
+    t_rec = time.perf_counter() - t0
+    ones = np.ones(len(test), dtype=np.int64)
+    acc0 = accuracy(base["agree"].to_numpy().astype(np.int64), ones)  # agreement with a Wilson interval
+    acc1 = accuracy(const["agree"].to_numpy().astype(np.int64), ones)
+    _save_outputs(ctx, result, test, base, const)
     return Result(
         metrics={
             "agreement_default": acc0.as_dict(),
@@ -196,7 +222,7 @@ def run(cfg: RunConfig, ctx: RunContext) -> Result:
             "llm_calls": llm.misses,
             "cache_hits": llm.hits,
         },
-        tables={"principles": rows},
+        tables={"principles": _principle_rows(result)},
         timings={"icai": t_icai, "reconstruction": t_rec},
-        notes=notes,
+        notes=_notes(cfg, result, inner),
     )
