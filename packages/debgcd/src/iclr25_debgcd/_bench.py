@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from iclr25_debgcd._experiment import _join_group, _train_config
+from iclr25_debgcd._experiment import _train_config
 from iclr25_shared.cli import Result, RunContext
 
 if TYPE_CHECKING:
@@ -182,7 +182,7 @@ def _notes(cfg: BenchConfig, here: Any) -> list[str]:
 def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     """Step time (shared interleaved protocol), memory (parameters, activations saved for backward, CUDA peak) and
     bytes communicated per step (under torchrun) of DebGCD against SimGCD, same backbone and batch."""
-    device = _join_group(ctx, cfg.seed)
+    device = ctx.join_group(seed=cfg.seed)
     here = ctx.world
     if "efficientnet-lite0" in cfg.backbones:  # timm and the weights, before the other backbones run
         from iclr25_debgcd._model import efficientnet_lite0_weights

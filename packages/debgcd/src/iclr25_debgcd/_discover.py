@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from iclr25_debgcd._experiment import _join_group, _load, _train_config
+from iclr25_debgcd._experiment import _load, _train_config
 from iclr25_shared.cli import Result, RunContext
 from iclr25_shared.errors import InputError
 from iclr25_shared.inputs import validating
@@ -22,7 +22,7 @@ def discover(cfg: DiscoverConfig, ctx: RunContext) -> Result:
     from iclr25_debgcd._data import gcd_split
     from iclr25_debgcd._train import train_gcd
 
-    device = _join_group(ctx, cfg.seed)
+    device = ctx.join_group(seed=cfg.seed)
     if cfg.backbone == "efficientnet-lite0":  # timm and the weights, before any data is read
         from iclr25_debgcd._model import efficientnet_lite0_weights
 

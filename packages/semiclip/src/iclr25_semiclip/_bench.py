@@ -22,7 +22,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     communicated per step when launched on several ranks, and peak memory of one step of each stage."""
     from iclr25_shared.bench import interleaved
 
-    device = ex._join_group(ctx, cfg.seed)
+    device = ctx.join_group(seed=cfg.seed)
     here = ctx.world
     image_tower, text_tower = ex._towers(cfg.towers, device, 64, None)
     text = ex._TextBank(text_tower)

@@ -289,24 +289,6 @@ def _checkpoint(ctx: RunContext, head, surrogate, concepts, meta: dict[str, Any]
     torch.save(state, ctx.path("model.pt"))
 
 
-def _join_group(ctx: RunContext, seed: int) -> Any:
-    """``--device``, after joining the launcher's process group (torchrun / accelerate launch; a no-op in one
-    process): this rank's GPU on CUDA, and every rank must have the same ``--seed`` (the global batches are drawn
-    alike on every rank)."""
-    import torch
-
-    from iclr25_shared.distributed import check_same, init_process_group
-
-    device = ctx.torch_device()
-    here = init_process_group(device)
-    if here.is_distributed:
-        check_same(seed, "--seed")
-        if device.type == "cuda":
-            device = torch.device("cuda", here.local_rank)
-            ctx.device_label = f"{device} (rank {here.rank} of {here.world_size})"
-    return device
-
-
 _CHECKPOINT = "a model.pt written by `iclr25-semiclip train --out DIR`"
 
 

@@ -32,7 +32,7 @@ class _Inputs:
 
 def train(cfg: TrainConfig, ctx: RunContext) -> Result:
     """Stage 1 then stage 2 of SemiCLIP on Fashion-MNIST (or the user's pairs + images); evaluate; save model.pt."""
-    device = ex._join_group(ctx, cfg.seed)
+    device = ctx.join_group(seed=cfg.seed)
     files = _read_files(cfg)
     ctx.log.info("loading the %s towers ...", cfg.towers)
     image_tower, text_tower = ex._towers(cfg.towers, device, cfg.resolution, cfg.text_tower)

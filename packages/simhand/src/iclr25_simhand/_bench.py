@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from iclr25_shared.cli import Result, RunContext
-from iclr25_simhand._training import _backbone, _join_group, _pretrain_step
+from iclr25_simhand._training import _backbone, _pretrain_step
 
 if TYPE_CHECKING:
     import torch
@@ -26,7 +26,7 @@ def bench(cfg: BenchConfig, ctx: RunContext) -> Result:
     interleaved round by round in one run (iclr25_shared.bench)."""
     from iclr25_shared.bench import interleaved
 
-    device = _join_group(ctx, cfg.seed)
+    device = ctx.join_group(seed=cfg.seed)
     here = ctx.world
     arms: dict[str, Any] = {}
     pairs: list[Pair] = []

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from iclr25_shared.cli import Result, RunContext
 from iclr25_simhand._training import (
     _backbone,
-    _join_group,
     _load_model,
     _save_model,
     evaluate_encoder,
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 
 def finetune(cfg: FinetuneConfig, ctx: RunContext) -> Result:
     """Fine-tune (from ``--encoder`` or scratch) on rendered labelled hands; evaluate; save ``model.pt``."""
-    device = _join_group(ctx, cfg.seed)
+    device = ctx.join_group(seed=cfg.seed)
     if cfg.encoder is not None:  # the checkpoint and its size are checked before any rendering
         model = _load_model(cfg.encoder, cfg.size, "--encoder", device)
     else:

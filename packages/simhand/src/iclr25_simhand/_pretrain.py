@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from iclr25_shared.cli import Result, RunContext
-from iclr25_simhand._training import _TEST_BACKGROUNDS, _join_group, _save_model, pretrain_encoder
+from iclr25_simhand._training import _TEST_BACKGROUNDS, _save_model, pretrain_encoder
 
 if TYPE_CHECKING:
     from iclr25_simhand.cli import PretrainConfig
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 def pretrain(cfg: PretrainConfig, ctx: RunContext) -> Result:
     """Pre-train one method on a rendered pool; save ``encoder.pt`` (state_dict + meta) to ``--out``."""
-    device = _join_group(ctx, cfg.seed)
+    device = ctx.join_group(seed=cfg.seed)
     t0 = time.perf_counter()
     from iclr25_simhand._render import BACKGROUNDS, load_backgrounds, render_hands
 

@@ -265,21 +265,3 @@ def _load_model(path: Path, size: int, label: str, device: torch.device, *, fine
             "fine-tune it first (iclr25-simhand finetune --encoder ...) and evaluate its model.pt"
         )
     return model
-
-
-def _join_group(ctx: RunContext, seed: int) -> Any:
-    """``--device``, after joining the launcher's process group (torchrun / accelerate launch; a no-op in one
-    process): this rank's GPU on CUDA, and every rank must have the same ``--seed`` (the global batches are drawn
-    alike on every rank)."""
-    import torch
-
-    from iclr25_shared.distributed import check_same, init_process_group
-
-    device = ctx.torch_device()
-    here = init_process_group(device)
-    if here.is_distributed:
-        check_same(seed, "--seed")
-        if device.type == "cuda":
-            device = torch.device("cuda", here.local_rank)
-            ctx.device_label = f"{device} (rank {here.rank} of {here.world_size})"
-    return device
